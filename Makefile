@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test` (see README).
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed-v1
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint format bench test-slurm clean-venv
+
+$(VENV_STAMP): setup.py tools/install_detectron2.py
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip "setuptools<81" wheel
+	# torch/torchvision first, pinned: these two versions come from local files in under a minute.
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) tools/install_detectron2.py
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(VENV_STAMP)
+
+venv: $(VENV_STAMP)
+
+$(FASHION_MNIST):
+	@command -v apt-get >/dev/null || { echo "Fashion-MNIST missing: install Debian's dataset-fashion-mnist"; exit 1; }
+	(apt-get install -y -q dataset-fashion-mnist || (apt-get update -q && apt-get install -y -q dataset-fashion-mnist)) >/dev/null
+
+demo: venv $(FASHION_MNIST)
+	$(PY) tools/demo.py --output-dir output/demo
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: venv
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+test: venv lint
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+bench: venv
+	$(PY) -m benchmarks.bench_nuclear_norm
+	$(PY) -m benchmarks.bench_loss
+	$(PY) -m benchmarks.bench_multicrop
+
+clean-venv:
+	rm -rf .venv
