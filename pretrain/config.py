@@ -1,0 +1,193 @@
+"""Pretraining configuration: defaults, strict YAML merging and validation.
+
+Configs are detectron2/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
+are errors (yacs raises ``KeyError: 'Non-existent config key: ...'``; :func:`load_config` re-raises
+it naming the file). Every key is documented here; ``docs/configs.md`` explains the choices.
+"""
+
+from __future__ import annotations
+
+import math
+
+from detectron2.config import CfgNode as CN
+
+__all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the key and the value."""
+
+
+_C = CN()
+_C.VERSION = 1
+
+_C.MODEL = CN()
+# Registered in pretrain.modeling.META_ARCH_REGISTRY. "MultiViewMoCo" covers LORAC (any prior),
+# MoCo-M (prior none or beta = inf) and MoCo-v2 (one key crop, one query view, prior none).
+_C.MODEL.META_ARCHITECTURE = "MultiViewMoCo"
+_C.MODEL.DEVICE = "cuda"  # "cpu" or "cuda"; tools fall back to cpu with a warning if no GPU
+_C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
+# Normalisation in the query encoder when distributed: "SyncBN" (torch; GPU only), "NaiveSyncBN"
+# (detectron2's, works on CPU with gloo), "BN" (per-process). "auto": SyncBN on GPU, NaiveSyncBN
+# on CPU. Single-process runs always use plain BN.
+_C.MODEL.NORM = "auto"
+_C.MODEL.HEAD_HIDDEN_DIM = 2048
+_C.MODEL.HEAD_OUT_DIM = 128
+_C.MODEL.MOMENTUM = 0.999  # key-encoder EMA
+_C.MODEL.QUEUE_SIZE = 65536  # K, per key crop; must be divisible by the global batch
+_C.MODEL.SHUFFLE_BN = True  # shuffle the key batch across processes (no-op on one process)
+# BN groups per process for the key encoder: the (shuffled) key batch of each process is encoded
+# in this many chunks. 1 = MoCo. N processes x 1 split == 1 process x N splits (tested).
+_C.MODEL.KEY_BN_SPLITS = 1
+_C.MODEL.CHANNELS_LAST = False
+
+_C.LOSS = CN()
+_C.LOSS.TAU = 0.2
+_C.LOSS.PRIOR = "laplace"  # laplace | gaussian | constant | none | batchwise
+_C.LOSS.BETA = 4.0  # the prior's beta once it is switched on; "inf" disables the prior
+# beta = inf (no prior) for the first BETA_INF_EPOCHS epochs (paper: 100 of 200 on IN-1K).
+_C.LOSS.BETA_INF_EPOCHS = 0.0
+_C.LOSS.C = 3.0  # prior "constant" (L-sftmx-c)
+_C.LOSS.C0 = math.sqrt(5.0)  # prior "gaussian": centre
+_C.LOSS.SIGMA2 = 2.0  # prior "gaussian": variance
+# Which query views enter Q besides the positive key: "large" (the key-sized crops, the paper's
+# default in Sec. 5.1: small crops are outlier-prone) or "all".
+_C.LOSS.LOWRANK_VIEWS = "large"
+_C.LOSS.PRIOR_M = 0  # the M normalising the prior; 0 = number of rows of Q (see docs/method.md)
+
+_C.INPUT = CN()
+# Views: LARGE_CROPS crops of LARGE_SIZE then SMALL_CROPS of SMALL_SIZE (paper: 3x224 + 5x96).
+# MoCo-v2 is LARGE_CROPS 2, SMALL_CROPS 0, KEY_CROPS 1 with its own scale/jitter values.
+_C.INPUT.LARGE_SIZE = 224
+_C.INPUT.LARGE_CROPS = 3
+_C.INPUT.LARGE_SCALE = (0.14, 1.0)
+_C.INPUT.SMALL_SIZE = 96
+_C.INPUT.SMALL_CROPS = 5
+_C.INPUT.SMALL_SCALE = (0.05, 0.14)
+_C.INPUT.KEY_CROPS = 2  # the first KEY_CROPS large crops are key crops (one queue each)
+_C.INPUT.COLOR_JITTER = (0.8, 0.8, 0.8, 0.2)
+_C.INPUT.JITTER_PROB = 0.8
+_C.INPUT.GRAYSCALE_PROB = 0.2
+_C.INPUT.BLUR_SIGMA = (0.1, 2.0)
+_C.INPUT.BLUR_PROB = 0.5
+# Colour jitter, grayscale and blur batched on the model's device (fast) instead of per image in
+# the data workers; both draw the same parameter distributions.
+_C.INPUT.COLOR_ON_DEVICE = True
+
+_C.DATASETS = CN()
+_C.DATASETS.TYPE = "imagefolder"  # "imagefolder" or "fashion_mnist"
+_C.DATASETS.ROOT = ""  # ImageFolder root (e.g. .../imagenet/train) or the Fashion-MNIST folder
+# Optional class list (one WordNet id per line) restricting an ImageFolder root; "imagenet100"
+# selects the shipped CMC ImageNet-100 list.
+_C.DATASETS.CLASS_LIST = ""
+_C.DATASETS.MAX_IMAGES = 0  # use only the first N images (0 = all); for smoke runs
+
+_C.DATALOADER = CN()
+_C.DATALOADER.NUM_WORKERS = 8
+
+_C.SOLVER = CN()
+_C.SOLVER.OPTIMIZER = "LARS"  # "LARS" (LORAC, MoCo-M) or "SGD" (MoCo-v2)
+_C.SOLVER.IMS_PER_BATCH = 256  # global batch, all processes together
+_C.SOLVER.EPOCHS = 200.0
+_C.SOLVER.MAX_ITER = 0  # 0: derived from EPOCHS and the dataset size
+_C.SOLVER.BASE_LR = 1.8
+_C.SOLVER.FINAL_LR = 0.018  # cosine (per iteration) from BASE_LR to FINAL_LR
+_C.SOLVER.WARMUP_EPOCHS = 0.0  # linear warm-up from 0
+_C.SOLVER.MOMENTUM = 0.9
+_C.SOLVER.WEIGHT_DECAY = 1e-6
+_C.SOLVER.LARS_ETA = 0.001  # trust coefficient
+_C.SOLVER.CHECKPOINT_PERIOD = 5000  # iterations
+_C.SOLVER.MAX_TO_KEEP = 2  # periodic checkpoints kept besides model_final
+_C.SOLVER.LOG_PERIOD = 20
+_C.SOLVER.AMP = CN()
+_C.SOLVER.AMP.ENABLED = False
+_C.SOLVER.AMP.PRECISION = "bfloat16"  # "bfloat16" or "float16" (float16 uses a GradScaler)
+
+_C.TEST = CN()
+_C.TEST.KNN_PERIOD = 0  # iterations between kNN evaluations (0 = off)
+_C.TEST.KNN_K = 200
+_C.TEST.KNN_T = 0.07
+_C.TEST.KNN_TRAIN_IMAGES = 10000  # subset sizes for the periodic kNN
+_C.TEST.KNN_TEST_IMAGES = 2000
+
+_C.OUTPUT_DIR = "./output"
+_C.SEED = 0  # all data order and augmentation randomness derive from it (exact resume)
+_C.CUDNN_BENCHMARK = False
+
+
+def get_cfg() -> CN:
+    """A copy of the default pretraining config."""
+    return _C.clone()
+
+
+def load_config(path: str, opts: list[str] | None = None) -> CN:
+    """Defaults, merged with ``path`` (``_BASE_`` aware) and ``opts``; validated and frozen."""
+    cfg = get_cfg()
+    try:
+        cfg.merge_from_file(path)
+    except KeyError as e:
+        raise ConfigError(f"{path}: {e.args[0] if e.args else e}") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    if opts:
+        if len(opts) % 2:
+            raise ConfigError(f"overrides must be KEY VALUE pairs, got {opts}")
+        try:
+            cfg.merge_from_list(opts)
+        except (KeyError, AssertionError, ValueError) as e:
+            raise ConfigError(f"command-line override: {e.args[0] if e.args else e}") from None
+    validate_cfg(cfg)
+    cfg.freeze()
+    return cfg
+
+
+def _need(ok: bool, key: str, value: object, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} = {value!r}: {why}")
+
+
+def validate_cfg(cfg: CN, world_size: int = 1) -> None:
+    """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
+    from pretrain.losses import PRIORS
+
+    loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
+    _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")
+    beta = float(loss.BETA)
+    _need(beta > 0, "LOSS.BETA", loss.BETA, "must be > 0 (inf disables the prior)")
+    _need(loss.PRIOR in PRIORS, "LOSS.PRIOR", loss.PRIOR, f"must be one of {PRIORS}")
+    _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
+    _need(loss.LOWRANK_VIEWS in ("large", "all"), "LOSS.LOWRANK_VIEWS", loss.LOWRANK_VIEWS,
+          "must be 'large' or 'all'")  # fmt: skip
+    _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
+    _need(loss.BETA_INF_EPOCHS >= 0, "LOSS.BETA_INF_EPOCHS", loss.BETA_INF_EPOCHS, "must be >= 0")
+    views = inp.LARGE_CROPS + inp.SMALL_CROPS
+    _need(inp.LARGE_CROPS >= 1, "INPUT.LARGE_CROPS", inp.LARGE_CROPS, "need at least one")
+    _need(inp.SMALL_CROPS >= 0, "INPUT.SMALL_CROPS", inp.SMALL_CROPS, "must be >= 0")
+    _need(views >= 2, "INPUT.LARGE_CROPS + INPUT.SMALL_CROPS", views, "need at least two views")
+    _need(1 <= inp.KEY_CROPS <= inp.LARGE_CROPS, "INPUT.KEY_CROPS", inp.KEY_CROPS,
+          "must be between 1 and INPUT.LARGE_CROPS")  # fmt: skip
+    for key in ("JITTER_PROB", "GRAYSCALE_PROB", "BLUR_PROB"):
+        _need(0 <= inp[key] <= 1, f"INPUT.{key}", inp[key], "must be a probability in [0, 1]")
+    for key in ("LARGE_SCALE", "SMALL_SCALE", "BLUR_SIGMA"):
+        lo, hi = inp[key]
+        _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
+    _need(mod.QUEUE_SIZE > 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE, "must be > 0")
+    _need(0 <= mod.MOMENTUM < 1, "MODEL.MOMENTUM", mod.MOMENTUM, "must be in [0, 1)")
+    _need(mod.NORM in ("auto", "SyncBN", "NaiveSyncBN", "BN"), "MODEL.NORM", mod.NORM,
+          "must be auto, SyncBN, NaiveSyncBN or BN")  # fmt: skip
+    _need(sol.IMS_PER_BATCH > 0, "SOLVER.IMS_PER_BATCH", sol.IMS_PER_BATCH, "must be > 0")
+    _need(sol.IMS_PER_BATCH % world_size == 0, "SOLVER.IMS_PER_BATCH", sol.IMS_PER_BATCH,
+          f"must be divisible by the number of processes ({world_size})")  # fmt: skip
+    _need(mod.QUEUE_SIZE % sol.IMS_PER_BATCH == 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE,
+          f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {sol.IMS_PER_BATCH}")  # fmt: skip
+    _need(sol.OPTIMIZER in ("LARS", "SGD"), "SOLVER.OPTIMIZER", sol.OPTIMIZER, "LARS or SGD")
+    _need(sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR, "must be > 0")
+    _need(sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR, "must be >= 0")
+    _need(sol.EPOCHS > 0 or sol.MAX_ITER > 0, "SOLVER.EPOCHS", sol.EPOCHS,
+          "must be > 0 unless SOLVER.MAX_ITER is set")  # fmt: skip
+    _need(sol.AMP.PRECISION in ("bfloat16", "float16"), "SOLVER.AMP.PRECISION",
+          sol.AMP.PRECISION, "bfloat16 or float16")  # fmt: skip
+    _need(cfg.DATASETS.TYPE in ("imagefolder", "fashion_mnist"), "DATASETS.TYPE",
+          cfg.DATASETS.TYPE, "imagefolder or fashion_mnist")  # fmt: skip
+    _need(bool(cfg.DATASETS.ROOT), "DATASETS.ROOT", cfg.DATASETS.ROOT, "must name a dataset root")
+    _need(mod.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", mod.DEVICE, "cpu or cuda")

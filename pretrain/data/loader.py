@@ -1,0 +1,117 @@
+"""The pretraining data loader: deterministic per-iteration batches of uint8 multi-crop views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from pretrain.data.datasets import BadImageError, DatasetError, build_source
+from pretrain.data.sampler import IterationBatchSampler
+
+__all__ = ["PretrainDataset", "build_pretrain_loader", "build_train_transform", "collate_views"]
+
+
+class PretrainDataset(Dataset):
+    """Items are ``(index, augmentation_seed, iteration)`` triples from the batch sampler.
+
+    An unreadable file is replaced by the next readable one (deterministically, so resumes stay
+    exact) and its path is returned in ``skipped_files``; the trainer warns once per file in the
+    main process and logs the running count.
+    """
+
+    def __init__(self, source, transform, max_consecutive_bad: int = 64):
+        self.source, self.transform = source, transform
+        self.max_consecutive_bad = max_consecutive_bad
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, item: tuple[int, int, int]) -> dict[str, Any]:
+        index, seed, iteration = item
+        skipped: list[str] = []
+        for attempt in range(self.max_consecutive_bad):
+            j = (index + attempt) % len(self.source)
+            try:
+                img = self.source.load(j)
+            except BadImageError as e:
+                skipped.append(str(e))
+                continue
+            views = self.transform(img, torch.Generator().manual_seed(seed))
+            return {
+                "views": views,
+                "index": j,
+                "seed": seed,
+                "iteration": iteration,
+                "skipped_files": skipped,
+            }
+        raise DatasetError(
+            f"{self.max_consecutive_bad} consecutive unreadable images starting at "
+            f"{self.source.describe(index)}; is DATASETS.ROOT an image dataset?"
+        )
+
+
+def collate_views(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v)."""
+    n_views = len(batch[0]["views"])
+    return {
+        "views": [torch.stack([b["views"][v] for b in batch]) for v in range(n_views)],
+        "index": torch.tensor([b["index"] for b in batch]),
+        "seeds": torch.tensor([b["seed"] for b in batch]),
+        "iteration": batch[0]["iteration"],
+        "skipped_files": [p for b in batch for p in b["skipped_files"]],
+    }
+
+
+class _WithIteration:
+    """Adds the iteration number to each sampler item (the model seeds ShuffleBN with it)."""
+
+    def __init__(self, sampler: IterationBatchSampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        for it, items in enumerate(self.sampler, start=self.sampler.start_iter):
+            yield [(i, s, it) for i, s in items]
+
+
+def build_train_transform(cfg):
+    """The worker-side multi-crop transform and the colour spec named by ``cfg.INPUT``."""
+    from pretrain.data.transforms import ColorSpec, CropSpec, MultiCropTransform
+
+    inp = cfg.INPUT
+    crops = [CropSpec(inp.LARGE_SIZE, tuple(inp.LARGE_SCALE), inp.LARGE_CROPS)]
+    if inp.SMALL_CROPS:
+        crops.append(CropSpec(inp.SMALL_SIZE, tuple(inp.SMALL_SCALE), inp.SMALL_CROPS))
+    color = ColorSpec(
+        jitter=tuple(inp.COLOR_JITTER),
+        jitter_prob=inp.JITTER_PROB,
+        grayscale_prob=inp.GRAYSCALE_PROB,
+        blur_sigma=tuple(inp.BLUR_SIGMA),
+        blur_prob=inp.BLUR_PROB,
+    )
+    return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
+
+
+def build_pretrain_loader(cfg, rank: int, world_size: int, start_iter: int) -> DataLoader:
+    """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``."""
+    source = build_source(cfg, "train")
+    transform, _ = build_train_transform(cfg)
+    sampler = IterationBatchSampler(
+        len(source), cfg.SOLVER.IMS_PER_BATCH, rank, world_size, cfg.SEED, start_iter
+    )
+    workers = cfg.DATALOADER.NUM_WORKERS
+    return DataLoader(
+        PretrainDataset(source, transform),
+        batch_sampler=_WithIteration(sampler),
+        num_workers=workers,
+        collate_fn=collate_views,
+        pin_memory=cfg.MODEL.DEVICE == "cuda",
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+    )
+
+
+def dataset_size(cfg) -> int:
+    """Number of images in the configured training source (for epochs -> iterations)."""
+    return len(build_source(cfg, "train"))

@@ -1,0 +1,73 @@
+"""A checkpointer whose files are always complete, loaded without running pickled code.
+
+Writes go to a temporary file in the same directory, are fsync'ed and atomically renamed, and only
+then does ``last_checkpoint`` (itself replaced atomically) point at them: a kill at any instant
+leaves the previous checkpoint loadable and the pointer valid. Loads use
+``torch.load(weights_only=True)``; everything in a checkpoint besides tensors is plain types.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import torch
+from fvcore.common.checkpoint import Checkpointer
+
+__all__ = ["AtomicCheckpointer", "atomic_write_bytes"]
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_replace(final: str, write) -> None:
+    folder = os.path.dirname(os.path.abspath(final))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(final) + "-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(folder)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old or the new content, never a mix."""
+    _atomic_replace(path, lambda f: f.write(data))
+
+
+class AtomicCheckpointer(Checkpointer):
+    """fvcore ``Checkpointer`` with atomic saves and ``weights_only`` loads (local paths)."""
+
+    def save(self, name: str, **kwargs: Any) -> None:
+        if not self.save_dir or not self.save_to_disk:
+            return
+        data: dict[str, Any] = {"model": self.model.state_dict()}
+        for key, obj in self.checkpointables.items():
+            data[key] = obj.state_dict()
+        data.update(kwargs)
+        os.makedirs(self.save_dir, exist_ok=True)
+        basename = f"{name}.pth"
+        path = os.path.join(self.save_dir, basename)
+        self.logger.info(f"Saving checkpoint to {path}")
+        _atomic_replace(path, lambda f: torch.save(data, f))
+        self.tag_last_checkpoint(basename)
+
+    def tag_last_checkpoint(self, last_filename_basename: str) -> None:
+        atomic_write_bytes(
+            os.path.join(self.save_dir, "last_checkpoint"), last_filename_basename.encode()
+        )
+
+    def _load_file(self, f: str) -> dict[str, Any]:  # fvcore's documented override point
+        return torch.load(f, map_location=torch.device("cpu"), weights_only=True)

@@ -1,0 +1,202 @@
+"""Pretraining on detectron2's engine: ``SimpleTrainer`` + hooks + writers + checkpointer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+
+import numpy as np
+import torch
+from detectron2.engine import SimpleTrainer, hooks
+from detectron2.engine.defaults import default_writers
+from detectron2.utils import comm
+from detectron2.utils.events import get_event_storage
+from torch.nn.parallel import DistributedDataParallel
+
+from pretrain.config import ConfigError, validate_cfg
+from pretrain.data.loader import build_pretrain_loader, dataset_size
+from pretrain.engine.checkpoint import AtomicCheckpointer
+from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
+from pretrain.modeling import build_model
+from pretrain.solver import build_lr_scheduler, build_optimizer
+
+__all__ = ["PretrainTrainer", "schedule_lengths"]
+
+logger = logging.getLogger(__name__)
+
+
+def schedule_lengths(cfg, num_images: int) -> tuple[int, int, int]:
+    """(iterations per epoch, max_iter, iterations with beta = inf) for ``num_images``."""
+    ipe = num_images // cfg.SOLVER.IMS_PER_BATCH
+    if ipe == 0:
+        raise ConfigError(
+            f"SOLVER.IMS_PER_BATCH = {cfg.SOLVER.IMS_PER_BATCH} exceeds the dataset size "
+            f"({num_images} images at {cfg.DATASETS.ROOT!r})"
+        )
+    max_iter = cfg.SOLVER.MAX_ITER or int(round(cfg.SOLVER.EPOCHS * ipe))
+    return ipe, max_iter, int(round(cfg.LOSS.BETA_INF_EPOCHS * ipe))
+
+
+class PretrainTrainer(SimpleTrainer):
+    """Builds everything from a config and runs ``run_step`` with autocast and a finite check.
+
+    The model returns ``{"loss_*": tensor, "metrics": {name: float}}``; losses are summed and
+    back-propagated, metrics go to the event storage (console with ETA, metrics.json,
+    TensorBoard). Checkpoints hold the model (both encoders, queues), optimizer, LR scheduler,
+    iteration and RNG states; data order and augmentation depend only on (SEED, iteration), so a
+    resumed run continues exactly where it stopped.
+    """
+
+    def __init__(self, cfg):
+        world = comm.get_world_size()
+        validate_cfg(cfg, world)
+        self.cfg = cfg
+        self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
+            cfg, dataset_size(cfg)
+        )
+        model = build_model(cfg, world)
+        optimizer = build_optimizer(cfg, model)
+        if world > 1:
+            ids = [comm.get_local_rank()] if cfg.MODEL.DEVICE == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        super().__init__(model, None, optimizer)
+        amp = cfg.SOLVER.AMP
+        self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
+        self.device_type = cfg.MODEL.DEVICE
+        self.grad_scaler = (
+            torch.amp.GradScaler("cuda")
+            if self.amp_dtype == torch.float16 and self.device_type == "cuda"
+            else None
+        )
+        self.scheduler = build_lr_scheduler(cfg, optimizer, max_iter, self.iters_per_epoch)
+        self.checkpointer = AtomicCheckpointer(
+            model,
+            cfg.OUTPUT_DIR,
+            save_to_disk=comm.is_main_process(),
+            trainer=self,
+        )
+        self.start_iter, self.max_iter = 0, max_iter
+        self._skipped: set[str] = set()
+        self.register_hooks(self.build_hooks())
+
+    # -- construction ----------------------------------------------------------------------
+    def build_hooks(self) -> list:
+        cfg = self.cfg
+        ret = [
+            hooks.IterationTimer(),
+            hooks.LRScheduler(self.optimizer, self.scheduler),
+            BetaSchedule(float(cfg.LOSS.BETA), self.beta_inf_iters),
+            MomentumUpdate(),
+        ]
+        ret += self.extra_hooks()
+        if comm.is_main_process():
+            ret.append(
+                hooks.PeriodicCheckpointer(
+                    self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, self.max_iter,
+                    max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
+                )  # fmt: skip
+            )
+            writers = default_writers(cfg.OUTPUT_DIR, self.max_iter)
+            ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
+        return ret
+
+    def extra_hooks(self) -> list:
+        """Hooks added before checkpointing/writing (the kNN monitor, when configured)."""
+        if self.cfg.TEST.KNN_PERIOD <= 0:
+            return []
+        from pretrain.engine.knn_monitor import build_knn_hook
+
+        return [build_knn_hook(self.cfg, self)]
+
+    def resume(self) -> bool:
+        """Resume from ``OUTPUT_DIR/last_checkpoint`` if present; returns whether it did."""
+        resumed = self.checkpointer.has_checkpoint()
+        if resumed:
+            self.checkpointer.resume_or_load("", resume=True)
+            self.start_iter = self.iter + 1
+            logger.info(f"resumed from {self.checkpointer.get_checkpoint_file()}, "
+                        f"continuing at iteration {self.start_iter}")  # fmt: skip
+        return resumed
+
+    def train(self):  # type: ignore[override]
+        rank, world = comm.get_rank(), comm.get_world_size()
+        self.reset_data_loader(
+            lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter)
+        )
+        super().train(self.start_iter, self.max_iter)
+
+    # -- checkpointed state -----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        ret = super().state_dict()
+        ret["rng"] = {
+            "torch": torch.get_rng_state(),
+            "python": [int(x) if not isinstance(x, tuple) else list(x) for x in random.getstate()],
+            "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+        }
+        if self.grad_scaler is not None:
+            ret["grad_scaler"] = self.grad_scaler.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        rng = state_dict.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            v, internal, gauss = rng["python"]
+            random.setstate((v, tuple(internal), gauss))
+            np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), 624, 0, 0.0))
+        if self.grad_scaler is not None and "grad_scaler" in state_dict:
+            self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
+
+    # -- one iteration ------------------------------------------------------------------------
+    def run_step(self) -> None:
+        assert self.model.training, "PretrainTrainer: model was changed to eval mode"
+        start = time.perf_counter()
+        data = next(self._data_loader_iter)
+        data_time = time.perf_counter() - start
+        with torch.autocast(
+            self.device_type, dtype=self.amp_dtype or torch.bfloat16, enabled=self.amp_dtype
+            is not None,
+        ):  # fmt: skip
+            out = self.model(data)
+        losses = {k: v for k, v in out.items() if k.startswith("loss")}
+        total = sum(losses.values())
+        if not torch.isfinite(total):
+            raise FloatingPointError(
+                f"non-finite loss {total.item()} at iteration {self.iter}; stopping. The last good "
+                f"checkpoint in {self.cfg.OUTPUT_DIR} is intact (lower SOLVER.BASE_LR, raise "
+                "LOSS.BETA or disable SOLVER.AMP and resume)."
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.grad_scaler is not None:
+            self.grad_scaler.scale(total).backward()
+            self.after_backward()
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+        else:
+            total.backward()
+            self.after_backward()
+            self.optimizer.step()
+        step_time = time.perf_counter() - start
+        SimpleTrainer.write_metrics(losses, data_time, self.iter)
+        storage = get_event_storage()
+        metrics = dict(out.get("metrics", {}))
+        metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(step_time, 1e-9)
+        for path in data.get("skipped_files", []):
+            if path not in self._skipped:
+                self._skipped.add(path)
+                logger.warning(f"skipped unreadable image: {path}")
+        metrics["data/skipped_files"] = float(len(self._skipped))
+        storage.put_scalars(**metrics, smoothing_hint=False)
+
+
+def output_paths(cfg) -> dict[str, str]:
+    """Where a run's artefacts live."""
+    out = cfg.OUTPUT_DIR
+    return {
+        "final": os.path.join(out, "model_final.pth"),
+        "metrics": os.path.join(out, "metrics.json"),
+        "config": os.path.join(out, "config.yaml"),
+    }

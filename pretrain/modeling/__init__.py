@@ -1,0 +1,12 @@
+"""Pretraining models, built through one fvcore registry.
+
+Contract of ``META_ARCH_REGISTRY``: an entry is an ``nn.Module`` class with a classmethod
+``from_config(cfg) -> kwargs`` and ``forward(batch) -> dict`` where keys starting with ``loss``
+are scalar tensors to be summed and back-propagated and ``metrics`` maps names to floats to log.
+It also provides ``momentum_update()`` and ``set_beta(beta)``, called by the trainer's hooks.
+"""
+
+from pretrain.modeling.build import META_ARCH_REGISTRY, build_model
+from pretrain.modeling.meta_arch import MultiViewMoCo
+
+__all__ = ["META_ARCH_REGISTRY", "MultiViewMoCo", "build_model"]

@@ -1,0 +1,102 @@
+"""Optimisers and the learning-rate schedule for pretraining.
+
+LARS is written here because no maintained PyPI package has the paper's semantics: the paper used
+SwAV's setting of apex's ``LARC`` wrapper (trust ratio eta = 0.001, ``clip=False``, applied to every
+parameter), and apex is not pip-installable without a CUDA build; torchlars needs CUDA and the
+LARS of lightly / solo-learn exclude biases and norms from adaptation (a different rule).
+"""
+
+from __future__ import annotations
+
+import torch
+from detectron2.solver import LRMultiplier
+from fvcore.common.param_scheduler import CosineParamScheduler, LinearParamScheduler
+from fvcore.common.param_scheduler import CompositeParamScheduler, ParamScheduler
+
+__all__ = ["LARS", "build_lr_scheduler", "build_optimizer", "lr_multiplier"]
+
+
+class LARS(torch.optim.Optimizer):
+    """SGD with momentum whose per-parameter step is scaled by a LARC trust ratio (no clipping).
+
+    For each parameter p with gradient g (apex ``LARC(clip=False)`` semantics):
+        local = eta * ||p|| / (||g|| + weight_decay * ||p|| + eps)  (1 if ||p|| or ||g|| is 0)
+        d = local * (g + weight_decay * p)
+        buf = momentum * buf + d;  p -= lr * buf
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eta: float = 0.001,
+        eps: float = 1e-8,
+    ):
+        for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            if v < 0:
+                raise ValueError(f"LARS: {name} must be >= 0, got {v}")
+        if eta <= 0:
+            raise ValueError(f"LARS: eta (trust coefficient) must be > 0, got {eta}")
+        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "eta": eta,
+                    "eps": eps}  # fmt: skip
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            wd, eta, eps = group["weight_decay"], group["eta"], group["eps"]
+            p_norm = torch.stack(torch._foreach_norm(params))
+            g_norm = torch.stack(torch._foreach_norm(grads))
+            trust = eta * p_norm / (g_norm + wd * p_norm + eps)
+            trust = torch.where((p_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust))
+            d = torch._foreach_add(grads, params, alpha=wd) if wd else [g.clone() for g in grads]
+            torch._foreach_mul_(d, list(trust.unbind()))
+            bufs = []
+            for p, di in zip(params, d, strict=True):
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = di.clone()
+                else:
+                    state["momentum_buffer"].mul_(group["momentum"]).add_(di)
+                bufs.append(state["momentum_buffer"])
+            torch._foreach_add_(params, bufs, alpha=-group["lr"])
+        return loss
+
+
+def build_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    s = cfg.SOLVER
+    if s.OPTIMIZER == "LARS":
+        return LARS(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY,
+                    eta=s.LARS_ETA)  # fmt: skip
+    return torch.optim.SGD(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY)
+
+
+def lr_multiplier(cfg, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
+    """Per-iteration multiplier of BASE_LR: optional linear warm-up, then cosine to FINAL_LR."""
+    s = cfg.SOLVER
+    final = s.FINAL_LR / s.BASE_LR
+    warm = min(int(round(s.WARMUP_EPOCHS * iters_per_epoch)), max_iter - 1)
+    if warm <= 0:
+        return CosineParamScheduler(1.0, final)
+    frac = warm / max_iter
+    return CompositeParamScheduler(
+        [LinearParamScheduler(0.0, 1.0), CosineParamScheduler(1.0, final)],
+        interval_scaling=["rescaled", "rescaled"],
+        lengths=[frac, 1.0 - frac],
+    )
+
+
+def build_lr_scheduler(cfg, optimizer, max_iter: int, iters_per_epoch: int) -> LRMultiplier:
+    return LRMultiplier(optimizer, lr_multiplier(cfg, max_iter, iters_per_epoch), max_iter)

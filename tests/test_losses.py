@@ -1,0 +1,177 @@
+"""lorac_loss against a plainly written Eq. (11)-(14) and against analytic values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pretrain.losses import lorac_loss, lorac_loss_with_stats
+
+
+def _unit(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(*shape, generator=g), dim=-1)
+
+
+def reference_loss(q, k, neg, tau, beta, prior, lowrank=None, c=None, c0=None, sigma2=None):
+    """Eq. (12)-(13) written instance by instance, query by query, in float64."""
+    q, k, neg = q.double(), k.double(), neg.double()
+    m1, n, _ = q.shape
+    views = list(range(m1)) if lowrank is None else list(lowrank)
+    if prior == "batchwise" and not math.isinf(beta):
+        rows = []
+        for i in range(n):
+            mu = sum(q[v, i] for v in views) / len(views)
+            rows += [q[v, i] - mu for v in views]
+        p = torch.stack(rows)
+        shared = -torch.linalg.svdvals(p).sum() / (p.shape[0] * beta * tau)
+    total = 0.0
+    for i in range(n):
+        qmat = torch.stack([q[v, i] for v in views] + [k[i]])
+        m = qmat.shape[0]
+        nuc = torch.linalg.svdvals(qmat).sum()
+        if prior == "none" or math.isinf(beta):
+            log_h = 0.0
+        elif prior == "laplace":
+            log_h = -nuc / (m * beta * tau)
+        elif prior == "gaussian":
+            log_h = -((nuc - c0) ** 2) / (sigma2 * m * tau)
+        elif prior == "constant":
+            log_h = -c / (m * beta * tau)
+        else:
+            log_h = shared
+        li = 0.0
+        for j in range(m1):
+            pos = torch.exp(q[j, i] @ k[i] / tau) * math.exp(1) ** log_h
+            negs = sum(torch.exp(q[j, i] @ neg[t] / tau) for t in range(neg.shape[0]))
+            li = li - torch.log(pos / (pos + negs))
+        total = total + li / m1
+    return total / n
+
+
+PRIOR_CASES = [
+    ("laplace", {}),
+    ("gaussian", {"c0": math.sqrt(5.0), "sigma2": 2.0}),
+    ("constant", {"c": 3.0}),
+    ("none", {}),
+    ("batchwise", {}),
+]
+
+
+@pytest.mark.parametrize("prior,kw", PRIOR_CASES)
+@pytest.mark.parametrize("lowrank", [None, [0, 2]])
+def test_matches_reference_values_and_gradients(prior, kw, lowrank):
+    q = _unit(4, 5, 16, seed=1).requires_grad_()
+    k, neg = _unit(5, 16, seed=2), _unit(30, 16, seed=3)
+    ours = lorac_loss(q, k, neg, tau=0.2, beta=1.5, prior=prior, lowrank_views=lowrank, **kw)
+    (g_ours,) = torch.autograd.grad(ours, q)
+    q64 = q.detach().double().requires_grad_()
+    ref = reference_loss(q64, k, neg, 0.2, 1.5, prior, lowrank, **kw)
+    (g_ref,) = torch.autograd.grad(ref, q64)
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert torch.allclose(g_ours.double(), g_ref, atol=1e-6, rtol=1e-4)
+
+
+def test_prior_changes_the_loss():
+    """Guards the reference comparison: the priors really act (values differ from 'none')."""
+    q, k, neg = _unit(3, 4, 8, seed=4), _unit(4, 8, seed=5), _unit(10, 8, seed=6)
+    base = lorac_loss(q, k, neg, tau=0.2, beta=1.0, prior="none")
+    for prior, kw in PRIOR_CASES[:3] + PRIOR_CASES[4:]:
+        assert lorac_loss(q, k, neg, tau=0.2, beta=1.0, prior=prior, **kw) > base + 1e-3
+
+
+def test_single_query_without_prior_is_infonce():
+    q, k, neg = _unit(1, 6, 8, seed=7), _unit(6, 8, seed=8), _unit(20, 8, seed=9)
+    logits = torch.cat([(q[0] * k).sum(1, keepdim=True), q[0] @ neg.t()], 1) / 0.07
+    infonce = F.cross_entropy(logits, torch.zeros(6, dtype=torch.long))  # Eq. (1)
+    assert lorac_loss(q, k, neg, tau=0.07, beta=1.0, prior="none").item() == pytest.approx(
+        infonce.item(), rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("prior", ["laplace", "constant", "batchwise", "gaussian"])
+def test_beta_inf_is_multi_query_infonce(prior):
+    q, k, neg = _unit(5, 6, 8, seed=10), _unit(6, 8, seed=11), _unit(20, 8, seed=12)
+    per_query = []
+    for m in range(5):
+        logits = torch.cat([(q[m] * k).sum(1, keepdim=True), q[m] @ neg.t()], 1) / 0.2
+        per_query.append(F.cross_entropy(logits, torch.zeros(6, dtype=torch.long)))
+    expected = torch.stack(per_query).mean()
+    got = lorac_loss(q, k, neg, tau=0.2, beta=math.inf, prior=prior, c=3.0, c0=1.0, sigma2=2.0)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_equal_logits_give_log_one_plus_k():
+    """q orthogonal to the key and to every negative: all logits 0, loss = log(1 + K)."""
+    d, K = 8, 15
+    q = torch.zeros(2, 3, d)
+    q[..., 0] = 1.0
+    k = torch.zeros(3, d)
+    k[:, 1] = 1.0
+    neg = torch.zeros(K, d)
+    neg[:, 2] = 1.0
+    loss = lorac_loss(q, k, neg, tau=0.5, beta=1.0, prior="none")
+    assert loss.item() == pytest.approx(math.log(1 + K), rel=1e-6)
+
+
+def test_laplace_on_identical_rows_is_analytic():
+    """All rows of Q identical unit vectors: ||Q||_* = sqrt(M), log h = -sqrt(M)/(M beta tau)."""
+    d, K, tau, beta = 8, 7, 0.2, 2.0
+    v = torch.zeros(d)
+    v[0] = 1.0
+    q, k = v.expand(3, 1, d).clone(), v.expand(1, d).clone()
+    neg = torch.zeros(K, d)
+    neg[:, 1] = 1.0
+    m = 4
+    pos = 1 / tau - math.sqrt(m) / (m * beta * tau)
+    expected = -pos + math.log(math.exp(pos) + K)  # each negative logit is 0
+    loss, stats = lorac_loss_with_stats(q, k, neg, tau=tau, beta=beta, prior="laplace")
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert stats.nuclear_norm.item() == pytest.approx(math.sqrt(m), rel=1e-6)
+
+
+def test_prior_m_overrides_normaliser():
+    q, k, neg = _unit(3, 4, 8, seed=13), _unit(4, 8, seed=14), _unit(10, 8, seed=15)
+    a = lorac_loss(q, k, neg, tau=0.2, beta=2.0, prior="laplace", prior_m=8)
+    b = lorac_loss(q, k, neg, tau=0.2, beta=2.0 * 8 / 4, prior="laplace")  # M_Q = 4 rows
+    assert a.item() == pytest.approx(b.item(), rel=1e-6)
+
+
+def test_bfloat16_inputs_computed_in_float32():
+    q, k, neg = _unit(3, 4, 8, seed=16), _unit(4, 8, seed=17), _unit(10, 8, seed=18)
+    full = lorac_loss(q, k, neg, tau=0.2, beta=1.0)
+    low = lorac_loss(q.bfloat16(), k.bfloat16(), neg.bfloat16(), tau=0.2, beta=1.0)
+    assert low.dtype == torch.float32
+    assert low.item() == pytest.approx(full.item(), rel=2e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"tau": 0.0}, "tau"),
+        ({"tau": -1.0}, "tau"),
+        ({"beta": 0.0}, "beta"),
+        ({"beta": -2.0}, "beta"),
+        ({"prior": "cauchy"}, "prior"),
+        ({"prior": "constant"}, "'c'|c "),
+        ({"prior": "gaussian", "c0": 1.0, "sigma2": 0.0}, "sigma2"),
+        ({"lowrank_views": [5]}, "lowrank_views"),
+        ({"lowrank_views": []}, "lowrank_views"),
+    ],
+)
+def test_bad_arguments_raise_naming_them(kwargs, match):
+    q, k, neg = _unit(3, 4, 8, seed=19), _unit(4, 8, seed=20), _unit(10, 8, seed=21)
+    args = {"tau": 0.2, "beta": 1.0} | kwargs
+    with pytest.raises(ValueError, match=match):
+        lorac_loss(q, k, neg, **args)
+
+
+def test_shape_mismatch_raises():
+    q, neg = _unit(3, 4, 8, seed=22), _unit(10, 8, seed=23)
+    with pytest.raises(ValueError, match="key"):
+        lorac_loss(q, _unit(5, 8, seed=24), neg, tau=0.2, beta=1.0)
+    with pytest.raises(ValueError, match="negatives"):
+        lorac_loss(q, _unit(4, 8, seed=25), _unit(10, 7, seed=26), tau=0.2, beta=1.0)

@@ -1,0 +1,1 @@
+"""Classification evaluation of pretrained backbones: kNN, linear probes, transfer, semi-supervised."""

@@ -1,0 +1,111 @@
+"""Frozen-feature extraction and the on-disk feature cache.
+
+Features are the backbone's globally pooled output, computed in eval mode without gradients.
+The cache stores one file per (backbone, dataset, split) under a key that hashes the backbone
+identity (checkpoint SHA-256 or random-init recipe), the dataset name and root, the split name,
+its size and labels, the transform's ``repr`` and the storage dtype; any change gives a new key, so
+a stale file is never read. Files are written atomically (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+__all__ = ["FeatureCache", "extract_features", "labels_digest"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def extract_features(
+    model: nn.Module,
+    dataset: Dataset,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    num_workers: int = 0,
+    desc: str = "features",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order.
+
+    ``model`` is switched to eval mode (and left there); a progress bar shows the ETA.
+    """
+    device = torch.device(device)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    model.eval()
+    feats, labels = [], []
+    with torch.inference_mode():
+        for images, targets in tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True):
+            out = model(images.to(device, non_blocking=True))
+            feats.append(out.flatten(1).float().cpu())
+            labels.append(torch.as_tensor(targets, dtype=torch.int64))
+    if not feats:
+        raise ValueError(f"{desc}: dataset is empty, nothing to extract")
+    return torch.cat(feats), torch.cat(labels)
+
+
+def labels_digest(labels: torch.Tensor) -> str:
+    """Short content hash of a label vector (part of the cache key)."""
+    return hashlib.sha256(labels.to(torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+class FeatureCache:
+    """Feature files in ``directory`` (no caching at all when ``directory`` is empty)."""
+
+    def __init__(self, directory: str = "", dtype: str = "float32") -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"feature cache dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        self.directory = directory
+        self.dtype = dtype
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, parts: dict) -> str:
+        blob = json.dumps({**parts, "dtype": self.dtype}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def path(self, parts: dict) -> str:
+        name = f"{parts.get('dataset', 'data')}-{parts.get('split', 'split')}"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        return os.path.join(self.directory, f"{safe}-{self.key(parts)[:24]}.pt")
+
+    def get_or_compute(
+        self, parts: dict, compute: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached ``(features, labels)`` for ``parts`` or the result of ``compute()`` (stored)."""
+        if not self.directory:
+            self.misses += 1
+            return compute()
+        path, key = self.path(parts), self.key(parts)
+        if os.path.isfile(path):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            if obj.get("key") == key:
+                self.hits += 1
+                logger.info("feature cache hit: %s", path)
+                return obj["features"].float(), obj["labels"]
+            logger.warning("feature cache file %s has another key; recomputing", path)
+        self.misses += 1
+        feats, labels = compute()
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        stored = feats.to(_DTYPES[self.dtype])
+        meta = json.dumps(parts, default=str)
+        torch.save({"key": key, "parts": meta, "features": stored, "labels": labels}, tmp)
+        os.replace(tmp, path)
+        logger.info("feature cache write: %s (%s)", path, tuple(feats.shape))
+        return stored.float(), labels

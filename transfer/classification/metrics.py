@@ -1,0 +1,63 @@
+"""Classification metrics, as fractions in [0, 1] (tables print percentages).
+
+``mean_per_class`` is the mean of per-class recalls over the classes present in ``labels``
+(scikit-learn's ``balanced_accuracy_score``); ``top1`` is plain accuracy. The 12-dataset
+transfer protocol uses the former for Aircraft, Caltech-101, Flowers and Pets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["METRICS", "mean_per_class_accuracy", "score", "top1_accuracy", "topk_accuracy"]
+
+METRICS = ("top1", "mean_per_class")
+
+
+def _check(pred: torch.Tensor, labels: torch.Tensor) -> None:
+    if pred.shape[0] != labels.shape[0]:
+        raise ValueError(f"{pred.shape[0]} predictions for {labels.shape[0]} labels")
+    if labels.numel() == 0:
+        raise ValueError("no samples to score")
+
+
+def top1_accuracy(pred: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of ``pred`` (class ids, (N,)) equal to ``labels`` (N,)."""
+    _check(pred, labels)
+    return (pred.long().cpu() == labels.long().cpu()).float().mean().item()
+
+
+def mean_per_class_accuracy(pred: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean over classes present in ``labels`` of the fraction of that class predicted right."""
+    _check(pred, labels)
+    pred, labels = pred.long().cpu(), labels.long().cpu()
+    classes = labels.unique()
+    recalls = [(pred[labels == c] == c).float().mean() for c in classes]
+    return torch.stack(recalls).mean().item()
+
+
+def topk_accuracy(
+    logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int] = (1, 5)
+) -> dict[int, float]:
+    """``{k: fraction of rows whose label is among the k highest logits}``; k is capped at C."""
+    _check(logits, labels)
+    maxk = min(max(ks), logits.shape[1])
+    top = logits.topk(maxk, dim=1).indices.cpu()  # (N, maxk)
+    hit = top == labels.long().cpu()[:, None]
+    return {k: hit[:, : min(k, maxk)].any(dim=1).float().mean().item() for k in ks}
+
+
+def score(metric: str, logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """``metric`` ("top1" or "mean_per_class") of the argmax of ``logits`` (N, C).
+
+    Rows with a non-finite logit (a diverged classifier) count as wrong.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}, choose from {METRICS}")
+    pred = logits.argmax(1)
+    pred[~torch.isfinite(logits).all(dim=1)] = -1
+    if metric == "top1":
+        return top1_accuracy(pred, labels)
+    return mean_per_class_accuracy(pred, labels)

@@ -1,0 +1,153 @@
+"""Convert a ResNet backbone (any layout :mod:`pretrain.checkpoint_io` reads) to detectron2 names.
+
+torchvision and detectron2 name the same ResNet differently::
+
+    conv1.weight / bn1.*                      -> stem.conv1.weight / stem.conv1.norm.*
+    layer{i}.{j}.conv{k}.weight / bn{k}.*     -> res{i+1}.{j}.conv{k}.weight / .conv{k}.norm.*
+    layer{i}.{j}.downsample.0.weight / .1.*   -> res{i+1}.{j}.shortcut.weight / .shortcut.norm.*
+
+This holds for bottleneck (R50/101/152: conv1..conv3) and basic-block (R18/34: conv1, conv2)
+ResNets alike. Every input key must map and every key of the inferred torchvision architecture
+must be present, otherwise :class:`ConversionError` names the keys; nothing relies on
+detectron2's name-matching heuristics.
+
+Files are written for exact loading (``matching_heuristics: False``), so the names carry the
+prefix under which the ResNet lives in the model: ``backbone.bottom_up.`` for detectron2's
+ResNet-FPN backbones (all configs of this project). The strides of torchvision's bottleneck sit in
+the 3x3 conv, hence ``MODEL.RESNETS.STRIDE_IN_1X1: False`` in the configs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from dataclasses import dataclass, field
+
+import torch
+import torchvision
+
+from pretrain.checkpoint_io import BackboneWeights, load_backbone
+
+__all__ = [
+    "FPN_PREFIX",
+    "ConversionError",
+    "ConversionReport",
+    "convert_checkpoint",
+    "convert_to_d2",
+    "torchvision_to_d2_name",
+]
+
+# Where detectron2's build_resnet_fpn_backbone keeps the ResNet inside GeneralizedRCNN.
+FPN_PREFIX = "backbone.bottom_up."
+
+_BN_SUFFIXES = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+_STEM = {"conv1.weight": "stem.conv1.weight"} | {
+    f"bn1.{s}": f"stem.conv1.norm.{s}" for s in _BN_SUFFIXES
+}
+_BLOCK = re.compile(r"^layer([1-4])\.(\d+)\.(.+)$")
+_CONV = re.compile(r"^conv([1-3])\.weight$")
+_BN = re.compile(r"^bn([1-3])\.(" + "|".join(_BN_SUFFIXES) + r")$")
+_DOWN = re.compile(r"^downsample\.(0\.weight|1\.(" + "|".join(_BN_SUFFIXES) + r"))$")
+
+
+class ConversionError(ValueError):
+    """Weights that cannot be converted; the message names the offending keys."""
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert_checkpoint` did."""
+
+    input_path: str
+    output_path: str
+    arch: str
+    source_format: str
+    num_converted: int
+    prefix: str
+    dropped: list[str] = field(default_factory=list)  # input keys dropped on purpose
+
+
+def torchvision_to_d2_name(key: str) -> str | None:
+    """detectron2 ResNet name of a torchvision ResNet key, or ``None`` if it has none."""
+    if key in _STEM:
+        return _STEM[key]
+    m = _BLOCK.match(key)
+    if m is None:
+        return None
+    stage, block, rest = int(m.group(1)) + 1, m.group(2), m.group(3)
+    base = f"res{stage}.{block}"
+    if c := _CONV.match(rest):
+        return f"{base}.conv{c.group(1)}.weight"
+    if b := _BN.match(rest):
+        return f"{base}.conv{b.group(1)}.norm.{b.group(2)}"
+    if d := _DOWN.match(rest):
+        return f"{base}.shortcut.weight" if d.group(2) is None else f"{base}.shortcut.norm.{d.group(2)}"
+    return None
+
+
+def _listing(keys: list[str], limit: int = 8) -> str:
+    return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Map torchvision ResNet backbone weights to detectron2 ResNet names (``prefix`` prepended).
+
+    Raises :class:`ConversionError` naming the keys if any input key has no detectron2 name or
+    any key of torchvision's ``weights.arch`` (without ``fc``) is missing.
+    """
+    if weights.arch not in torchvision.models.__dict__:
+        raise ConversionError(f"unknown ResNet architecture {weights.arch!r}")
+    expected = {
+        k for k in torchvision.models.__dict__[weights.arch]().state_dict() if not k.startswith("fc.")
+    }
+    missing = sorted(expected - set(weights.state_dict))
+    if missing:
+        raise ConversionError(f"{weights.arch} backbone keys missing: {_listing(missing)}")
+    out: dict[str, torch.Tensor] = {}
+    unmapped = []
+    for key, value in weights.state_dict.items():
+        name = torchvision_to_d2_name(key) if key in expected else None
+        if name is None:
+            unmapped.append(key)
+        else:
+            out[prefix + name] = value.detach().cpu()
+    if unmapped:
+        raise ConversionError(f"keys with no detectron2 name: {_listing(sorted(unmapped))}")
+    return out
+
+
+def convert_checkpoint(
+    input_path: str, output_path: str, prefix: str = FPN_PREFIX
+) -> ConversionReport:
+    """Read a backbone from ``input_path`` and write it for detectron2 to ``output_path``.
+
+    ``.pkl`` gives detectron2's model-zoo format (numpy arrays), ``.pth`` a torch file holding the
+    same dict of tensors; both carry ``matching_heuristics: False`` so detectron2 loads names
+    exactly. Raises :class:`pretrain.checkpoint_io.CheckpointError` for unreadable inputs and
+    :class:`ConversionError` for unconvertible weights or an unsupported output suffix.
+    """
+    ext = os.path.splitext(output_path)[1]
+    if ext not in (".pkl", ".pth"):
+        raise ConversionError(f"{output_path}: output must end in .pkl or .pth, not {ext!r}")
+    weights = load_backbone(input_path)
+    model = convert_to_d2(weights, prefix=prefix)
+    if os.path.dirname(output_path):
+        os.makedirs(os.path.dirname(output_path), exist_ok=True)
+    if ext == ".pkl":
+        payload = {k: v.numpy() for k, v in model.items()}
+        with open(output_path, "wb") as f:
+            pickle.dump(
+                {"model": payload, "__author__": "lorac", "matching_heuristics": False}, f
+            )
+    else:
+        torch.save({"model": model, "__author__": "lorac", "matching_heuristics": False}, output_path)
+    return ConversionReport(
+        input_path=input_path,
+        output_path=output_path,
+        arch=weights.arch,
+        source_format=weights.source_format,
+        num_converted=len(model),
+        prefix=prefix,
+        dropped=list(weights.dropped),
+    )

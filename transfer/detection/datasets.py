@@ -1,0 +1,161 @@
+"""Datasets: COCO 2017 through detectron2's builtin catalog, user COCO-format files from the CLI.
+
+COCO 2017 (``coco_2017_train``/``coco_2017_val`` and ``keypoints_coco_2017_*``) is registered by
+detectron2 itself when ``detectron2.data`` is imported, under ``$DETECTRON2_DATASETS`` (default
+``./datasets``): ``coco/annotations/instances_val2017.json``, ``coco/val2017/`` and so on.
+
+Any other COCO-format JSON is registered with :func:`register_coco_dataset` (``--register-coco
+NAME JSON IMAGE_ROOT`` in ``tools/train_net.py``). Its class names come from the JSON's
+``categories`` (sorted by id, as detectron2's loader orders them); keypoint names come from the
+standard ``categories[*].keypoints`` field, and the horizontal-flip pairs from the COCO naming
+convention ``left_X``/``right_X`` unless ``flip_pairs`` gives them explicitly.
+
+:func:`check_datasets` runs before training and names any missing file, unregistered dataset or
+config value that does not fit the data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from detectron2.config import CfgNode
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data.datasets import register_coco_instances
+
+from .config import DetectionSetupError
+
+__all__ = ["check_datasets", "infer_flip_pairs", "parse_flip_pairs", "register_coco_dataset"]
+
+_COCO_NUM_KEYPOINTS = 17  # pycocotools' default OKS sigmas cover COCO's 17 person keypoints
+
+
+def parse_flip_pairs(text: str) -> list[tuple[str, str]]:
+    """``"l_eye:r_eye,l_ear:r_ear"`` -> ``[("l_eye", "r_eye"), ("l_ear", "r_ear")]``."""
+    pairs = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        parts = item.split(":")
+        if len(parts) != 2 or not all(parts):
+            raise DetectionSetupError(f"keypoint flip pair {item!r} is not of the form LEFT:RIGHT")
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def infer_flip_pairs(names: Sequence[str]) -> list[tuple[str, str]]:
+    """Pairs ``(left_X, right_X)`` present in ``names`` (COCO's keypoint naming convention)."""
+    return [(n, "right_" + n[5:]) for n in names if n.startswith("left_") and "right_" + n[5:] in names]
+
+
+def _read_categories(name: str, json_file: str) -> list[dict]:
+    try:
+        with open(json_file) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DetectionSetupError(f"dataset {name}: {json_file} is not valid JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("categories"), list):
+        raise DetectionSetupError(f"dataset {name}: {json_file} has no 'categories' list")
+    if not data["categories"]:
+        raise DetectionSetupError(f"dataset {name}: {json_file} has an empty 'categories' list")
+    return sorted(data["categories"], key=lambda c: c["id"])
+
+
+def register_coco_dataset(
+    name: str,
+    json_file: str,
+    image_root: str,
+    flip_pairs: Sequence[tuple[str, str]] | None = None,
+) -> None:
+    """Register a COCO-format dataset under ``name`` for training and COCO evaluation.
+
+    Registering the same name again with the same files is a no-op; anything else already under
+    ``name`` (for example a builtin dataset) is an error.
+    """
+    json_file, image_root = os.path.abspath(json_file), os.path.abspath(image_root)
+    if name in DatasetCatalog.list():
+        meta = MetadataCatalog.get(name)
+        if (meta.get("json_file"), meta.get("image_root")) == (json_file, image_root):
+            return
+        raise DetectionSetupError(f"dataset name {name!r} is already registered; choose another")
+    if not os.path.isfile(json_file):
+        raise DetectionSetupError(f"dataset {name}: annotation file {json_file} does not exist")
+    if not os.path.isdir(image_root):
+        raise DetectionSetupError(f"dataset {name}: image folder {image_root} does not exist")
+    cats = _read_categories(name, json_file)
+    metadata: dict = {"thing_classes": [c["name"] for c in cats]}
+    keypoint_sets = {tuple(c["keypoints"]) for c in cats if c.get("keypoints")}
+    if len(keypoint_sets) > 1:
+        raise DetectionSetupError(
+            f"dataset {name}: categories in {json_file} define different keypoint lists; "
+            "detectron2 needs a single keypoint set"
+        )
+    if keypoint_sets:
+        names = list(next(iter(keypoint_sets)))
+        pairs = list(flip_pairs) if flip_pairs is not None else infer_flip_pairs(names)
+        unknown = sorted({n for pair in pairs for n in pair} - set(names))
+        if unknown:
+            raise DetectionSetupError(
+                f"dataset {name}: flip pairs name keypoints not in {json_file}: {unknown}"
+            )
+        metadata.update(keypoint_names=names, keypoint_flip_map=pairs)
+    register_coco_instances(name, metadata, json_file, image_root)
+
+
+def _missing_file_hint(path: str) -> str:
+    root = os.path.expanduser(os.getenv("DETECTRON2_DATASETS", "datasets"))
+    if os.path.abspath(path).startswith(os.path.abspath(root) + os.sep):
+        return f" (builtin datasets are found under $DETECTRON2_DATASETS, now {root!r})"
+    return ""
+
+
+def check_datasets(cfg: CfgNode) -> None:
+    """Raise :class:`DetectionSetupError` if a dataset of ``cfg`` cannot be used as configured.
+
+    Checks that each dataset is registered, that its annotation file and image folder exist, that
+    ``MODEL.ROI_HEADS.NUM_CLASSES`` equals its number of classes, and for keypoint models that
+    keypoint names, ``ROI_KEYPOINT_HEAD.NUM_KEYPOINTS`` and the OKS sigmas agree.
+    """
+    for name in list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST):
+        if name not in DatasetCatalog.list():
+            raise DetectionSetupError(
+                f"dataset {name!r} is not registered: use a builtin name such as coco_2017_train "
+                "or register a COCO-format file with --register-coco NAME JSON IMAGE_ROOT"
+            )
+        meta = MetadataCatalog.get(name)
+        for path, what, exists in (
+            (meta.get("json_file"), "annotation file", os.path.isfile),
+            (meta.get("image_root"), "image folder", os.path.isdir),
+        ):
+            if path is not None and not exists(path):
+                raise DetectionSetupError(
+                    f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
+                )
+        classes = meta.get("thing_classes")
+        if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
+            raise DetectionSetupError(
+                f"dataset {name} has {len(classes)} classes but MODEL.ROI_HEADS.NUM_CLASSES is "
+                f"{cfg.MODEL.ROI_HEADS.NUM_CLASSES}; add MODEL.ROI_HEADS.NUM_CLASSES "
+                f"{len(classes)} to the options"
+            )
+        if cfg.MODEL.KEYPOINT_ON:
+            _check_keypoints(cfg, name, meta)
+
+
+def _check_keypoints(cfg: CfgNode, name: str, meta) -> None:
+    names = meta.get("keypoint_names")
+    if names is None:
+        raise DetectionSetupError(
+            f"dataset {name} has no keypoint names but MODEL.KEYPOINT_ON is True "
+            "(its JSON categories need a 'keypoints' list)"
+        )
+    if len(names) != cfg.MODEL.ROI_KEYPOINT_HEAD.NUM_KEYPOINTS:
+        raise DetectionSetupError(
+            f"dataset {name} has {len(names)} keypoints but MODEL.ROI_KEYPOINT_HEAD.NUM_KEYPOINTS "
+            f"is {cfg.MODEL.ROI_KEYPOINT_HEAD.NUM_KEYPOINTS}"
+        )
+    sigmas = cfg.TEST.KEYPOINT_OKS_SIGMAS
+    if len(sigmas) != len(names) and (sigmas or len(names) != _COCO_NUM_KEYPOINTS):
+        raise DetectionSetupError(
+            f"dataset {name} has {len(names)} keypoints: set TEST.KEYPOINT_OKS_SIGMAS to "
+            f"{len(names)} values (COCO's defaults only cover {_COCO_NUM_KEYPOINTS})"
+        )
