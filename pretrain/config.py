@@ -1,6 +1,6 @@
 """Pretraining configuration: defaults, strict YAML merging and validation.
 
-Configs are detectron2/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
+Configs are fvcore/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
 are errors (yacs raises ``KeyError: 'Non-existent config key: ...'``; :func:`load_config` re-raises
 it naming the file). Every key is documented here; ``docs/configs.md`` explains the choices.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from detectron2.config import CfgNode as CN
+from fvcore.common.config import CfgNode as CN
 
 __all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
 

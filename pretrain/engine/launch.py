@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from detectron2.engine import default_argument_parser, default_setup
-from detectron2.utils import comm
-from detectron2.utils.collect_env import collect_env_info
 
 from pretrain.config import load_config
 
@@ -36,8 +33,5 @@ def setup(args):
         cfg.MODEL.DEVICE = "cpu"
         cfg.freeze()
         logging.getLogger("pretrain").warning("no CUDA device: MODEL.DEVICE set to cpu")
-    default_setup(cfg, args)  # logging, config.yaml in OUTPUT_DIR, seeds, cudnn
-    if comm.is_main_process():
-        with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
-            f.write(collect_env_info() + "\n")
+    default_setup(cfg, args)  # logging, seeds, cudnn; the trainer dumps config.yaml and env.txt
     return cfg

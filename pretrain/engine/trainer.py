@@ -53,6 +53,8 @@ class PretrainTrainer(SimpleTrainer):
         world = comm.get_world_size()
         validate_cfg(cfg, world)
         self.cfg = cfg
+        if comm.is_main_process():
+            dump_run_info(cfg)
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
             cfg, dataset_size(cfg)
         )
@@ -132,7 +134,8 @@ class PretrainTrainer(SimpleTrainer):
         ret = super().state_dict()
         ret["rng"] = {
             "torch": torch.get_rng_state(),
-            "python": [int(x) if not isinstance(x, tuple) else list(x) for x in random.getstate()],
+            "python": {"version": random.getstate()[0], "state": list(random.getstate()[1]),
+                       "gauss": random.getstate()[2]},  # fmt: skip
             "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
         }
         if self.grad_scaler is not None:
@@ -144,8 +147,8 @@ class PretrainTrainer(SimpleTrainer):
         rng = state_dict.get("rng")
         if rng:
             torch.set_rng_state(rng["torch"])
-            v, internal, gauss = rng["python"]
-            random.setstate((v, tuple(internal), gauss))
+            py = rng["python"]
+            random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
             np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), 624, 0, 0.0))
         if self.grad_scaler is not None and "grad_scaler" in state_dict:
             self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
@@ -190,6 +193,17 @@ class PretrainTrainer(SimpleTrainer):
                 logger.warning(f"skipped unreadable image: {path}")
         metrics["data/skipped_files"] = float(len(self._skipped))
         storage.put_scalars(**metrics, smoothing_hint=False)
+
+
+def dump_run_info(cfg) -> None:
+    """Write the full config (``config.yaml``) and the environment (``env.txt``) to OUTPUT_DIR."""
+    from detectron2.utils.collect_env import collect_env_info
+
+    os.makedirs(cfg.OUTPUT_DIR, exist_ok=True)
+    with open(os.path.join(cfg.OUTPUT_DIR, "config.yaml"), "w") as f:
+        f.write(cfg.dump())
+    with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
+        f.write(collect_env_info() + "\n")
 
 
 def output_paths(cfg) -> dict[str, str]:

@@ -54,7 +54,9 @@ def load_eval_backbone(
         raise ValueError("give exactly one of a checkpoint path or --random-init ARCH")
     if random_init is not None:
         if random_init not in ARCHS:
-            raise ValueError(f"--random-init: unknown arch {random_init!r}, choose from {list(ARCHS)}")
+            raise ValueError(
+                f"--random-init: unknown arch {random_init!r}, choose from {list(ARCHS)}"
+            )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = torchvision.models.__dict__[random_init]()

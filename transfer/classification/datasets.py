@@ -78,7 +78,11 @@ def read_idx_gz(path: str) -> np.ndarray:
         raise DatasetError(
             f"{path}: idx payload has {len(raw) - header} bytes, shape {shape} needs {expected}"
         )
-    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    return (
+        np.frombuffer(raw, dtype=dtype, offset=header)
+        .reshape(shape)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
 FASHION_MNIST_CLASSES = (

@@ -23,7 +23,7 @@ from fvcore.common.param_scheduler import CosineParamScheduler, ParamScheduler
 from torch import nn
 from tqdm import tqdm
 
-__all__ = ["iterations_for", "log_spaced", "predict", "train_linear_heads"]
+__all__ = ["best_index", "iterations_for", "log_spaced", "predict", "train_linear_heads"]
 
 
 def log_spaced(low: float, high: float, num: int) -> list[float]:
@@ -32,7 +32,16 @@ def log_spaced(low: float, high: float, num: int) -> list[float]:
         raise ValueError(f"need 0 < low <= high and num >= 1, got {low}, {high}, {num}")
     if num == 1:
         return [float(low)]
-    return [float(v) for v in np.logspace(math.log10(low), math.log10(high), num)]
+    values = [float(v) for v in np.logspace(math.log10(low), math.log10(high), num)]
+    values[0], values[-1] = float(low), float(high)  # exact ends (logspace gives 0.0999...)
+    return values
+
+
+def best_index(scores: Sequence[float]) -> int:
+    """Index of the highest score; ties go to the earliest (smallest learning rate)."""
+    if not scores:
+        raise ValueError("no scores to choose from")
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
 
 
 def iterations_for(iters: int, epochs: int, num_samples: int, batch_size: int) -> int:
@@ -80,7 +89,9 @@ def train_linear_heads(
     if iters < 1 or batch_size < 1 or not lrs:
         raise ValueError(f"need iters >= 1, batch_size >= 1, lrs; got {iters}, {batch_size}, {lrs}")
     if labels.min() < 0 or labels.max() >= num_classes:
-        raise ValueError(f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]")
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]"
+        )
     device = torch.device(device)
     schedule = schedule or CosineParamScheduler(1.0, 0.0)
     gen = torch.Generator().manual_seed(seed)
@@ -92,7 +103,7 @@ def train_linear_heads(
     for h in heads:
         h.load_state_dict(init.state_dict())
     opt = torch.optim.SGD(
-        [{"params": h.parameters(), "lr": lr} for h, lr in zip(heads, lrs)],
+        [{"params": h.parameters(), "lr": lr} for h, lr in zip(heads, lrs, strict=True)],
         lr=float(lrs[0]),
         momentum=momentum,
         weight_decay=weight_decay,
@@ -101,7 +112,7 @@ def train_linear_heads(
     batches = _batches(features.shape[0], batch_size, iters, gen)
     for it, idx in enumerate(tqdm(batches, total=iters, desc=desc, unit="it", dynamic_ncols=True)):
         mult = schedule(it / iters)
-        for group, lr in zip(opt.param_groups, lrs):
+        for group, lr in zip(opt.param_groups, lrs, strict=True):
             group["lr"] = lr * mult
         idx = idx.to(device)
         x, y = x_all[idx], y_all[idx]  # (B, D), (B,)
@@ -116,5 +127,8 @@ def train_linear_heads(
 def predict(head: nn.Module, features: torch.Tensor, batch_size: int = 8192) -> torch.Tensor:
     """Logits (N, C) of ``head`` on ``features`` (on the head's device), returned on CPU."""
     device = next(head.parameters()).device
-    out = [head(features[i : i + batch_size].to(device)).cpu() for i in range(0, len(features), batch_size)]
+    out = [
+        head(features[i : i + batch_size].to(device)).cpu()
+        for i in range(0, len(features), batch_size)
+    ]
     return torch.cat(out)

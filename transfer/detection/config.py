@@ -8,7 +8,6 @@ option holds the bad key, and adapts ``SyncBN`` for multi-process CPU runs.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Sequence
@@ -17,8 +16,6 @@ import yaml
 from detectron2.config import CfgNode, get_cfg
 
 __all__ = ["DetectionSetupError", "load_config", "use_naive_syncbn_on_cpu"]
-
-logger = logging.getLogger(__name__)
 
 _KEY_IN_MESSAGE = re.compile(r"(?:config key|key|Key):? ([A-Za-z0-9_.]+)")
 
@@ -83,7 +80,7 @@ def use_naive_syncbn_on_cpu(cfg: CfgNode, world_size: int) -> list[str]:
     """Replace ``SyncBN`` by detectron2's ``naiveSyncBN`` in every ``*.NORM`` key when ``cfg``
     runs on CPU with more than one process (torch's SyncBatchNorm refuses CPU tensors then).
 
-    ``cfg`` must be mutable; returns the full names of the keys changed (logged).
+    ``cfg`` must be mutable; returns the full names of the keys changed, for the caller to log.
     """
     if world_size <= 1 or cfg.MODEL.DEVICE != "cpu":
         return []
@@ -98,11 +95,4 @@ def use_naive_syncbn_on_cpu(cfg: CfgNode, world_size: int) -> list[str]:
                 changed.append(path + key)
 
     visit(cfg, "")
-    if changed:
-        logger.info(
-            "CPU with %d processes: torch's SyncBatchNorm needs GPUs, using detectron2's "
-            "naiveSyncBN for %s",
-            world_size,
-            ", ".join(changed),
-        )
-    return changed
+    return sorted(changed)

@@ -82,7 +82,11 @@ def torchvision_to_d2_name(key: str) -> str | None:
     if b := _BN.match(rest):
         return f"{base}.conv{b.group(1)}.norm.{b.group(2)}"
     if d := _DOWN.match(rest):
-        return f"{base}.shortcut.weight" if d.group(2) is None else f"{base}.shortcut.norm.{d.group(2)}"
+        return (
+            f"{base}.shortcut.weight"
+            if d.group(2) is None
+            else f"{base}.shortcut.norm.{d.group(2)}"
+        )
     return None
 
 
@@ -99,7 +103,9 @@ def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch
     if weights.arch not in torchvision.models.__dict__:
         raise ConversionError(f"unknown ResNet architecture {weights.arch!r}")
     expected = {
-        k for k in torchvision.models.__dict__[weights.arch]().state_dict() if not k.startswith("fc.")
+        k
+        for k in torchvision.models.__dict__[weights.arch]().state_dict()
+        if not k.startswith("fc.")
     }
     missing = sorted(expected - set(weights.state_dict))
     if missing:
@@ -137,11 +143,11 @@ def convert_checkpoint(
     if ext == ".pkl":
         payload = {k: v.numpy() for k, v in model.items()}
         with open(output_path, "wb") as f:
-            pickle.dump(
-                {"model": payload, "__author__": "lorac", "matching_heuristics": False}, f
-            )
+            pickle.dump({"model": payload, "__author__": "lorac", "matching_heuristics": False}, f)
     else:
-        torch.save({"model": model, "__author__": "lorac", "matching_heuristics": False}, output_path)
+        torch.save(
+            {"model": model, "__author__": "lorac", "matching_heuristics": False}, output_path
+        )
     return ConversionReport(
         input_path=input_path,
         output_path=output_path,

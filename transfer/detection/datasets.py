@@ -44,7 +44,9 @@ def parse_flip_pairs(text: str) -> list[tuple[str, str]]:
 
 def infer_flip_pairs(names: Sequence[str]) -> list[tuple[str, str]]:
     """Pairs ``(left_X, right_X)`` present in ``names`` (COCO's keypoint naming convention)."""
-    return [(n, "right_" + n[5:]) for n in names if n.startswith("left_") and "right_" + n[5:] in names]
+    return [
+        (n, "right_" + n[5:]) for n in names if n.startswith("left_") and "right_" + n[5:] in names
+    ]
 
 
 def _read_categories(name: str, json_file: str) -> list[dict]:

@@ -1,0 +1,104 @@
+"""Load a pretrained ``MultiViewMoCo`` from a run directory or a checkpoint file.
+
+A run directory (``OUTPUT_DIR`` of ``tools/train_pretrain.py``) gives its ``config.yaml`` and the
+checkpoint named in ``last_checkpoint`` (else ``model_final.pth``); a checkpoint file is read
+with the ``config.yaml`` beside it. The config is needed both to rebuild the model and to
+reproduce the run's own augmentation; the weights are loaded strictly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from pretrain.analysis.csv_io import AnalysisError
+from pretrain.checkpoint_io import load_checkpoint_file
+from pretrain.config import load_config
+
+__all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
+
+
+@dataclass
+class PretrainedModel:
+    label: str
+    checkpoint: str
+    config_path: str
+    cfg: object  # the run's frozen CfgNode (MODEL.DEVICE set to the analysis device)
+    model: torch.nn.Module
+
+    @property
+    def beta(self) -> float:
+        return beta_of(self.cfg)
+
+    @property
+    def prior(self) -> str:
+        return str(self.cfg.LOSS.PRIOR)
+
+
+def beta_of(cfg) -> float:
+    """The prior's final beta; inf when the prior is off (``none``: MoCo-M / MoCo-v2)."""
+    if cfg.LOSS.PRIOR == "none":
+        return math.inf
+    return float(cfg.LOSS.BETA)
+
+
+def resolve_run(path: str) -> tuple[str, str]:
+    """``(checkpoint, config.yaml)`` for a run directory or a checkpoint file."""
+    if os.path.isdir(path):
+        config = os.path.join(path, "config.yaml")
+        pointer = os.path.join(path, "last_checkpoint")
+        if os.path.isfile(pointer):
+            with open(pointer) as f:
+                name = f.read().strip()
+            ckpt = os.path.join(path, name)
+            if not name or not os.path.isfile(ckpt):
+                raise AnalysisError(f"{pointer}: names {name!r}, which is not a file in {path}")
+        else:
+            ckpt = os.path.join(path, "model_final.pth")
+            if not os.path.isfile(ckpt):
+                raise AnalysisError(f"{path}: no last_checkpoint or model_final.pth in this run")
+    elif os.path.isfile(path):
+        ckpt, config = path, os.path.join(os.path.dirname(os.path.abspath(path)), "config.yaml")
+    else:
+        raise AnalysisError(f"{path}: no such run directory or checkpoint file")
+    if not os.path.isfile(config):
+        raise AnalysisError(
+            f"{path}: no config.yaml in {os.path.dirname(os.path.abspath(ckpt))} (needed to "
+            "rebuild the model and its augmentation)"
+        )
+    return ckpt, config
+
+
+def default_label(path: str) -> str:
+    """The run directory's name, plus the checkpoint's stem unless it is the final one."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return os.path.basename(path.rstrip(os.sep))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    run = os.path.basename(os.path.dirname(path))
+    return run if stem == "model_final" else f"{run}/{stem}"
+
+
+def load_pretrained(path: str, label: str = "", device: str = "cpu") -> PretrainedModel:
+    """Build the run's model on ``device`` ("cpu" or "cuda") and load its weights strictly."""
+    from pretrain.modeling import build_model
+
+    ckpt_path, config_path = resolve_run(path)
+    cfg = load_config(config_path, ["MODEL.DEVICE", device])
+    obj = load_checkpoint_file(ckpt_path)
+    state = obj.get("model")
+    if not isinstance(state, dict):
+        raise AnalysisError(f"{ckpt_path}: no 'model' state dict (top-level keys {sorted(obj)[:6]})")
+    model = build_model(cfg)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        why = " ".join(str(e).split())  # torch's message spans many lines
+        raise AnalysisError(
+            f"{ckpt_path}: weights do not fit the model of {config_path}: {why[:400]}"
+        ) from None
+    model.eval()
+    return PretrainedModel(label or default_label(path), ckpt_path, config_path, cfg, model)

@@ -1,0 +1,164 @@
+"""Run the nuclear-norm analysis over several models and write its figures and CSVs.
+
+Outputs in ``out_dir`` (every PNG has a CSV with the same stem holding exactly the plotted data):
+
+* ``nuclear_norm_hist``: one row per (model, test image) -> overlaid histograms (Fig. 4c);
+* ``nuclear_norm_vs_beta``: one row per model (mean, std, median) -> mean vs beta (Fig. 3b);
+* ``accuracy_vs_nuclear_norm``: one row per model with an accuracy -> Fig. 3c (only when an
+  accuracy is known: ``--accuracy-csv`` or ``--knn-train``).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from pretrain.analysis import plots
+from pretrain.analysis.csv_io import AnalysisError, write_csv
+from pretrain.analysis.models import load_pretrained
+from pretrain.analysis.nuclear_norm_stats import (
+    ModelStats,
+    accuracy_for,
+    augmented_nuclear_norms,
+    evenly_spaced,
+    knn_top1,
+    open_split,
+    read_accuracy_csv,
+    summary_row,
+    view_spec,
+)
+
+__all__ = ["FIGURES", "AnalysisOptions", "analyze", "write_outputs"]
+
+# figure key -> file stem (PNG + CSV); tools/make_report.py looks for these names.
+FIGURES = {
+    "hist": "nuclear_norm_hist",
+    "beta": "nuclear_norm_vs_beta",
+    "accuracy": "accuracy_vs_nuclear_norm",
+}
+
+
+@dataclass
+class AnalysisOptions:
+    dataset: str
+    data_root: str
+    views: int = 32
+    max_images: int = 0
+    class_list: str = ""
+    seed: int = 0
+    batch_images: int = 8
+    num_workers: int = 0
+    device: str = "cpu"
+    accuracy_csv: str = ""
+    knn_train: int = 0
+    knn_k: int = 200
+    labels: Sequence[str] = field(default_factory=list)
+
+
+def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
+    """Load each model in turn (one in memory at a time) and measure it on the same images."""
+    if opt.labels and len(opt.labels) != len(paths):
+        raise AnalysisError(f"--labels gives {len(opt.labels)} names for {len(paths)} models")
+    if opt.views < 2:
+        raise AnalysisError(f"--views {opt.views}: need at least 2 views per image")
+    accuracy = read_accuracy_csv(opt.accuracy_csv) if opt.accuracy_csv else {}
+    test = open_split(opt.dataset, opt.data_root, "test", opt.class_list)
+    indices = evenly_spaced(len(test), opt.max_images)
+    classes = [test.label(i) for i in indices]
+    train = train_idx = None
+    if opt.knn_train:
+        train = open_split(opt.dataset, opt.data_root, "train", opt.class_list)
+        train_idx = evenly_spaced(len(train), opt.knn_train)
+    results: list[ModelStats] = []
+    for n, path in enumerate(paths):
+        m = load_pretrained(path, opt.labels[n] if opt.labels else "", opt.device)
+        if any(r.label == m.label for r in results):
+            raise AnalysisError(f"two models are labelled {m.label!r}; name them with --labels")
+        crop, color = view_spec(m.cfg, opt.views)
+        values = augmented_nuclear_norms(
+            m.model.encoder_q, test, indices, crop, color, seed=opt.seed,
+            batch_images=opt.batch_images, num_workers=opt.num_workers, device=opt.device,
+            desc=f"[{n + 1}/{len(paths)}] {m.label}",
+        )  # fmt: skip
+        stats = ModelStats(m.label, m.checkpoint, m.prior, m.beta, indices, classes, values)
+        if train is not None:
+            stats.top1 = knn_top1(
+                m.model.encoder_q.backbone, (train, train_idx), (test, indices),
+                size=m.cfg.INPUT.LARGE_SIZE,
+                crop_fraction=1.0 if opt.dataset == "fashion-mnist" else 0.875,
+                device=opt.device, k=opt.knn_k, num_workers=opt.num_workers,
+            )  # fmt: skip
+            stats.top1_source = f"kNN k={opt.knn_k} ({len(train_idx)} train images)"
+        elif accuracy:
+            stats.top1 = accuracy_for(accuracy, m.label, path)
+            stats.top1_source = os.path.basename(opt.accuracy_csv) if stats.top1 is not None else ""
+        results.append(stats)
+        del m
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if accuracy and not any(r.top1 is not None for r in results):
+        raise AnalysisError(
+            f"{opt.accuracy_csv}: no row matches any model ({[r.label for r in results]})"
+        )
+    return results
+
+
+def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> dict[str, str]:
+    """Write the figures and their CSVs; returns ``{figure key: png path}``."""
+    if not results:
+        raise AnalysisError("no models to plot")
+    os.makedirs(out_dir, exist_ok=True)
+
+    def path(key: str, ext: str) -> str:
+        return os.path.join(out_dir, f"{FIGURES[key]}.{ext}")
+
+    written = {}
+    rows = [
+        {"model": r.label, "beta": _beta(r.beta), "image_index": i, "class": c,
+         "nuclear_norm": f"{v:.6f}"}
+        for r in results for i, c, v in zip(r.indices, r.classes, r.values, strict=True)
+    ]  # fmt: skip
+    write_csv(path("hist", "csv"), ["model", "beta", "image_index", "class", "nuclear_norm"], rows)
+    plots.plot_histograms({r.label: r.values for r in results}, path("hist", "png"), views=views)
+    written["hist"] = path("hist", "png")
+
+    summary = [summary_row(r) for r in results]
+    write_csv(path("beta", "csv"), list(summary[0]), summary)
+    plots.plot_vs_beta(
+        [plots.Point(r.label, r.beta, float(r.values.mean()), r.beta) for r in results],
+        path("beta", "png"),
+        ylabel=f"mean {plots.NUC} ({views} views)",
+        title="Nuclear norm on test images vs \u03b2 (paper Fig. 3b)",
+    )
+    written["beta"] = path("beta", "png")
+
+    with_acc = [r for r in results if r.top1 is not None]
+    if with_acc:
+        acc_rows = [
+            {"model": r.label, "beta": _beta(r.beta), "mean_nuclear_norm": f"{r.values.mean():.4f}",
+             "top1": f"{r.top1:.2f}", "accuracy_source": r.top1_source}
+            for r in with_acc
+        ]  # fmt: skip
+        write_csv(path("accuracy", "csv"), list(acc_rows[0]), acc_rows)
+        plots.plot_accuracy_vs_nuclear(
+            [plots.Point(r.label, float(r.values.mean()), r.top1, r.beta) for r in with_acc],
+            path("accuracy", "png"),
+            ylabel="top-1 accuracy (%)",
+            title="Accuracy vs nuclear norm (paper Fig. 3c)",
+        )
+        written["accuracy"] = path("accuracy", "png")
+    else:  # a figure left by an earlier call would pair old accuracies with new norms
+        for ext in ("png", "csv"):
+            if os.path.exists(path("accuracy", ext)):
+                os.remove(path("accuracy", ext))
+    return written
+
+
+def _beta(beta: float) -> str:
+    return "inf" if math.isinf(beta) else f"{beta:g}"

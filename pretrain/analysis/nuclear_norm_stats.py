@@ -1,0 +1,245 @@
+"""Nuclear norm of augmented test views (paper Sec. 5.4 "Test Data Nuclear Norm Statistics").
+
+For every test image, V = 32 views drawn from the run's own pretraining augmentation (its large
+crop: ``INPUT.LARGE_SIZE`` / ``LARGE_SCALE``, flip, and its colour spec) go through the query
+encoder f; the V x d matrix Q_hat of L2-normalised embeddings has a nuclear norm between sqrt(V)
+(all views identical) and sqrt(V * rank). The paper plots its histogram per model (Fig. 4c), its
+mean against beta (Fig. 3b) and the accuracy against it (Fig. 3c).
+
+Determinism: image ``i``'s crops come from a generator seeded with ``sample_seed(seed, i, 0)``
+and its colours from ``sample_seed(seed, i, 1)``, so values do not depend on the batch size,
+the number of workers or which other images are evaluated, and two models with the same
+augmentation see the same views. The encoder runs in eval mode (BatchNorm running statistics).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from pretrain.analysis.csv_io import AnalysisError, read_csv
+from pretrain.data.color import BatchColorAugment, ColorSpec
+from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
+from pretrain.data.sampler import sample_seed
+from pretrain.data.transforms import CropSpec, MultiCropTransform
+from pretrain.losses import nuclear_norm
+
+__all__ = [
+    "ModelStats",
+    "augmented_nuclear_norms",
+    "evenly_spaced",
+    "knn_top1",
+    "open_split",
+    "read_accuracy_csv",
+    "view_spec",
+]
+
+
+@dataclass
+class ModelStats:
+    """The analysis of one model: per-image nuclear norms and (optionally) an accuracy in %."""
+
+    label: str
+    checkpoint: str
+    prior: str
+    beta: float
+    indices: list[int]
+    classes: list[int]
+    values: np.ndarray  # (n_images,) float64
+    top1: float | None = None
+    top1_source: str = ""
+
+
+def open_split(dataset: str, root: str, split: str, class_list: str = ""):
+    """The ``test`` (or ``train``) images of ``dataset`` as a pretrain image source.
+
+    ``imagefolder``: ``root/<class>/<image>``; when ``root`` has ``train/`` and ``val/`` the test
+    images are ``root/val`` and the kNN references ``root/train``.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be train or test, got {split!r}")
+    if dataset == "fashion-mnist":
+        return FashionMNISTSource(root, split)
+    if dataset != "imagefolder":
+        raise AnalysisError(f"--dataset {dataset!r}: expected fashion-mnist or imagefolder")
+    sub = os.path.join(root, "val" if split == "test" else "train")
+    if os.path.isdir(sub):
+        return ImageFolderSource(sub, class_list)
+    if split == "train":
+        raise AnalysisError(f"{root}: no train/ folder for the kNN reference images")
+    return ImageFolderSource(root, class_list)
+
+
+def evenly_spaced(total: int, count: int) -> list[int]:
+    """``count`` distinct indices spread over ``range(total)`` (all of them if count <= 0).
+
+    Spread rather than the first ``count`` so that a class-sorted ImageFolder keeps all classes.
+    """
+    if count <= 0 or count >= total:
+        return list(range(total))
+    return [int(i) for i in np.linspace(0, total - 1, count).round()]
+
+
+def view_spec(cfg, views: int) -> tuple[CropSpec, ColorSpec]:
+    """The run's large-crop spec with ``views`` crops, and its colour spec."""
+    from pretrain.data.loader import build_train_transform
+
+    _, color = build_train_transform(cfg)
+    return CropSpec(cfg.INPUT.LARGE_SIZE, tuple(cfg.INPUT.LARGE_SCALE), views), color
+
+
+class AugmentedViews(Dataset):
+    """Item k: the uint8 crops (V, 3, s, s) of image ``indices[k]`` and that image index."""
+
+    def __init__(self, source, indices: Sequence[int], crop: CropSpec, color: ColorSpec, seed: int):
+        self.source, self.indices, self.seed = source, list(indices), seed
+        self.transform = MultiCropTransform([crop], color, color_on_device=True)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
+        i = self.indices[k]
+        g = torch.Generator().manual_seed(sample_seed(self.seed, i, 0))
+        return torch.stack(self.transform(self.source.load(i), g)), i
+
+
+@torch.no_grad()
+def augmented_nuclear_norms(
+    encoder: torch.nn.Module,
+    source,
+    indices: Sequence[int],
+    crop: CropSpec,
+    color: ColorSpec,
+    *,
+    seed: int = 0,
+    batch_images: int = 8,
+    num_workers: int = 0,
+    device: str | torch.device = "cpu",
+    desc: str = "nuclear norm",
+) -> np.ndarray:
+    """||Q_hat||_* per image: ``crop.count`` augmented views through ``encoder`` (eval mode)."""
+    encoder.eval()
+    device = torch.device(device)
+    loader = DataLoader(
+        AugmentedViews(source, indices, crop, color, seed),
+        batch_size=batch_images,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    augment = BatchColorAugment(color)
+    out = []
+    with tqdm(total=len(indices), desc=desc, unit="img", dynamic_ncols=True) as bar:
+        for views, idx in loader:
+            b, v = views.shape[:2]
+            batch = [
+                augment(
+                    [views[j].to(device, non_blocking=True)],
+                    torch.Generator().manual_seed(sample_seed(seed, int(idx[j]), 1)),
+                )[0]
+                for j in range(b)
+            ]
+            emb = encoder(torch.cat(batch)).float().view(b, v, -1)  # (B, V, d)
+            out.append(nuclear_norm(emb).double().cpu())
+            bar.update(b)
+    return torch.cat(out).numpy()
+
+
+class _SourceImages(Dataset):
+    def __init__(self, source, indices: Sequence[int], transform):
+        self.source, self.indices, self.transform = source, list(indices), transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
+        i = self.indices[k]
+        return self.transform(self.source.load(i)), self.source.label(i)
+
+
+def knn_top1(
+    backbone: torch.nn.Module,
+    train: tuple[object, Sequence[int]],
+    test: tuple[object, Sequence[int]],
+    *,
+    size: int,
+    crop_fraction: float,
+    device: str | torch.device = "cpu",
+    k: int = 200,
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> float:
+    """Weighted kNN top-1 in % (T = 0.07) of the pooled backbone features, eval pipeline:
+    resize to ``size / crop_fraction``, centre crop ``size``, ImageNet normalisation."""
+    from transfer.classification.features import extract_features
+    from transfer.classification.knn import knn_accuracy
+    from transfer.classification.transforms import eval_transform
+
+    tf = eval_transform(round(size / crop_fraction), size)
+    f_train, y_train = extract_features(
+        backbone, _SourceImages(*train, tf), device, batch_size, num_workers, "kNN train features"
+    )
+    f_test, y_test = extract_features(
+        backbone, _SourceImages(*test, tf), device, batch_size, num_workers, "kNN test features"
+    )
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    return 100.0 * knn_accuracy(f_train, y_train, f_test, y_test, num_classes, k=k)
+
+
+_KEY_COLUMNS = ("label", "run", "Method", "Model")
+
+
+def read_accuracy_csv(path: str) -> dict[str, float]:
+    """``{run or label: top-1 in %}`` from a CSV with a key column (label, run, Method or Model)
+    and a top-1 column (``top1``, ``Top-1`` or one ending in ``top-1``, e.g. knn.csv's)."""
+    table = read_csv(path)
+    key = next((c for c in _KEY_COLUMNS if c in table.columns), None)
+    exact = [c for c in table.columns if c in ("top1", "Top-1")]
+    suffix = [c for c in table.columns if c.lower().endswith("top-1")]
+    value = exact[0] if exact else (suffix[0] if len(suffix) == 1 else None)
+    if key is None or value is None:
+        raise AnalysisError(
+            f"{path}: needs a key column ({', '.join(_KEY_COLUMNS)}) and one top-1 column (top1, "
+            f"Top-1 or '... top-1'); found {table.columns}"
+        )
+    out: dict[str, float] = {}
+    for i, row in enumerate(table.rows):
+        name = row[key]
+        if name in out:
+            raise AnalysisError(f"{path}: {key} {name!r} appears twice")
+        top1 = table.number(i, value)
+        if top1 is None:
+            continue
+        if not 0.0 <= top1 <= 100.0:
+            raise AnalysisError(f"{path}: row {i + 1}: top-1 {top1} is not a percentage")
+        out[name] = top1
+    return out
+
+
+def accuracy_for(accuracy: dict[str, float], label: str, path: str) -> float | None:
+    """The accuracy CSV entry of a model, by label, path as given, or run directory name."""
+    for key in (label, path, os.path.abspath(path), os.path.basename(path.rstrip(os.sep))):
+        if key in accuracy:
+            return accuracy[key]
+    return None
+
+
+def summary_row(s: ModelStats) -> dict[str, object]:
+    v = s.values
+    return {
+        "model": s.label,
+        "prior": s.prior,
+        "beta": "inf" if math.isinf(s.beta) else f"{s.beta:g}",
+        "images": len(v),
+        "mean_nuclear_norm": f"{v.mean():.4f}",
+        "std_nuclear_norm": f"{v.std():.4f}",
+        "median_nuclear_norm": f"{np.median(v):.4f}",
+        "checkpoint": s.checkpoint,
+    }

@@ -1,0 +1,194 @@
+"""The analysis figures (matplotlib, Agg backend: no display needed).
+
+Each function writes one PNG and returns how many data values it drew (per series, or in
+total), so tests and callers can check a figure against the CSV written beside it.
+beta = inf (the prior switched off: MoCo-M, MoCo-v2) cannot sit on a log axis, so it is drawn
+at a separate position past the largest finite beta and labelled with the infinity sign.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import numpy as np  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
+
+__all__ = [
+    "Point",
+    "beta_text",
+    "plot_accuracy_vs_nuclear",
+    "plot_curves",
+    "plot_histograms",
+    "plot_vs_beta",
+]
+
+INF_TEXT = "\u221e"  # the infinity sign
+NUC = r"$\|\widehat{Q}\|_*$"  # mathtext for ||Q_hat||_*
+
+
+@dataclass(frozen=True)
+class Point:
+    """One model in a sweep figure: ``x`` and ``y`` in data units, ``beta`` orders the curve."""
+
+    label: str
+    x: float
+    y: float
+    beta: float
+
+
+def beta_text(beta: float) -> str:
+    return INF_TEXT if math.isinf(beta) else f"{beta:g}"
+
+
+def _save(fig, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_histograms(
+    values: Mapping[str, Sequence[float]], path: str, *, views: int, title: str = ""
+) -> dict[str, int]:
+    """Overlaid histograms of ||Q_hat||_* per model (paper Fig. 4c), common bins.
+
+    A dotted line marks sqrt(views), the smallest possible value (all views identical).
+    Returns the number of values counted per model.
+    """
+    if not values or not any(len(v) for v in values.values()):
+        raise ValueError("plot_histograms: no values to plot")
+    everything = np.concatenate([np.asarray(v, dtype=float) for v in values.values()])
+    edges = np.histogram_bin_edges(everything, bins=min(50, max(5, len(everything) // 20)))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    counts = {}
+    for i, (label, v) in enumerate(values.items()):
+        arr = np.asarray(v, dtype=float)
+        n, _, _ = ax.hist(arr, bins=edges, histtype="stepfilled", alpha=0.35, color=f"C{i}")
+        ax.hist(arr, bins=edges, histtype="step", color=f"C{i}", label=f"{label} (mean {arr.mean():.2f})")
+        counts[label] = int(round(float(np.sum(n))))
+    ax.axvline(math.sqrt(views), color="grey", ls=":", lw=1)
+    ax.text(math.sqrt(views), ax.get_ylim()[1] * 0.95, f" \u221a{views}", color="grey", va="top")
+    ax.set_xlabel(f"nuclear norm of {views} augmented views {NUC}")
+    ax.set_ylabel("test images")
+    ax.set_title(title or f"Histogram of {NUC} on test images (paper Fig. 4c)")
+    ax.legend(fontsize="small")
+    _save(fig, path)
+    return counts
+
+
+def _sweep_axes(ax, points: Sequence[Point], x_of) -> None:
+    """A log x axis whose ticks are the points' betas, infinity last (see the module doc)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_locator(NullLocator())
+    beta_at = {x_of(p): p.beta for p in points}
+    ticks = sorted(beta_at)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([beta_text(beta_at[t]) for t in ticks])
+
+
+def _inf_position(points: Sequence[Point]) -> float:
+    finite = [p.beta for p in points if math.isfinite(p.beta)]
+    return max(finite) * 4.0 if finite else 1.0
+
+
+def plot_vs_beta(points: Sequence[Point], path: str, *, ylabel: str, title: str) -> int:
+    """Mean ||Q_hat||_* against beta (paper Fig. 3b); the curve joins the per-beta means of
+    the finite betas, beta = inf points are separate labelled markers. Returns the point count.
+    """
+    if not points:
+        raise ValueError("plot_vs_beta: no points")
+    x_inf = _inf_position(points)
+
+    def x_of(p: Point) -> float:
+        return p.beta if math.isfinite(p.beta) else x_inf
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    finite = [p for p in points if math.isfinite(p.beta)]
+    if finite:
+        betas = sorted({p.beta for p in finite})
+        means = [float(np.mean([p.y for p in finite if p.beta == b])) for b in betas]
+        ax.plot(betas, means, "-", color="C0", lw=1.5, label="finite \u03b2 (low-rank prior on)")
+        ax.scatter([p.beta for p in finite], [p.y for p in finite], color="C0", zorder=3)
+    others = [p for p in points if not math.isfinite(p.beta)]
+    if others:
+        ax.scatter([x_inf] * len(others), [p.y for p in others], color="C3", marker="s",
+                   zorder=3, label=f"\u03b2 = {INF_TEXT} (prior off)")  # fmt: skip
+    for p in points:
+        ax.annotate(p.label, (x_of(p), p.y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    _sweep_axes(ax, points, x_of)
+    ax.set_xlabel("\u03b2")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    _save(fig, path)
+    return len(points)
+
+
+def plot_accuracy_vs_nuclear(points: Sequence[Point], path: str, *, ylabel: str, title: str) -> int:
+    """Accuracy (y) against mean ||Q_hat||_* (x) (paper Fig. 3c); finite betas are joined in
+    beta order, each point is labelled with its model and beta. Returns the point count."""
+    if not points:
+        raise ValueError("plot_accuracy_vs_nuclear: no points")
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    finite = sorted((p for p in points if math.isfinite(p.beta)), key=lambda p: p.beta)
+    if len(finite) > 1:
+        ax.plot([p.x for p in finite], [p.y for p in finite], "-", color="C0", lw=1, alpha=0.6)
+    for p in points:
+        inf = not math.isfinite(p.beta)
+        ax.scatter([p.x], [p.y], color="C3" if inf else "C0", marker="s" if inf else "o", zorder=3)
+        ax.annotate(f"{p.label} (\u03b2={beta_text(p.beta)})", (p.x, p.y), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)  # fmt: skip
+    ax.set_xlabel(f"mean {NUC} on test images")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    _save(fig, path)
+    return len(points)
+
+
+def plot_curves(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: str,
+    *,
+    ylabel: str,
+    title: str,
+    log_y: bool = False,
+) -> dict[str, int]:
+    """One training metric against the iteration, one line per run (NaNs are gaps).
+
+    Infinite values (beta while the prior is off) are drawn on a dotted line above the finite
+    ones, labelled with the infinity sign. Returns the number of points drawn per run.
+    """
+    finite_all = [y for _, ys in series.values() for y in ys if math.isfinite(y)]
+    has_inf = any(math.isinf(y) and y > 0 for _, ys in series.values() for y in ys)
+    top = max(finite_all) if finite_all else 1.0
+    inf_level = top * 2.0 if log_y else top + 0.2 * (abs(top) or 1.0)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    drawn = {}
+    for i, (label, (xs, ys)) in enumerate(series.items()):
+        x = np.asarray(xs, dtype=float)
+        y = np.asarray(ys, dtype=float)
+        y = np.where(np.isposinf(y), inf_level, y)
+        ok = np.isfinite(y)
+        marker = "o" if ok.sum() <= 20 else None
+        ax.plot(x, y, color=f"C{i}", label=label, marker=marker, ms=3)
+        drawn[label] = int(ok.sum())
+    if has_inf:
+        ax.axhline(inf_level, color="grey", ls=":", lw=1)
+        ax.annotate(f" {INF_TEXT} (prior off)", (0, inf_level), xycoords=("axes fraction", "data"),
+                    va="bottom", color="grey", fontsize=8)  # fmt: skip
+    if log_y and (finite_all or has_inf) and min(finite_all or [1.0]) > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if series:
+        ax.legend(fontsize="small")
+    _save(fig, path)
+    return drawn

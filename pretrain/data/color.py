@@ -1,0 +1,472 @@
+"""Batched colour augmentation: jitter, grayscale and Gaussian blur, then normalisation.
+
+The reference pipelines (SwAV, the public LORAC code, MoCo-v2) run torchvision's ``ColorJitter``,
+``RandomGrayscale`` and a PIL Gaussian blur on every view, one image at a time, in the data
+loader workers. Here the same augmentations run on whole batches of uint8 views, on whatever
+device the views live on (the model's GPU in real runs), with one random draw per sample:
+
+* colour jitter with probability ``jitter_prob``; when applied, brightness, contrast, saturation
+  and hue run in a random order per sample (``ColorJitter`` draws ``torch.randperm(4)`` per
+  image) with factors uniform in ``[max(0, 1 - s), 1 + s]`` and a hue shift uniform in
+  ``[-h, h]``; every op clamps to ``[0, 1]`` like torchvision;
+* grayscale with probability ``grayscale_prob`` (torchvision's ITU-R 601 weights, 3 channels);
+* Gaussian blur with probability ``blur_prob`` and sigma uniform in ``blur_sigma``.
+
+Each op equals ``torchvision.transforms.v2.functional`` on float images (``adjust_brightness``,
+``adjust_contrast``, ``adjust_saturation``, ``adjust_hue``, ``rgb_to_grayscale``,
+``gaussian_blur``) up to float rounding; ``tests/test_transforms.py`` checks this.
+
+Departures from the reference, on purpose:
+
+* The blur is an exact separable Gaussian with reflect padding and a per-sample kernel of
+  ``2 * ceil(3 * sigma) + 1`` taps (3 to 13 for sigma in [0.1, 2]), i.e. torchvision's
+  ``gaussian_blur`` with that kernel size (``blur_radius``). The reference uses PIL's
+  ``GaussianBlur(radius=sigma)``, an iterated box-filter approximation of the same Gaussian;
+  truncating at 3 sigma keeps 99.7% of the Gaussian's mass.
+* The ops run on float images in [0, 1] and are not re-quantised to uint8 between ops (the
+  reference rounds after every PIL op). When ``color_on_device=False`` the worker rounds once at
+  the end.
+
+Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fixes them whatever
+the device) and copied to the device; decisions that pick subsets of the batch are made on the
+CPU, so a CUDA batch never waits on a device-to-host synchronisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+
+__all__ = [
+    "BatchColorAugment",
+    "ColorParams",
+    "ColorSpec",
+    "GRAY_WEIGHTS",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_hue",
+    "adjust_saturation",
+    "apply_color_params",
+    "blur_radius",
+    "gaussian_blur",
+    "rgb_to_grayscale",
+    "sample_color_params",
+]
+
+# torchvision's rgb_to_grayscale weights for float images (ITU-R 601-2 luma).
+GRAY_WEIGHTS: tuple[float, float, float] = (0.2989, 0.587, 0.114)
+
+# Op codes of the colour jitter; ``ColorParams.order[:, j]`` is the op run in slot j.
+BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ColorSpec:
+    """Photometric augmentations of one view (the flip lives here too: it is drawn per view).
+
+    ``jitter`` is ``(brightness, contrast, saturation, hue)`` strengths with torchvision
+    ``ColorJitter`` semantics. The defaults are the paper's multi-crop values (SwAV's colour
+    distortion with strength 1) and MoCo-v2's blur probability.
+    """
+
+    jitter: tuple[float, float, float, float] = (0.8, 0.8, 0.8, 0.2)
+    jitter_prob: float = 0.8
+    grayscale_prob: float = 0.2
+    blur_sigma: tuple[float, float] = (0.1, 2.0)
+    blur_prob: float = 0.5
+    flip_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        if len(self.jitter) != 4 or any(s < 0 for s in self.jitter):
+            raise ValueError(f"jitter must be 4 non-negative strengths, got {self.jitter}")
+        if self.jitter[3] > 0.5:
+            raise ValueError(f"hue strength must be <= 0.5, got {self.jitter[3]}")
+        for name in ("jitter_prob", "grayscale_prob", "blur_prob", "flip_prob"):
+            p = getattr(self, name)
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {p}")
+        lo, hi = self.blur_sigma
+        if not 0.0 < lo <= hi:
+            raise ValueError(f"blur_sigma must satisfy 0 < min <= max, got {self.blur_sigma}")
+
+
+@dataclass(frozen=True)
+class ColorParams:
+    """Per-sample random colour parameters of ``n`` samples (CPU tensors).
+
+    ``factors[:, 0:3]`` are the brightness, contrast and saturation factors, ``factors[:, 3]``
+    the hue shift; ``order[i]`` is the permutation of ops (codes ``BRIGHTNESS`` .. ``HUE``) that
+    sample i runs when ``jitter[i]`` is set.
+    """
+
+    jitter: torch.Tensor  # (n,) bool
+    factors: torch.Tensor  # (n, 4) float32
+    order: torch.Tensor  # (n, 4) int64
+    grayscale: torch.Tensor  # (n,) bool
+    blur: torch.Tensor  # (n,) bool
+    sigma: torch.Tensor  # (n,) float32
+
+    def __len__(self) -> int:
+        return self.jitter.shape[0]
+
+    def __getitem__(self, index: slice) -> ColorParams:
+        """The parameters of a contiguous range of samples."""
+        return ColorParams(
+            self.jitter[index],
+            self.factors[index],
+            self.order[index],
+            self.grayscale[index],
+            self.blur[index],
+            self.sigma[index],
+        )
+
+
+def sample_color_params(
+    n: int, spec: ColorSpec, generator: torch.Generator | None = None
+) -> ColorParams:
+    """Draw the colour parameters of ``n`` samples on the CPU, with ColorJitter's ranges."""
+    # One draw with a fixed layout, so the stream consumed per call is fixed and seeds reproduce.
+    u = torch.rand(n, 12, generator=generator)  # (n, 12)
+    b, c, s, h = spec.jitter
+    lo = torch.tensor([max(0.0, 1.0 - b), max(0.0, 1.0 - c), max(0.0, 1.0 - s), -h])
+    hi = torch.tensor([1.0 + b, 1.0 + c, 1.0 + s, h])
+    factors = lo + (hi - lo) * u[:, 0:4]  # (n, 4)
+    order = u[:, 4:8].argsort(dim=1)  # a uniform random permutation per sample
+    s_lo, s_hi = spec.blur_sigma
+    return ColorParams(
+        jitter=u[:, 8] < spec.jitter_prob,
+        factors=factors,
+        order=order,
+        grayscale=u[:, 9] < spec.grayscale_prob,
+        blur=u[:, 10] < spec.blur_prob,
+        sigma=s_lo + (s_hi - s_lo) * u[:, 11],
+    )
+
+
+def _per_sample(values: torch.Tensor | Sequence[float] | float, x: torch.Tensor) -> torch.Tensor:
+    """Per-sample scalars as an (n, 1, 1, 1) tensor on x's device and dtype."""
+    t = torch.as_tensor(values, dtype=x.dtype).to(x.device, non_blocking=True)
+    return t.expand(x.shape[0]).reshape(-1, 1, 1, 1)
+
+
+def rgb_to_grayscale(x: torch.Tensor) -> torch.Tensor:
+    """Luma of float RGB images: (n, 3, h, w) -> (n, 1, h, w), torchvision's weights."""
+    r, g, b = x.unbind(dim=1)
+    wr, wg, wb = GRAY_WEIGHTS
+    return r.mul(wr).add_(g, alpha=wg).add_(b, alpha=wb).unsqueeze(1)
+
+
+def _blend_(
+    x: torch.Tensor,
+    fx: torch.Tensor,
+    fg: torch.Tensor | None,
+    fm: torch.Tensor | None,
+) -> torch.Tensor:
+    """In place ``x <- clamp(fx * x + fg * gray(x) + fm * mean(gray(x)), 0, 1)`` per sample.
+
+    Brightness (fx=f), contrast (fx=f, fm=1-f) and saturation (fx=f, fg=1-f) are all of this
+    form, so one slot of the jitter handles a batch whose samples run different ops in one pass.
+    fx, fg, fm are (n, 1, 1, 1); fg / fm may be None when no sample needs them.
+    """
+    if fg is not None:
+        gray = rgb_to_grayscale(x)  # (n, 1, h, w)
+        mean = gray.mean(dim=(2, 3), keepdim=True) if fm is not None else None
+        base = gray.mul_(fg)
+        if mean is not None:
+            base.add_(mean.mul_(fm))
+        return torch.addcmul(base, x, fx, out=x).clamp_(0.0, 1.0)
+    if fm is not None:
+        # The mean of the grayscale image from the channel means: one read pass, no plane.
+        w = torch.tensor(GRAY_WEIGHTS, dtype=x.dtype).to(x.device, non_blocking=True)
+        offset = (x.mean(dim=(2, 3)) @ w).view(-1, 1, 1, 1).mul_(fm)  # (n, 1, 1, 1)
+        # Not addcmul: with a per-sample (not per-pixel) first operand its CPU kernel is ~5x
+        # slower than these two passes.
+        return x.mul_(fx).add_(offset).clamp_(0.0, 1.0)
+    return x.mul_(fx).clamp_(0.0, 1.0)
+
+
+def adjust_brightness(x: torch.Tensor, factor: torch.Tensor | float) -> torch.Tensor:
+    """``clamp(f * x)`` per sample; x is float (n, 3, h, w) in [0, 1], factor (n,) or scalar."""
+    return _blend_(x.clone(), _per_sample(factor, x), None, None)
+
+
+def adjust_contrast(x: torch.Tensor, factor: torch.Tensor | float) -> torch.Tensor:
+    """Blend each image with the mean of its grayscale version, per-sample factor."""
+    f = _per_sample(factor, x)
+    return _blend_(x.clone(), f, None, 1.0 - f)
+
+
+def adjust_saturation(x: torch.Tensor, factor: torch.Tensor | float) -> torch.Tensor:
+    """Blend each image with its grayscale version, per-sample factor."""
+    f = _per_sample(factor, x)
+    return _blend_(x.clone(), f, 1.0 - f, None)
+
+
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
+    """Rotate the HSV hue of float RGB images by ``shift`` turns (per sample, in [-0.5, 0.5]).
+
+    Same result as torchvision's ``adjust_hue`` (RGB -> HSV, h += shift mod 1, HSV -> RGB) up to
+    float rounding, in branch-free arithmetic: a hue rotation keeps each pixel's max and min
+    channel, so only the hue H (in sextants, [0, 6)) is computed and mapped back with the
+    hexcone's piecewise-linear functions. Boolean masks and ``torch.where`` are avoided because
+    their CPU kernels are several times slower than plain arithmetic.
+    """
+    r, g, b = x.unbind(dim=1)  # (n, h, w) each
+    mx = torch.maximum(torch.maximum(r, g), b)
+    mn = torch.minimum(torch.minimum(r, g), b)
+    chroma = mx.sub_(mn)
+    # Where max == min every numerator below is 0, so any non-zero divisor gives a valid hue.
+    inv = chroma.clamp_min(torch.finfo(x.dtype).tiny).reciprocal_()
+    # With r', g', b' = (channel - min) / chroma, H = 1 + g' + b' - r' when g >= b (H in [0, 3])
+    # and H = 5 - (g' + b' - r') when g < b (H in [3, 6]); both meet continuously at g == b
+    # (copysign(1, +0.0) = 1), so ties between channels need no special case.
+    h = torch.add(g, b).sub_(r).sub_(mn).mul_(inv).sub_(2.0)
+    h.mul_(torch.copysign(torch.ones((), dtype=x.dtype, device=x.device), g - b)).add_(3.0)
+    h.add_(_per_sample(shift, x).view(-1, 1, 1), alpha=6.0)  # in [-3, 9]
+    h.sub_(torch.floor(h * (1.0 / 6.0)).mul_(6.0))  # mod 6 -> [0, 6)
+    # HSV -> RGB: channel = min + chroma * w(H), with the hexcone ramps (clamped to [0, 1])
+    # w_R = |H - 3| - 1, w_G = min(|H - 5| - 1, H), w_B = min(|H - 1| - 1, 6 - H).
+    out = torch.empty_like(x)
+    w = torch.sub(h, 3.0).abs_().sub_(1.0).clamp_(0.0, 1.0)
+    torch.addcmul(mn, chroma, w, out=out[:, 0])
+    w = torch.sub(h, 5.0).abs_().sub_(1.0)
+    torch.minimum(w, h, out=w).clamp_(0.0, 1.0)
+    torch.addcmul(mn, chroma, w, out=out[:, 1])
+    w = torch.sub(h, 1.0).abs_().sub_(1.0)
+    torch.minimum(w, torch.rsub(h, 6.0), out=w).clamp_(0.0, 1.0)
+    torch.addcmul(mn, chroma, w, out=out[:, 2])
+    return out
+
+
+def blur_radius(sigma: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Kernel half-width per sample: ceil(3 sigma), at least 1, below the image side.
+
+    A kernel of 2 * ceil(3 sigma) + 1 taps keeps 99.7% of the Gaussian's mass; it is about
+    OpenCV's default size for 8-bit images and the support of PIL's ``GaussianBlur(radius=sigma)``
+    used by the reference code. Sizing it per sample makes the small sigmas cheaper. Reflect
+    padding needs the half-width below the image side, hence the upper clamp (tiny views only).
+    """
+    return torch.ceil(3.0 * sigma).clamp(1, min(height, width) - 1).long()
+
+
+def _gaussian_taps(
+    sigma: torch.Tensor, radius: int, cutoff: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Normalised 1-D Gaussian taps, (n,) float64 sigma -> (n, 2 * radius + 1).
+
+    Taps further than ``cutoff`` (per sample, <= radius) from the centre are 0, which gives a
+    smaller kernel the same result inside a larger one.
+    """
+    d = torch.arange(-radius, radius + 1, dtype=sigma.dtype, device=sigma.device)
+    # The clamp keeps tiny taps at exactly 0 instead of float32 denormals, which are slow.
+    taps = torch.exp((-0.5 * (d / sigma[:, None]) ** 2).clamp_min_(-80.0))  # (n, k)
+    if cutoff is not None:
+        taps = taps * (d.abs() <= cutoff[:, None])
+    return taps / taps.sum(dim=1, keepdim=True)
+
+
+def _separable_blur(
+    x: torch.Tensor, taps: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Blur (n, 3, h, w) rows then columns with per-sample taps (n, 2r + 1), reflect padding."""
+    n, _, h, w = x.shape
+    radius = (taps.shape[1] - 1) // 2
+    taps = taps.to(x.device, x.dtype, non_blocking=True).view(n, 1, 1, -1)  # (n, 1, 1, k)
+    # Multiply-accumulate of shifted slices: a grouped conv2d with per-sample kernels is several
+    # times slower on CPU, and this is a handful of fused elementwise kernels on GPU.
+    xp = F.pad(x, (radius, radius, 0, 0), mode="reflect")  # (n, 3, h, w + 2r)
+    acc = xp[..., 0:w] * taps[..., 0:1]
+    for k in range(1, 2 * radius + 1):
+        acc.addcmul_(xp[..., k : k + w], taps[..., k : k + 1])
+    xp = F.pad(acc, (0, 0, radius, radius), mode="reflect")  # (n, 3, h + 2r, w)
+    out = torch.mul(xp[:, :, 0:h], taps[..., 0:1], out=out)
+    for k in range(1, 2 * radius + 1):
+        out.addcmul_(xp[:, :, k : k + h], taps[..., k : k + 1])
+    return out
+
+
+def gaussian_blur(
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    radius: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Separable Gaussian blur with a per-sample sigma and a (2 * radius + 1)-tap kernel.
+
+    Equals torchvision's ``gaussian_blur(img, kernel_size=2 * radius + 1, sigma=s)`` (reflect
+    padding) up to float rounding. x is float (n, 3, h, w) with h, w > radius; the result goes
+    to ``out`` when given (it must not overlap x).
+    """
+    sig = torch.as_tensor(sigma, dtype=torch.float64).expand(x.shape[0])
+    return _separable_blur(x, _gaussian_taps(sig, radius), out)
+
+
+def _blur_subset_(
+    x: torch.Tensor, mask: torch.Tensor, sigma: torch.Tensor, group_by_size: bool
+) -> None:
+    """Blur the samples of x picked by the CPU bool ``mask``, each with its own kernel size.
+
+    With ``group_by_size`` (for the CPU, where the cost is the taps) each kernel size runs as
+    its own slice; otherwise (GPUs, where the cost is kernel launches) one pass uses the largest
+    size with the smaller kernels zero-padded. Both give the same result.
+    """
+    idx = mask.nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return
+    radii, order = blur_radius(sigma[idx], *x.shape[-2:]).sort(stable=True)
+    idx = idx[order]  # grouped by kernel size: each group is a slice, not another gather
+    sig = sigma[idx].double()
+    idx_dev = idx.to(x.device, non_blocking=True)
+    xs = x.index_select(0, idx_dev)
+    if not group_by_size:
+        r = int(radii[-1])
+        x.index_copy_(0, idx_dev, _separable_blur(xs, _gaussian_taps(sig, r, radii)))
+        return
+    out = torch.empty_like(xs)
+    start = 0
+    kernel_radii, counts = radii.unique_consecutive(return_counts=True)
+    for r, count in zip(kernel_radii.tolist(), counts.tolist(), strict=True):
+        group = slice(start, start + count)
+        _separable_blur(xs[group], _gaussian_taps(sig[group], r), out=out[group])
+        start += count
+    x.index_copy_(0, idx_dev, out)
+
+
+def _subset_(x: torch.Tensor, mask: torch.Tensor, fn) -> None:
+    """Replace the samples of x selected by the CPU bool ``mask`` with ``fn(x[mask], idx)``."""
+    idx = mask.nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return
+    if idx.numel() == x.shape[0]:
+        x.copy_(fn(x, idx))
+        return
+    idx_dev = idx.to(x.device, non_blocking=True)
+    x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), idx))
+
+
+def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blend coefficients (3, n, 4) = (fx, fg, fm) per sample and slot, and the hue mask (n, 4).
+
+    Samples that run the hue (or no jitter) in a slot get fx = 1, fg = fm = 0 there, which
+    leaves them bit-identical (x * 1 + 0, already in [0, 1]).
+    """
+    f = params.factors
+    op = torch.where(params.jitter[:, None], params.order, -1)  # (n, 4); -1: no jitter
+    is_b, is_c, is_s = op == BRIGHTNESS, op == CONTRAST, op == SATURATION
+    fx = torch.where(is_b, f[:, 0:1], torch.where(is_c, f[:, 1:2], 1.0))
+    fx = torch.where(is_s, f[:, 2:3], fx)
+    fg = torch.where(is_s, 1.0 - f[:, 2:3], 0.0)
+    fm = torch.where(is_c, 1.0 - f[:, 1:2], 0.0)
+    return torch.stack([fx, fg, fm]), (op == HUE) & (f[:, 3:4] != 0)
+
+
+def apply_color_params(x: torch.Tensor, params: ColorParams) -> torch.Tensor:
+    """Jitter, grayscale and blur float images (n, 3, h, w) in [0, 1] in place; returns x."""
+    if len(params) != x.shape[0]:
+        raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
+    if bool(params.jitter.any()):
+        coef, is_hue = _jitter_coefficients(params)
+        # Which slots need which terms, decided on the CPU: no device sync, no wasted passes.
+        has_gray, has_mean = (coef[1] != 0).any(0).tolist(), (coef[2] != 0).any(0).tolist()
+        has_scale = (coef[0] != 1).any(0).tolist()
+        coef_dev = coef.to(x.device, x.dtype, non_blocking=True)  # one host-to-device copy
+        hue = params.factors[:, 3]
+        for slot in range(4):
+            if has_scale[slot] or has_gray[slot] or has_mean[slot]:
+                fx, fg, fm = coef_dev[:, :, slot].view(3, -1, 1, 1, 1)
+                _blend_(x, fx, fg if has_gray[slot] else None, fm if has_mean[slot] else None)
+            # The hue is by far the costliest op: run it only on the samples that need it.
+            _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
+    _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
+    _blur_subset_(x, params.blur, params.sigma, group_by_size=x.device.type == "cpu")
+    return x
+
+
+class BatchColorAugment:
+    """Colour augmentation and normalisation of batches of uint8 views, on their device.
+
+    Call it on the list of view batches a ``MultiCropTransform`` loader yields (after moving them
+    to the device). Every sample of every view gets its own parameters; there is no Python loop
+    over samples (the loops run over views, jitter slots and tap offsets). On the CPU the batch
+    is processed in chunks of about ``cpu_chunk_pixels`` pixels so that the dozens of passes of
+    each chunk stay in cache (2x faster than whole-batch passes on one core); on other devices
+    the whole batch is one chunk. Chunking does not change the random parameters.
+    """
+
+    def __init__(
+        self,
+        color: ColorSpec,
+        mean: Sequence[float] = IMAGENET_MEAN_RGB,
+        std: Sequence[float] = IMAGENET_STD_RGB,
+        *,
+        cpu_chunk_pixels: int = 2**19,
+    ):
+        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+            raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
+        self.color = color
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.cpu_chunk_pixels = cpu_chunk_pixels
+
+    def __call__(
+        self,
+        views: list[torch.Tensor],
+        generator: torch.Generator | None,
+        apply_color: bool = True,
+    ) -> list[torch.Tensor]:
+        """uint8 (B, 3, h, w) views -> float32 normalised views on the same device.
+
+        ``generator`` (a CPU generator, or None for the global RNG) drives every random draw;
+        with ``apply_color=False`` the views are only converted and normalised.
+        """
+        groups: dict[tuple, list[int]] = {}
+        for i, v in enumerate(views):
+            if v.dtype != torch.uint8 or v.dim() != 4 or v.shape[1] != 3:
+                raise ValueError(f"expected uint8 (B, 3, h, w) views, got {v.dtype} {v.shape}")
+            groups.setdefault((tuple(v.shape[2:]), v.device), []).append(i)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(views)
+        for members in groups.values():
+            sizes = [views[i].shape[0] for i in members]
+            params = sample_color_params(sum(sizes), self.color, generator) if apply_color else None
+            if views[members[0]].device.type == "cpu":
+                # Chunks keep each view in cache anyway; a concatenation would only add a pass.
+                start = 0
+                for i, size in zip(members, sizes, strict=True):
+                    sub = params[start : start + size] if params is not None else None
+                    out[i] = self._augment(views[i], sub)
+                    start += size
+            else:
+                # Views of one size run as one batch: fewer, larger kernel launches.
+                x = self._augment(torch.cat([views[i] for i in members]), params)
+                for i, xi in zip(members, x.split(sizes), strict=True):
+                    out[i] = xi
+        return out
+
+    def _augment(self, v: torch.Tensor, params: ColorParams | None) -> torch.Tensor:
+        """uint8 (n, 3, h, w) -> float32 (n, 3, h, w), chunk by chunk on the CPU."""
+        n, _, h, w = v.shape
+        x = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+        step = n if v.device.type != "cpu" else max(1, self.cpu_chunk_pixels // (h * w))
+        for start in range(0, n, step):
+            xc = x[start : start + step]  # a view: every op below works in place
+            xc.copy_(v[start : start + step]).div_(255.0)  # as torchvision's ToTensor
+            if params is not None:
+                apply_color_params(xc, params[start : start + step])
+            self.normalize_(xc)
+        return x
+
+    def normalize_(self, x: torch.Tensor) -> torch.Tensor:
+        """In place ``(x - mean) / std`` per channel, as torchvision's ``Normalize``."""
+        mean = torch.tensor(self.mean, dtype=x.dtype).to(x.device, non_blocking=True)
+        std = torch.tensor(self.std, dtype=x.dtype).to(x.device, non_blocking=True)
+        return x.sub_(mean.view(1, 3, 1, 1)).div_(std.view(1, 3, 1, 1))
+
+
+def to_unit_float(v: torch.Tensor) -> torch.Tensor:
+    """uint8 images -> contiguous float32 in [0, 1] (as torchvision's ``ToTensor``)."""
+    return v.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)

@@ -1,0 +1,227 @@
+"""Multi-crop views for pretraining: random resized crops and flips of one image, as uint8 tensors.
+
+``MultiCropTransform`` runs in the data loader workers. It does only what must see the full
+image (crop, resize, flip) and keeps the views uint8, a quarter of the float32 bytes through
+worker IPC and the host-to-device copy. The photometric half of the pipeline (colour jitter,
+grayscale, blur, normalisation) then runs batched on the model's device in
+``pretrain.data.color.BatchColorAugment``; with ``color_on_device=False`` it runs here instead,
+on the views of each image, and the views stay uint8.
+
+The crop sampling is torchvision's ``RandomResizedCrop.get_params`` (10 attempts, then a central
+crop). The crop is a view of the decoded image and the bilinear antialiased resize is torch's
+uint8 kernel, the one torchvision's ``resized_crop`` uses on tensors (same pixels, no copy of
+the crop, ~4x faster than PIL's resize on one core).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from pretrain.data.color import (
+    ColorSpec,
+    apply_color_params,
+    sample_color_params,
+    to_unit_float,
+)
+
+__all__ = [
+    "ColorSpec",
+    "CropSpec",
+    "MultiCropTransform",
+    "crop_resize",
+    "image_to_tensor",
+    "mocov2_specs",
+    "multicrop_specs",
+    "sample_crop_boxes",
+]
+
+# torchvision's RandomResizedCrop tries this many (scale, ratio) draws before a central crop.
+_CROP_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class CropSpec:
+    """``count`` random resized crops of side ``size``.
+
+    ``scale`` bounds the crop's area as a fraction of the image's, ``ratio`` its aspect ratio
+    (width / height), both as in torchvision's ``RandomResizedCrop``.
+    """
+
+    size: int
+    scale: tuple[float, float]
+    count: int
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        if self.size <= 0 or self.count <= 0:
+            raise ValueError(f"size and count must be positive, got {self.size}, {self.count}")
+        lo, hi = self.scale
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"scale must satisfy 0 < min <= max <= 1, got {self.scale}")
+        r_lo, r_hi = self.ratio
+        if not 0.0 < r_lo <= r_hi:
+            raise ValueError(f"ratio must satisfy 0 < min <= max, got {self.ratio}")
+
+
+def multicrop_specs(
+    large_size: int = 224,
+    small_size: int = 96,
+    large_count: int = 3,
+    small_count: int = 5,
+    large_scale: tuple[float, float] = (0.14, 1.0),
+    small_scale: tuple[float, float] = (0.05, 0.14),
+) -> tuple[list[CropSpec], ColorSpec]:
+    """The paper's multi-crop views (3x224 + 5x96 by default) and SwAV's colour distortion."""
+    crops = [CropSpec(large_size, large_scale, large_count)]
+    if small_count > 0:
+        crops.append(CropSpec(small_size, small_scale, small_count))
+    return crops, ColorSpec()
+
+
+def mocov2_specs() -> tuple[list[CropSpec], ColorSpec]:
+    """MoCo-v2's two 224 views: scale (0.2, 1), jitter (0.4, 0.4, 0.4, 0.1), blur p = 0.5."""
+    return [CropSpec(224, (0.2, 1.0), 2)], ColorSpec(jitter=(0.4, 0.4, 0.4, 0.1))
+
+
+def sample_crop_boxes(
+    width: int,
+    height: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    count: int,
+    generator: torch.Generator | None = None,
+) -> list[tuple[int, int, int, int]]:
+    """``count`` crop boxes ``(top, left, height, width)`` of a ``width`` x ``height`` image.
+
+    Same distribution as torchvision's ``RandomResizedCrop.get_params``: area fraction uniform
+    in ``scale``, log aspect ratio uniform in ``log(ratio)``, sides rounded half to even, the
+    first of 10 draws that fits, else a central crop with the ratio clamped into range. The
+    uniforms for all attempts are drawn at once (a fixed number per call, so the generator's
+    stream is reproducible); the arithmetic on them is plain Python, cheaper than tensor ops on
+    a handful of numbers.
+    """
+    draws = torch.rand(count, _CROP_ATTEMPTS, 4, generator=generator, dtype=torch.float64)
+    log_r0, log_r1 = math.log(ratio[0]), math.log(ratio[1])
+    area = width * height
+    boxes = []
+    for attempts in draws.tolist():
+        box = None
+        for u_area, u_ratio, u_top, u_left in attempts:
+            target = area * (scale[0] + (scale[1] - scale[0]) * u_area)
+            aspect = math.exp(log_r0 + (log_r1 - log_r0) * u_ratio)
+            w = round(math.sqrt(target * aspect))
+            h = round(math.sqrt(target / aspect))
+            if 0 < w <= width and 0 < h <= height:
+                # floor(u * (n + 1)) is a uniform integer in [0, n], like torch.randint.
+                box = (int(u_top * (height - h + 1)), int(u_left * (width - w + 1)), h, w)
+                break
+        boxes.append(box if box is not None else _central_box(width, height, ratio))
+    return boxes
+
+
+def _central_box(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """torchvision's fallback: the largest central crop whose ratio is clamped into range."""
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        w, h = int(round(height * max(ratio))), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def image_to_tensor(img: Image.Image) -> torch.Tensor:
+    """RGB PIL image -> uint8 (1, 3, H, W) tensor in channels-last memory (one copy)."""
+    with warnings.catch_warnings():
+        # The array aliases PIL's read-only buffer; it is only ever read (by interpolate).
+        warnings.simplefilter("ignore", UserWarning)
+        hwc = torch.from_numpy(np.asarray(img))
+    return hwc.permute(2, 0, 1).unsqueeze(0)
+
+
+def crop_resize(
+    image: torch.Tensor, box: tuple[int, int, int, int], size: int, flip: bool = False
+) -> torch.Tensor:
+    """Crop ``box`` = (top, left, h, w) of a (1, 3, H, W) uint8 image, resize, flip.
+
+    Bilinear with antialiasing, as torchvision's ``resized_crop`` on tensors (identical output);
+    torch's uint8 channels-last kernel is about 4x faster than PIL's resize, and within a grey
+    level or two of it. Returns a contiguous uint8 (3, size, size) tensor.
+    """
+    top, left, h, w = box
+    out = F.interpolate(
+        image[:, :, top : top + h, left : left + w],
+        size=(size, size),
+        mode="bilinear",
+        antialias=True,
+        align_corners=False,
+    )[0]
+    if flip:
+        out = out.flip(-1)
+    return out.contiguous()
+
+
+class MultiCropTransform:
+    """RGB PIL image -> list of uint8 (3, size, size) views, all crops of ``crops[0]`` first.
+
+    Meant for data loader workers: pass a ``torch.Generator`` seeded per sample, and every random
+    choice (crop boxes, flips, and the colour parameters when ``color_on_device=False``) comes
+    from it, so a seed reproduces the views exactly.
+    """
+
+    def __init__(
+        self,
+        crops: Sequence[CropSpec],
+        color: ColorSpec,
+        color_on_device: bool = True,
+    ):
+        if not crops:
+            raise ValueError("at least one CropSpec is needed")
+        self.crops = tuple(crops)
+        self.color = color
+        self.color_on_device = color_on_device
+
+    @property
+    def num_views(self) -> int:
+        """Number of views per image (sum of the crop counts)."""
+        return sum(spec.count for spec in self.crops)
+
+    def __call__(self, img: Image.Image, generator: torch.Generator) -> list[torch.Tensor]:
+        """The views of ``img`` in crop order; colour too unless ``color_on_device``."""
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        width, height = img.size
+        image = image_to_tensor(img)
+        views: list[torch.Tensor] = []
+        for spec in self.crops:
+            boxes = sample_crop_boxes(width, height, spec.scale, spec.ratio, spec.count, generator)
+            flips = torch.rand(spec.count, generator=generator) < self.color.flip_prob
+            crops = [
+                crop_resize(image, box, spec.size, flip)
+                for box, flip in zip(boxes, flips.tolist(), strict=True)
+            ]
+            if not self.color_on_device:
+                crops = self._color(torch.stack(crops), generator).unbind(0)
+            views.extend(crops)
+        return views
+
+    def _color(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Colour-augment uint8 (n, 3, s, s) views of one image; rounds back to uint8 once."""
+        params = sample_color_params(x.shape[0], self.color, generator)
+        y = apply_color_params(to_unit_float(x), params)
+        return y.mul_(255.0).round_().clamp_(0.0, 255.0).to(torch.uint8)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(crops={list(self.crops)}, color={self.color}, "
+            f"color_on_device={self.color_on_device})"
+        )

@@ -1,0 +1,194 @@
+"""The pretraining engine end to end on CPU: loss goes down, exact resume, bad input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_image_folder, tiny_opts
+from detectron2.engine import HookBase
+from PIL import Image
+
+from pretrain.config import ConfigError, load_config
+from pretrain.data.datasets import DatasetError
+from pretrain.demo import DEMO_CONFIG
+from pretrain.engine.trainer import PretrainTrainer
+
+
+def _train(opts: list[str], hooks: list | None = None) -> PretrainTrainer:
+    cfg = load_config(DEMO_CONFIG, opts)
+    trainer = PretrainTrainer(cfg)
+    if hooks:
+        trainer.register_hooks(hooks)
+    trainer.resume()
+    trainer.train()
+    return trainer
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.json").read_text().splitlines()]
+
+
+def _params(trainer: PretrainTrainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_demo_config_20_iterations_lowers_the_loss(tmp_path):
+    """A 20-iteration CPU run of the demo config (on generated data) lowers the loss."""
+    # 240 images > queue + batch, so no instance is ever its own negative; the queue holds one
+    # batch, so from iteration 2 on the negatives are real keys and losses are comparable.
+    root = make_image_folder(tmp_path / "data", classes=4, per_class=60)
+    out = tmp_path / "run"
+    opts = {"SOLVER.MAX_ITER": 20, "SOLVER.CHECKPOINT_PERIOD": 100, "MODEL.QUEUE_SIZE": 16,
+            "SOLVER.IMS_PER_BATCH": 16}  # fmt: skip
+    _train(tiny_opts(root, out, **opts))
+    losses = [m["total_loss"] for m in _metrics(out) if "total_loss" in m]
+    assert len(losses) == 20
+    first, last = sum(losses[2:7]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.02, (first, last)
+    logged = _metrics(out)[-1]
+    for key in ("nuclear_norm", "inst_acc", "lr", "beta", "images_per_sec", "data_time"):
+        assert key in logged, key
+    assert (out / "config.yaml").exists()
+    assert (out / "model_final.pth").exists()
+
+
+class _Crash(HookBase):
+    def __init__(self, at: int):
+        self.at = at
+
+    def before_step(self):
+        if self.trainer.iter == self.at:
+            raise RuntimeError("simulated preemption")
+
+
+@pytest.mark.parametrize("prior", ["laplace", "batchwise"])
+def test_stop_and_resume_equals_uninterrupted(tmp_path, image_folder, prior):
+    full = _train(tiny_opts(image_folder, tmp_path / "a", **{"LOSS.PRIOR": prior}))
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        _train(tiny_opts(image_folder, tmp_path / "b", **{"LOSS.PRIOR": prior}), [_Crash(4)])
+    assert (tmp_path / "b" / "last_checkpoint").read_text() == "model_0000002.pth"
+    resumed = _train(tiny_opts(image_folder, tmp_path / "b", **{"LOSS.PRIOR": prior}))
+    assert resumed.start_iter == 3
+    a, b = _params(full), _params(resumed)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # the optimiser state (LARS momentum) matched too
+    sa, sb = full.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    for i in sa:
+        assert torch.equal(sa[i]["momentum_buffer"], sb[i]["momentum_buffer"])
+
+
+def test_checkpoint_is_weights_only_and_holds_everything(tmp_path, image_folder):
+    _train(tiny_opts(image_folder, tmp_path / "r"))
+    ckpt = torch.load(tmp_path / "r" / "model_final.pth", weights_only=True)
+    assert {"model", "trainer"} <= set(ckpt)
+    model = ckpt["model"]
+    assert any(k.startswith("encoder_q.backbone.") for k in model)
+    assert any(k.startswith("encoder_k.") for k in model)
+    assert "queues" in model and "queue_ptr" in model
+    assert {"iteration", "optimizer", "hooks", "rng"} <= set(ckpt["trainer"])
+    # the backbone loads into a torchvision ResNet
+    from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
+
+    net = build_torchvision_backbone(load_backbone(str(tmp_path / "r" / "model_final.pth")))
+    assert net.eval()(torch.randn(1, 3, 32, 32)).shape == (1, 512)
+
+
+def test_bad_images_are_skipped_once_and_counted(tmp_path, caplog):
+    root = make_image_folder(tmp_path / "data", classes=2, per_class=10)
+    bad = root / "class0"
+    (bad / "zero.jpg").write_bytes(b"")
+    (bad / "notes.txt").write_text("not an image")
+    good = (root / "class1" / "img1.jpg").read_bytes()
+    (bad / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (bad / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(200))
+    arr = (torch.rand(24, 24) * 65535).to(torch.int32).numpy().astype("uint16")
+    Image.fromarray(arr).save(bad / "deep16.png")
+    Image.new("CMYK", (30, 30), (10, 20, 30, 0)).save(bad / "cmyk.jpg")
+    Image.new("P", (30, 30)).save(bad / "palette.png")
+    Image.new("RGBA", (30, 30), (200, 10, 10, 100)).save(bad / "alpha.png")
+    Image.new("L", (30, 30), 128).save(bad / "grey.png")
+    out = tmp_path / "run"
+    with caplog.at_level("WARNING"):
+        _train(tiny_opts(root, out, **{"SOLVER.MAX_ITER": 8, "SOLVER.IMS_PER_BATCH": 8}))
+    warned = [
+        r.getMessage() for r in caplog.records if "skipped unreadable image" in r.getMessage()
+    ]
+    names = sorted({Path(w.split(": ", 1)[1].split(":")[0]).name for w in warned})
+    assert names == ["corrupt.png", "notes.txt", "truncated.jpg", "zero.jpg"]
+    assert len(warned) == len(names)  # one warning each
+    assert _metrics(out)[-1]["data/skipped_files"] == 4.0
+
+
+def test_image_modes_become_rgb(tmp_path):
+    from pretrain.data.datasets import load_image
+
+    arr = (torch.arange(64 * 64) % 65536).reshape(64, 64).numpy().astype("uint16") * 16
+    src = Image.fromarray(arr)
+    assert src.mode.startswith("I;16")
+    src.save(tmp_path / "a.png")
+    img = load_image(str(tmp_path / "a.png"))
+    assert img.mode == "RGB" and 0 < max(img.getextrema()[0]) <= 255
+    assert img.getextrema()[0][1] > 200  # scaled, not clipped to white
+    for mode, color in [("CMYK", (0, 0, 0, 0)), ("P", 3), ("RGBA", (1, 2, 3, 4)), ("L", 9)]:
+        Image.new(mode, (8, 8), color).save(tmp_path / f"x.{'jpg' if mode == 'CMYK' else 'png'}")
+        ext = "jpg" if mode == "CMYK" else "png"
+        assert load_image(str(tmp_path / f"x.{ext}")).mode == "RGB"
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (["LOSS.TAU", "0.0"], "LOSS.TAU"),
+        (["LOSS.TAU", "-0.1"], "LOSS.TAU"),
+        (["LOSS.BETA", "0.0"], "LOSS.BETA"),
+        (["LOSS.BETA", "-1.0"], "LOSS.BETA"),
+        (["MODEL.QUEUE_SIZE", "100"], "MODEL.QUEUE_SIZE"),
+        (["INPUT.LARGE_CROPS", "1", "INPUT.SMALL_CROPS", "0", "INPUT.KEY_CROPS", "1"], "two views"),
+        (["LOSS.PRIOR", "cauchy"], "LOSS.PRIOR"),
+        (["SOLVER.NOT_A_KEY", "1"], "SOLVER.NOT_A_KEY"),
+    ],
+)
+def test_invalid_config_values_are_named(tmp_path, image_folder, override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(DEMO_CONFIG, tiny_opts(image_folder, tmp_path / "o") + override)
+
+
+def test_unknown_key_in_yaml_names_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f'_BASE_: "{DEMO_CONFIG}"\nLOSS:\n  TAUU: 0.1\n')
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*LOSS\.TAUU"):
+        load_config(str(bad))
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_missing_or_empty_root_stops_before_training(tmp_path, kind):
+    root = tmp_path / "nothing"
+    if kind == "empty":
+        root.mkdir()
+    cfg = load_config(DEMO_CONFIG, tiny_opts(root, tmp_path / "o"))
+    with pytest.raises(DatasetError, match=str(root)):
+        PretrainTrainer(cfg)
+
+
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, image_folder):
+    out = tmp_path / "run"
+    _train(tiny_opts(image_folder, out))  # 6 iterations, checkpoints at 2, 5 + final
+    before = (out / "model_final.pth").read_bytes()
+
+    class _Poison(HookBase):
+        def before_step(self):
+            with torch.no_grad():
+                next(self.trainer.model.encoder_q.parameters()).fill_(float("nan"))
+
+    with pytest.raises(FloatingPointError, match="non-finite loss"):
+        _train(tiny_opts(image_folder, out, **{"SOLVER.MAX_ITER": 9}), [_Poison()])
+    assert (out / "model_final.pth").read_bytes() == before
+    assert (out / "last_checkpoint").read_text() == "model_final.pth"
+    ckpt = torch.load(out / "model_final.pth", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())

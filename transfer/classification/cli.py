@@ -1,0 +1,97 @@
+"""Command-line pieces shared by the classification tools in ``tools/``."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
+
+from detectron2.utils import comm
+
+from pretrain.checkpoint_io import CheckpointError
+
+from .backbone import ARCHS, EvalBackbone, load_eval_backbone
+from .config import ConfigError
+from .datasets import DatasetError
+
+__all__ = [
+    "add_model_args",
+    "clean_errors",
+    "dump_run_info",
+    "key_value",
+    "model_from_args",
+    "model_name",
+    "table_dir",
+]
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint PATH`` | ``--random-init ARCH``, ``--init-seed``, ``--name``, dirs."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--checkpoint",
+        help="pretrained weights: this project's checkpoint, the public LORAC/MoCo release "
+        "layout ({'state_dict': {'module.encoder_q.*'}}) or a torchvision state dict",
+    )
+    which.add_argument("--random-init", choices=list(ARCHS), help="random baseline of this arch")
+    parser.add_argument("--init-seed", type=int, default=0, help="seed of --random-init")
+    parser.add_argument("--name", default="", help="row name in the tables (default: derived)")
+    parser.add_argument("--output-dir", required=True, help="run directory (logs, config)")
+    parser.add_argument(
+        "--table-dir", default="", help="where the Markdown/CSV tables go (default: output dir); "
+        "runs of other models with the same table dir add rows",
+    )  # fmt: skip
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """argparse type of ``KEY=VALUE`` options."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def model_from_args(args: argparse.Namespace) -> EvalBackbone:
+    return load_eval_backbone(args.checkpoint, args.random_init, args.init_seed)
+
+
+def model_name(args: argparse.Namespace) -> str:
+    if args.name:
+        return args.name
+    if args.random_init:
+        return f"random-init {args.random_init}"
+    return os.path.splitext(os.path.basename(args.checkpoint))[0]
+
+
+def table_dir(args: argparse.Namespace) -> str:
+    return args.table_dir or args.output_dir
+
+
+def dump_run_info(args: argparse.Namespace, output_dir: str) -> None:
+    """``args.json`` and ``env.txt`` in ``output_dir`` (tools without a config file)."""
+    import json
+
+    from detectron2.utils.collect_env import collect_env_info
+
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "args.json"), "w") as f:
+        json.dump({**vars(args), "argv": sys.argv}, f, indent=2, default=str)
+    with open(os.path.join(output_dir, "env.txt"), "w") as f:
+        f.write(collect_env_info())
+
+
+def clean_errors(main: Callable) -> Callable:
+    """Turn the project's input errors into one ``error: ...`` line and exit status 2."""
+
+    @functools.wraps(main)
+    def wrapper(*a, **kw):
+        try:
+            return main(*a, **kw)
+        except (CheckpointError, DatasetError, ConfigError) as e:
+            if comm.is_main_process():
+                print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper

@@ -1,0 +1,247 @@
+"""Strict configs of the classification tools (fvcore ``CfgNode``; YAML files may use ``_BASE_``).
+
+Defaults live here; ``configs/eval/*.yaml`` override them. An unknown key, a value of the wrong
+type or an out-of-range value raises :class:`ConfigError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import torch
+from fvcore.common.config import CfgNode as CN
+
+from .transfer_datasets import DATASET_NAMES
+
+__all__ = [
+    "ConfigError",
+    "linear_probe_defaults",
+    "load_config",
+    "semi_supervised_defaults",
+    "setup_run",
+    "transfer_defaults",
+]
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the file and the key."""
+
+
+def _input(c: CN) -> None:
+    c.INPUT = CN()
+    c.INPUT.TRAIN_CROP = 224  # RandomResizedCrop size
+    c.INPUT.TEST_RESIZE = 256  # shorter side before the centre crop
+    c.INPUT.TEST_CROP = 224
+
+
+def _data(c: CN) -> None:
+    c.DATA = CN()
+    c.DATA.NAME = "imagefolder"  # "imagefolder" (<root>/train, <root>/val) or "fashion-mnist"
+    c.DATA.CLASS_LIST = ""  # optional file of class folder names (ImageNet-100)
+    c.DATA.IMAGE_SIZE = 32  # Fashion-MNIST images are upsampled to this size
+    c.DATA.NUM_WORKERS = 8
+
+
+def _common(c: CN) -> None:
+    c.OUTPUT_DIR = ""
+    c.SEED = 0
+    c.DEVICE = ""  # "" picks cuda (the local rank's GPU) when available, else cpu
+    c.LOG_PERIOD = 20
+
+
+def linear_probe_defaults() -> CN:
+    """Linear classification on frozen features, MoCo-v2 recipe (lr 30, x0.1 at 60 and 80)."""
+    c = CN()
+    _common(c)
+    _data(c)
+    _input(c)
+    c.SOLVER = CN()
+    c.SOLVER.BATCH_SIZE = 256  # total over all processes
+    c.SOLVER.EPOCHS = 100
+    c.SOLVER.MAX_ITER = 0  # > 0 replaces EPOCHS (quick schedules)
+    c.SOLVER.BASE_LR = 30.0
+    c.SOLVER.MOMENTUM = 0.9
+    c.SOLVER.WEIGHT_DECAY = 0.0
+    c.SOLVER.SCHEDULE = "step"  # "step" or "cosine"
+    c.SOLVER.STEPS = (0.6, 0.8)  # fractions of training (epochs 60 and 80 of 100)
+    c.SOLVER.GAMMA = 0.1
+    c.SOLVER.CHECKPOINT_PERIOD = 5000  # iterations; the head and optimizer, for --resume
+    c.TEST = CN()
+    c.TEST.EVAL_PERIOD = 0  # iterations; 0 evaluates only at the end
+    c.TEST.BATCH_SIZE = 256
+    return c
+
+
+def semi_supervised_defaults() -> CN:
+    """Fine-tuning the whole network on 1% of ImageNet labels (SwAV recipe as in the paper)."""
+    c = linear_probe_defaults()
+    c.DATA.SPLIT_FILE = ""  # SimCLR subset file, e.g. 1percent.txt
+    c.DATA.HELDOUT_PER_CLASS = 5  # unlabelled train images per class used to pick the lr
+    c.DATA.LABEL_PERCENT = 1  # 1 or 10: the Table 3 column the result goes to
+    c.SOLVER.pop("BASE_LR")  # the sweep below sets the learning rates
+    c.SOLVER.pop("CHECKPOINT_PERIOD")  # one short run per lr; nothing to resume
+    c.SOLVER.EPOCHS = 30
+    c.SOLVER.LRS = ()  # explicit classifier lrs; empty -> NUM_LRS log-spaced in LR_RANGE
+    c.SOLVER.LR_RANGE = (0.01, 10.0)
+    c.SOLVER.NUM_LRS = 7
+    c.SOLVER.HEAD_LR_MULT = 250.0  # classifier lr / backbone lr
+    c.SOLVER.GAMMA = 0.2
+    c.SOLVER.CHECKPOINT_PERIOD = 0
+    return c
+
+
+def transfer_defaults() -> CN:
+    """The 12-dataset linear transfer protocol of Sec. 5.1 on cached frozen features."""
+    c = CN()
+    _common(c)
+    c.INPUT = CN()
+    c.INPUT.RESIZE = 256
+    c.INPUT.CROP = 224
+    c.FEATURES = CN()
+    c.FEATURES.BATCH_SIZE = 256
+    c.FEATURES.NUM_WORKERS = 8
+    c.FEATURES.DTYPE = "float32"  # or "float16" to halve the cache (Places365: 1.8M x 2048)
+    c.FEATURES.CACHE_DIR = ""  # "" -> <OUTPUT_DIR>/feature_cache
+    c.TRANSFER = CN()
+    c.TRANSFER.DATASETS = list(DATASET_NAMES)
+    c.TRANSFER.DATA_ROOT = ""  # each dataset at <DATA_ROOT>/<key> unless ROOTS.<KEY> is set
+    c.TRANSFER.ROOTS = CN({k.upper(): "" for k in DATASET_NAMES})
+    c.TRANSFER.LR_RANGE = (0.1, 100.0)
+    c.TRANSFER.NUM_LRS = 7
+    c.TRANSFER.BATCH_SIZE = 256
+    c.TRANSFER.MOMENTUM = 0.9
+    c.TRANSFER.WEIGHT_DECAY = 0.0
+    c.TRANSFER.VAL_FRACTION = 0.2
+    c.TRANSFER.BUDGET = CN()
+    for key in DATASET_NAMES:
+        iters = 5000 if key in ("aircraft", "caltech101", "dtd", "flowers", "pets") else 30000
+        c.TRANSFER.BUDGET[key.upper()] = CN(
+            {
+                "ITERS": 0 if key == "places365" else iters,
+                "EPOCHS": 100 if key == "places365" else 0,
+            }
+        )
+    return c
+
+
+def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
+    """``defaults`` merged with the YAML file ``path`` and ``KEY VALUE`` ``opts``, validated."""
+    cfg = defaults.clone()
+    if path:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            cfg.merge_from_file(path)
+        except (KeyError, ValueError, AssertionError, TypeError) as e:
+            raise ConfigError(f"{path}: {_msg(e)}") from None
+    if opts:
+        if len(opts) % 2:
+            raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
+        try:
+            cfg.merge_from_list(list(opts))
+        except (KeyError, ValueError, AssertionError, TypeError) as e:
+            raise ConfigError(f"command-line override: {_msg(e)}") from None
+    _validate(cfg, path or "<defaults>")
+    cfg.freeze()
+    return cfg
+
+
+def _msg(e: Exception) -> str:
+    return str(e.args[0]) if e.args else type(e).__name__
+
+
+def _validate(cfg: CN, src: str) -> None:
+    def need(cond: bool, key: str, value, what: str) -> None:
+        if not cond:
+            raise ConfigError(f"{src}: {key} = {value!r}: {what}")
+
+    for key in ("TRAIN_CROP", "TEST_RESIZE", "TEST_CROP", "RESIZE", "CROP"):
+        if key in cfg.INPUT:
+            need(cfg.INPUT[key] > 0, f"INPUT.{key}", cfg.INPUT[key], "must be > 0")
+    if "SOLVER" in cfg:
+        s = cfg.SOLVER
+        need(s.BATCH_SIZE > 0, "SOLVER.BATCH_SIZE", s.BATCH_SIZE, "must be > 0")
+        need(s.EPOCHS > 0 or s.MAX_ITER > 0, "SOLVER.EPOCHS", s.EPOCHS, "or MAX_ITER must be > 0")
+        need(s.SCHEDULE in ("step", "cosine"), "SOLVER.SCHEDULE", s.SCHEDULE, "step or cosine")
+        need(all(0 < x < 1 for x in s.STEPS), "SOLVER.STEPS", s.STEPS, "fractions in (0, 1)")
+        need(
+            cfg.DATA.NAME in ("imagefolder", "fashion-mnist"),
+            "DATA.NAME",
+            cfg.DATA.NAME,
+            "imagefolder or fashion-mnist",
+        )
+    if "LRS" in cfg.get("SOLVER", {}):
+        s = cfg.SOLVER
+        need(all(x > 0 for x in s.LRS), "SOLVER.LRS", s.LRS, "must be > 0")
+        need(
+            len(s.LR_RANGE) == 2 and 0 < s.LR_RANGE[0] <= s.LR_RANGE[1],
+            "SOLVER.LR_RANGE",
+            s.LR_RANGE,
+            "(low, high) with 0 < low <= high",
+        )
+        need(s.HEAD_LR_MULT > 0, "SOLVER.HEAD_LR_MULT", s.HEAD_LR_MULT, "must be > 0")
+        need(
+            cfg.DATA.LABEL_PERCENT in (1, 10),
+            "DATA.LABEL_PERCENT",
+            cfg.DATA.LABEL_PERCENT,
+            "1 or 10",
+        )
+        need(
+            cfg.DATA.HELDOUT_PER_CLASS > 0,
+            "DATA.HELDOUT_PER_CLASS",
+            cfg.DATA.HELDOUT_PER_CLASS,
+            "must be > 0",
+        )
+    if "TRANSFER" in cfg:
+        t = cfg.TRANSFER
+        bad = [d for d in t.DATASETS if d not in DATASET_NAMES]
+        need(not bad, "TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
+        need(0 < t.VAL_FRACTION < 1, "TRANSFER.VAL_FRACTION", t.VAL_FRACTION, "in (0, 1)")
+        need(
+            len(t.LR_RANGE) == 2 and 0 < t.LR_RANGE[0] <= t.LR_RANGE[1],
+            "TRANSFER.LR_RANGE",
+            t.LR_RANGE,
+            "(low, high) with 0 < low <= high",
+        )
+        need(t.NUM_LRS >= 1, "TRANSFER.NUM_LRS", t.NUM_LRS, "must be >= 1")
+        for key, b in t.BUDGET.items():
+            need(
+                (b.ITERS > 0) != (b.EPOCHS > 0),
+                f"TRANSFER.BUDGET.{key}",
+                dict(b),
+                "exactly one of ITERS and EPOCHS must be > 0",
+            )
+        need(
+            cfg.FEATURES.DTYPE in ("float32", "float16"),
+            "FEATURES.DTYPE",
+            cfg.FEATURES.DTYPE,
+            "float32 or float16",
+        )
+
+
+def setup_run(cfg: CN, argv: Sequence[str] | None = None) -> logging.Logger:
+    """Logger, ``config.yaml`` and ``env.txt`` in ``cfg.OUTPUT_DIR`` (detectron2's
+    ``default_setup`` does this only for detectron2's own CfgNode)."""
+    from detectron2.utils import comm
+    from detectron2.utils.collect_env import collect_env_info
+    from detectron2.utils.env import seed_all_rng
+    from detectron2.utils.logger import setup_logger
+
+    os.makedirs(cfg.OUTPUT_DIR, exist_ok=True)
+    rank = comm.get_rank()
+    setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank, name="transfer")
+    setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank, name="fvcore")
+    logger = setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank)
+    logger.info("Rank %d of world size %d", rank, comm.get_world_size())
+    logger.info("Command line: %s", " ".join(argv if argv is not None else sys.argv))
+    if comm.is_main_process():
+        with open(os.path.join(cfg.OUTPUT_DIR, "config.yaml"), "w") as f:
+            f.write(cfg.dump())
+        with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
+            f.write(collect_env_info())
+    seed_all_rng(cfg.SEED + rank)
+    torch.backends.cudnn.benchmark = False
+    return logger

@@ -1,0 +1,94 @@
+"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST (k=200, T=0.07).
+
+Train and test features are extracted once (eval pipeline, cached like the transfer features)
+and every test image is classified by its k nearest training features, see :mod:`.knn`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset
+
+from .backbone import EvalBackbone
+from .datasets import DatasetError, FashionMNIST, TransformedDataset, build_image_folder
+from .features import FeatureCache, extract_features, labels_digest
+from .knn import knn_accuracy
+from .transforms import eval_transform
+
+__all__ = ["KNNResult", "knn_sets", "run_knn"]
+
+
+@dataclass
+class KNNResult:
+    top1: float
+    k: int
+    temperature: float
+    num_train: int
+    num_test: int
+    num_classes: int
+
+
+def knn_sets(
+    dataset: str, root: str, image_size: int = 32, class_list: str = "", limit: int | None = None
+) -> tuple[Dataset, Dataset, int]:
+    """``(train, test, num_classes)`` as PIL-image datasets with a ``targets`` list."""
+    if dataset == "fashion-mnist":
+        return (
+            FashionMNIST(root, "train", image_size, limit=limit),
+            FashionMNIST(root, "test", image_size, limit=limit),
+            10,
+        )
+    if dataset == "imagefolder":
+        train = build_image_folder(os.path.join(root, "train"), class_list)
+        test = build_image_folder(os.path.join(root, "val"), class_list)
+        if train.classes != test.classes:
+            raise DatasetError(f"{root}: train/ and val/ have different classes")
+        return train, test, len(train.classes)
+    raise ValueError(f"unknown dataset {dataset!r}: use fashion-mnist or imagefolder")
+
+
+def run_knn(
+    backbone: EvalBackbone,
+    train: Dataset,
+    test: Dataset,
+    num_classes: int,
+    name: str,
+    resize: int,
+    crop: int,
+    k: int = 200,
+    temperature: float = 0.07,
+    cache: FeatureCache | None = None,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> KNNResult:
+    cache = cache or FeatureCache("")
+    transform = eval_transform(resize, crop)
+    backbone.model.to(device)
+    feats = {}
+    for split, ds in (("train", train), ("test", test)):
+        labels = torch.as_tensor(list(ds.targets), dtype=torch.int64)
+        parts = {
+            "backbone": backbone.identity,
+            "dataset": name,
+            "split": split,
+            "transform": repr(transform),
+            "num": len(ds),
+            "labels": labels_digest(labels),
+        }
+        feats[split] = cache.get_or_compute(
+            parts,
+            lambda ds=ds, split=split: extract_features(
+                backbone.model,
+                TransformedDataset(ds, transform),
+                device,
+                batch_size,
+                num_workers,
+                desc=f"{name}/{split} features",
+            ),
+        )
+    top1 = knn_accuracy(*feats["train"], *feats["test"], num_classes, k, temperature)
+    return KNNResult(top1, k, temperature, len(train), len(test), num_classes)

@@ -1,0 +1,151 @@
+"""Linear classification on frozen features (paper Table 1; ImageNet-100 ablations).
+
+A frozen backbone (always in eval mode, no gradients) and one linear layer trained with SGD on
+augmented images (RandomResizedCrop + flip), evaluated with resize + centre crop; top-1 / top-5.
+Recipes (``configs/eval/``): MoCo-v2 (lr 30, x0.1 at epochs 60 and 80 of 100) and LORAC / MoCo-M
+(cosine from lr 1.2 on ImageNet-1K, 0.1 on ImageNet-100). Under ``torch.distributed`` only the
+linear layer is wrapped in DDP.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from fvcore.common.config import CfgNode
+from torch import nn
+from torch.utils.data import Dataset
+
+from .backbone import EvalBackbone
+from .datasets import DatasetError, FashionMNIST, TransformedDataset, build_image_folder
+from .engine import (
+    build_schedule,
+    evaluate_topk,
+    infinite_batches,
+    iters_per_epoch,
+    run_training,
+    wrap_ddp,
+)
+from .transforms import eval_transform, train_transform
+
+__all__ = ["LinearProbe", "ProbeResult", "build_classification_sets", "run_linear_probe"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Dataset, int]:
+    """``(train, val, num_classes)`` yielding PIL images: ImageFolder ``<root>/train`` and
+    ``<root>/val`` (optionally restricted to ``DATA.CLASS_LIST``) or Fashion-MNIST idx files."""
+    if cfg.DATA.NAME == "fashion-mnist":
+        size = cfg.DATA.IMAGE_SIZE
+        return FashionMNIST(data_root, "train", size), FashionMNIST(data_root, "test", size), 10
+    train = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
+    val = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
+    if train.classes != val.classes:
+        diff = sorted(set(train.classes) ^ set(val.classes))
+        raise DatasetError(f"{data_root}: train/ and val/ have different classes, e.g. {diff[:5]}")
+    return train, val, len(train.classes)
+
+
+class LinearProbe(nn.Module):
+    """Frozen backbone + linear layer; ``forward((images, labels))`` returns the loss dict."""
+
+    def __init__(self, backbone: nn.Module, feature_dim: int, num_classes: int, device):
+        super().__init__()
+        self.device = torch.device(device)
+        self.backbone = backbone.requires_grad_(False).to(self.device)
+        head = nn.Linear(feature_dim, num_classes)
+        head.weight.data.normal_(0.0, 0.01)  # MoCo main_lincls.py initialisation
+        head.bias.data.zero_()
+        self.classifier = head.to(self.device)
+        self.head = wrap_ddp(self.classifier, self.device)  # DDP on the linear layer only
+
+    def train(self, mode: bool = True) -> LinearProbe:
+        # The backbone is a fixed feature extractor: BatchNorm keeps its pretrained statistics.
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.backbone(images.to(self.device, non_blocking=True)).flatten(1)
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(images))
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        images, labels = batch
+        logits = self.head(self.features(images))
+        return {"loss_cls": F.cross_entropy(logits, labels.to(self.device))}
+
+
+@dataclass
+class ProbeResult:
+    top1: float
+    top5: float
+    max_iter: int
+    num_classes: int
+    num_train: int
+    num_val: int
+
+
+def run_linear_probe(
+    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device, resume: bool = False
+) -> ProbeResult:
+    train_base, val_base, num_classes = build_classification_sets(cfg, data_root)
+    train_set = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP))
+    val_set = TransformedDataset(
+        val_base, eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
+    )
+    s = cfg.SOLVER
+    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
+    model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device)
+    optimizer = torch.optim.SGD(
+        model.classifier.parameters(),
+        lr=s.BASE_LR,
+        momentum=s.MOMENTUM,
+        weight_decay=s.WEIGHT_DECAY,
+    )
+    logger.info(
+        "linear probe: %d train / %d val images, %d classes, %d iterations of batch %d, lr %g (%s)",
+        len(train_set),
+        len(val_set),
+        num_classes,
+        max_iter,
+        s.BATCH_SIZE,
+        s.BASE_LR,
+        s.SCHEDULE,
+    )
+
+    def eval_fn() -> dict[str, float]:
+        model.eval()
+        try:
+            return evaluate_topk(
+                model.logits,
+                val_set,
+                model.device,
+                cfg.TEST.BATCH_SIZE,
+                cfg.DATA.NUM_WORKERS,
+                desc="linear probe eval",
+            )
+        finally:
+            model.train()
+
+    batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
+    res = run_training(
+        model,
+        optimizer,
+        batches,
+        max_iter,
+        build_schedule(s, max_iter),
+        cfg,
+        eval_fn,
+        checkpoint_model=model.classifier,
+        resume=resume,
+    )
+    return ProbeResult(
+        res["top1"], res["top5"], max_iter, num_classes, len(train_set), len(val_set)
+    )

@@ -1,0 +1,185 @@
+"""Semi-supervised evaluation: fine-tune the whole network on 1% / 10% of ImageNet labels.
+
+Recipe of the paper (after SwAV): SGD, batch 256, momentum 0.9, no weight decay, 30 epochs (1%)
+or 50 (10%); the classifier's lr is 250x (1%) or 20x (10%) the backbone's; the classifier lr is
+swept over 7 log-spaced values in [0.01, 10] and every lr decays x0.2 at 60% and 80% of
+training. The paper says the searched "base learning rates of the linear layer" lie in
+[0.01, 10], so the sweep value is the classifier's lr and the backbone gets value / multiplier
+(SwAV's 1% recipe, backbone 0.02 and head 5, is such a point).
+
+Model selection does not look at the reported set: each lr is scored on ``HELDOUT_PER_CLASS``
+training images per class that are *not* in the label split (seeded), and the ImageNet val
+top-1 / top-5 of the best one is reported.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from fvcore.common.config import CfgNode
+from torch import nn
+
+from .backbone import EvalBackbone
+from .datasets import (
+    DatasetError,
+    TransformedDataset,
+    build_image_folder,
+    read_subset_file,
+    subset_indices,
+)
+from .engine import (
+    build_schedule,
+    evaluate_topk,
+    infinite_batches,
+    iters_per_epoch,
+    run_training,
+    wrap_ddp,
+)
+from .linear import best_index, log_spaced
+from .transforms import eval_transform, train_transform
+
+__all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
+
+logger = logging.getLogger(__name__)
+
+
+class FineTuneClassifier(nn.Module):
+    """Backbone + linear layer, all trained; ``forward((images, labels))`` -> loss dict."""
+
+    def __init__(self, backbone: nn.Module, feature_dim: int, num_classes: int, device):
+        super().__init__()
+        self.device = torch.device(device)
+        self.backbone = backbone
+        self.head = nn.Linear(feature_dim, num_classes)
+        self.head.weight.data.normal_(0.0, 0.01)
+        self.head.bias.data.zero_()
+        self.to(self.device)
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(images.to(self.device, non_blocking=True)).flatten(1))
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        images, labels = batch
+        return {"loss_cls": F.cross_entropy(self.logits(images), labels.to(self.device))}
+
+
+def heldout_indices(targets: list[int], exclude: set[int], per_class: int, seed: int) -> list[int]:
+    """Up to ``per_class`` seeded indices per class among those not in ``exclude``."""
+    rng = np.random.default_rng(seed)
+    targets_arr = np.asarray(targets)
+    out: list[int] = []
+    for c in np.unique(targets_arr):
+        pool = [i for i in np.flatnonzero(targets_arr == c) if i not in exclude]
+        out += [int(i) for i in rng.permutation(pool)[:per_class]]
+    return sorted(out)
+
+
+@dataclass
+class SemiResult:
+    percent: int
+    lrs: list[float]
+    heldout_top1: list[float]
+    val: list[dict[str, float]]
+    best_lr: float
+    top1: float
+    top5: float
+    num_labelled: int
+    max_iter: int
+
+
+def run_semi_supervised(cfg: CfgNode, backbone: EvalBackbone, data_root: str, device) -> SemiResult:
+    if not cfg.DATA.SPLIT_FILE:
+        raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
+    names = read_subset_file(cfg.DATA.SPLIT_FILE)
+    train_all = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
+    val_base = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
+    if train_all.classes != val_base.classes:
+        raise DatasetError(f"{data_root}: train/ and val/ have different classes")
+    labelled = subset_indices(train_all, names, cfg.DATA.SPLIT_FILE)
+    held = heldout_indices(train_all.targets, set(labelled), cfg.DATA.HELDOUT_PER_CLASS, cfg.SEED)
+    if not held:
+        raise DatasetError(f"{data_root}/train: no unlabelled images left to select the lr on")
+    evt = eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
+    train_set = TransformedDataset(train_all, train_transform(cfg.INPUT.TRAIN_CROP), labelled)
+    held_set = TransformedDataset(train_all, evt, held)
+    val_set = TransformedDataset(val_base, evt)
+    s = cfg.SOLVER
+    lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
+    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
+    num_classes = len(train_all.classes)
+    logger.info(
+        "semi-supervised %d%%: %d labelled images, %d classes, %d held out for selection, "
+        "%d iterations per lr, classifier lrs %s",
+        cfg.DATA.LABEL_PERCENT,
+        len(train_set),
+        num_classes,
+        len(held_set),
+        max_iter,
+        lrs,
+    )
+    heldout, vals = [], []
+    for lr in lrs:
+        # A fresh copy per lr: every run starts from the pretrained weights, and no parameter is
+        # shared with the DistributedDataParallel wrapper of a previous run.
+        net = copy.deepcopy(backbone.model)
+        model = FineTuneClassifier(net, backbone.feature_dim, num_classes, device)
+        optimizer = torch.optim.SGD(
+            [
+                {"params": model.backbone.parameters(), "lr": lr / s.HEAD_LR_MULT},
+                {"params": model.head.parameters(), "lr": lr},
+            ],
+            lr=lr,
+            momentum=s.MOMENTUM,
+            weight_decay=s.WEIGHT_DECAY,
+        )
+
+        def eval_fn(model=model) -> dict[str, float]:
+            model.eval()
+            try:
+                kw = dict(batch_size=cfg.TEST.BATCH_SIZE, num_workers=cfg.DATA.NUM_WORKERS)
+                h = evaluate_topk(model.logits, held_set, model.device, desc="held-out", **kw)
+                v = evaluate_topk(model.logits, val_set, model.device, desc="val", **kw)
+            finally:
+                model.train()
+            return {"heldout_top1": h["top1"], "top1": v["top1"], "top5": v["top5"]}
+
+        out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
+        os.makedirs(out_dir, exist_ok=True)
+        batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
+        res = run_training(
+            wrap_ddp(model, model.device),
+            optimizer,
+            batches,
+            max_iter,
+            build_schedule(s, max_iter),
+            cfg,
+            eval_fn,
+            output_dir=out_dir,
+        )
+        heldout.append(res["heldout_top1"])
+        vals.append({"top1": res["top1"], "top5": res["top5"]})
+        logger.info(
+            "lr %.4g: held-out top-1 %.2f%%, val top-1 %.2f%% top-5 %.2f%%",
+            lr,
+            100 * res["heldout_top1"],
+            100 * res["top1"],
+            100 * res["top5"],
+        )
+    best = best_index(heldout)
+    return SemiResult(
+        cfg.DATA.LABEL_PERCENT,
+        lrs,
+        heldout,
+        vals,
+        lrs[best],
+        vals[best]["top1"],
+        vals[best]["top5"],
+        len(train_set),
+        max_iter,
+    )
