@@ -80,8 +80,8 @@ def main(argv=None) -> int:
               f"over {len(r.values)} images{acc}")  # fmt: skip
     if "accuracy" not in figures:
         print("no accuracy given (--accuracy-csv / --knn-train): accuracy figure skipped")
-    for path in figures.values():
-        print(f"wrote {path} (+ .csv)")
+    for w in figures.values():
+        print(f"wrote {w.png} and {w.csv}")
     return 0
 
 

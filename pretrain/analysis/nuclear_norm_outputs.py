@@ -33,7 +33,7 @@ from pretrain.analysis.nuclear_norm_stats import (
     view_spec,
 )
 
-__all__ = ["FIGURES", "AnalysisOptions", "analyze", "write_outputs"]
+__all__ = ["FIGURES", "AnalysisOptions", "Written", "analyze", "write_outputs"]
 
 # figure key -> file stem (PNG + CSV); tools/make_report.py looks for these names.
 FIGURES = {
@@ -109,8 +109,15 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
     return results
 
 
-def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> dict[str, str]:
-    """Write the figures and their CSVs; returns ``{figure key: png path}``."""
+@dataclass
+class Written:
+    png: str
+    csv: str
+    plotted: int  # data values drawn (histogram: image count over all models; else models)
+
+
+def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> dict[str, Written]:
+    """Write the figures and their CSVs; returns ``{figure key: Written}``."""
     if not results:
         raise AnalysisError("no models to plot")
     os.makedirs(out_dir, exist_ok=True)
@@ -125,18 +132,18 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
         for r in results for i, c, v in zip(r.indices, r.classes, r.values, strict=True)
     ]  # fmt: skip
     write_csv(path("hist", "csv"), ["model", "beta", "image_index", "class", "nuclear_norm"], rows)
-    plots.plot_histograms({r.label: r.values for r in results}, path("hist", "png"), views=views)
-    written["hist"] = path("hist", "png")
+    counts = plots.plot_histograms({r.label: r.values for r in results}, path("hist", "png"), views=views)
+    written["hist"] = Written(path("hist", "png"), path("hist", "csv"), sum(counts.values()))
 
     summary = [summary_row(r) for r in results]
     write_csv(path("beta", "csv"), list(summary[0]), summary)
-    plots.plot_vs_beta(
+    n = plots.plot_vs_beta(
         [plots.Point(r.label, r.beta, float(r.values.mean()), r.beta) for r in results],
         path("beta", "png"),
         ylabel=f"mean {plots.NUC} ({views} views)",
         title="Nuclear norm on test images vs \u03b2 (paper Fig. 3b)",
     )
-    written["beta"] = path("beta", "png")
+    written["beta"] = Written(path("beta", "png"), path("beta", "csv"), n)
 
     with_acc = [r for r in results if r.top1 is not None]
     if with_acc:
@@ -146,13 +153,13 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
             for r in with_acc
         ]  # fmt: skip
         write_csv(path("accuracy", "csv"), list(acc_rows[0]), acc_rows)
-        plots.plot_accuracy_vs_nuclear(
+        n = plots.plot_accuracy_vs_nuclear(
             [plots.Point(r.label, float(r.values.mean()), r.top1, r.beta) for r in with_acc],
             path("accuracy", "png"),
             ylabel="top-1 accuracy (%)",
             title="Accuracy vs nuclear norm (paper Fig. 3c)",
         )
-        written["accuracy"] = path("accuracy", "png")
+        written["accuracy"] = Written(path("accuracy", "png"), path("accuracy", "csv"), n)
     else:  # a figure left by an earlier call would pair old accuracies with new norms
         for ext in ("png", "csv"):
             if os.path.exists(path("accuracy", ext)):

@@ -181,8 +181,8 @@ def plot_curves(
         drawn[label] = int(ok.sum())
     if has_inf:
         ax.axhline(inf_level, color="grey", ls=":", lw=1)
-        ax.annotate(f" {INF_TEXT} (prior off)", (0, inf_level), xycoords=("axes fraction", "data"),
-                    va="bottom", color="grey", fontsize=8)  # fmt: skip
+        ax.annotate(f"{INF_TEXT} (prior off) ", (1, inf_level), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", color="grey", fontsize=8)  # fmt: skip
     if log_y and (finite_all or has_inf) and min(finite_all or [1.0]) > 0:
         ax.set_yscale("log")
     ax.set_xlabel("iteration")

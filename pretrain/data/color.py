@@ -418,12 +418,21 @@ class BatchColorAugment:
         views: list[torch.Tensor],
         generator: torch.Generator | None,
         apply_color: bool = True,
+        params: Sequence[ColorParams] | None = None,
     ) -> list[torch.Tensor]:
         """uint8 (B, 3, h, w) views -> float32 normalised views on the same device.
 
         ``generator`` (a CPU generator, or None for the global RNG) drives every random draw;
-        with ``apply_color=False`` the views are only converted and normalised.
+        with ``apply_color=False`` the views are only converted and normalised. ``params`` (one
+        ``ColorParams`` of length B per view, e.g. drawn per sample in the data workers) replaces
+        the draw, which makes the result independent of how the batch is split across processes.
         """
+        if params is not None and apply_color:
+            if len(params) != len(views) or any(
+                len(p) != v.shape[0] for p, v in zip(params, views, strict=True)
+            ):
+                raise ValueError("params must hold one ColorParams per view, of the view's length")
+            return [self._augment(v, p) for v, p in zip(views, params, strict=True)]
         groups: dict[tuple, list[int]] = {}
         for i, v in enumerate(views):
             if v.dtype != torch.uint8 or v.dim() != 4 or v.shape[1] != 3:

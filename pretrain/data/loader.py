@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pretrain.data.color import ColorParams, sample_color_params
 from pretrain.data.datasets import BadImageError, DatasetError, build_source
 from pretrain.data.sampler import IterationBatchSampler
 
@@ -21,8 +23,9 @@ class PretrainDataset(Dataset):
     main process and logs the running count.
     """
 
-    def __init__(self, source, transform, max_consecutive_bad: int = 64):
+    def __init__(self, source, transform, color=None, max_consecutive_bad: int = 64):
         self.source, self.transform = source, transform
+        self.color = color  # ColorSpec: draw this sample's device-side colour parameters here
         self.max_consecutive_bad = max_consecutive_bad
 
     def __len__(self) -> int:
@@ -38,9 +41,14 @@ class PretrainDataset(Dataset):
             except BadImageError as e:
                 skipped.append(str(e))
                 continue
-            views = self.transform(img, torch.Generator().manual_seed(seed))
+            g = torch.Generator().manual_seed(seed)
+            views = self.transform(img, g)
+            # Per-sample colour parameters from the sample's own seed: the augmentation then does
+            # not depend on how the global batch is split across processes (exact 1 vs N procs).
+            color = sample_color_params(len(views), self.color, g) if self.color else None
             return {
                 "views": views,
+                "color": color,
                 "index": j,
                 "seed": seed,
                 "iteration": iteration,
@@ -55,7 +63,16 @@ class PretrainDataset(Dataset):
 def collate_views(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v)."""
     n_views = len(batch[0]["views"])
+    color = None
+    if batch[0].get("color") is not None:  # per view: the ColorParams of every sample, stacked
+        fields = [f.name for f in dataclasses.fields(ColorParams)]
+        color = [
+            ColorParams(**{f: torch.cat([getattr(b["color"][v : v + 1], f) for b in batch])
+                           for f in fields})  # fmt: skip
+            for v in range(n_views)
+        ]
     return {
+        "color_params": color,
         "views": [torch.stack([b["views"][v] for b in batch]) for v in range(n_views)],
         "index": torch.tensor([b["index"] for b in batch]),
         "seeds": torch.tensor([b["seed"] for b in batch]),
@@ -96,13 +113,13 @@ def build_train_transform(cfg):
 def build_pretrain_loader(cfg, rank: int, world_size: int, start_iter: int) -> DataLoader:
     """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``."""
     source = build_source(cfg, "train")
-    transform, _ = build_train_transform(cfg)
+    transform, color = build_train_transform(cfg)
     sampler = IterationBatchSampler(
         len(source), cfg.SOLVER.IMS_PER_BATCH, rank, world_size, cfg.SEED, start_iter
     )
     workers = cfg.DATALOADER.NUM_WORKERS
     return DataLoader(
-        PretrainDataset(source, transform),
+        PretrainDataset(source, transform, color if cfg.INPUT.COLOR_ON_DEVICE else None),
         batch_sampler=_WithIteration(sampler),
         num_workers=workers,
         collate_fn=collate_views,

@@ -128,8 +128,11 @@ class MultiViewMoCo(nn.Module):
         views = [v.to(device, non_blocking=True) for v in batch["views"]]
         if len(views) != len(self.view_sizes):
             raise ValueError(f"expected {len(self.view_sizes)} views, got {len(views)}")
+        apply = self.color_on_device and self.training
+        params = batch.get("color_params") if apply else None
+        # Without per-sample parameters from the loader, draw them from the batch's first seed.
         g = torch.Generator().manual_seed(int(batch["seeds"][0]) & 0xFFFFFFFFFFFF)
-        views = self.color_augment(views, g, apply_color=self.color_on_device and self.training)
+        views = self.color_augment(views, g, apply_color=apply, params=params)
         if self.channels_last:
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         return views

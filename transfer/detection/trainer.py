@@ -86,7 +86,7 @@ class DetectionTrainer(DefaultTrainer):
         )
 
     @classmethod
-    def test(cls, cfg: CfgNode, model, evaluators=None) -> dict:
+    def test(cls, cfg: CfgNode, model: torch.nn.Module, evaluators=None) -> dict:
         """``DefaultTrainer.test``, also saving the results as ``OUTPUT_DIR/results.json`` (the
         evaluation at the end of training is the last one, so the file ends up final)."""
         results = super().test(cfg, model, evaluators)

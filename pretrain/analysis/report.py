@@ -1,0 +1,243 @@
+"""One report of an experiment: ``report.html`` (self-contained) and ``report.md`` (+ PNGs).
+
+Sections: the pretraining runs (a summary table and one figure per training metric with every
+run overlaid), the paper's Tables 1-5 with this run's rows beside the paper's, the kNN tables,
+the nuclear-norm figures of ``tools/analyze_nuclear_norm.py`` and any other result CSV found.
+Missing pieces are reported as "not run"; malformed files stop the report with an
+:class:`~pretrain.analysis.AnalysisError` naming them.
+
+The HTML embeds every figure as a base64 PNG and carries its own CSS: it opens offline, can be
+mailed as one file, and references nothing outside itself. The Markdown links the PNGs written
+to ``OUT/figures/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pretrain.analysis import plots
+from pretrain.analysis.csv_io import AnalysisError, read_csv, write_csv
+from pretrain.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
+from pretrain.analysis.paper_tables import PAPER_TABLES
+from pretrain.analysis.report_tables import Table, compare_table, csv_table, runs_table
+from pretrain.analysis.results import collect_results
+from pretrain.analysis.runs import CURVES, RunData, load_run
+
+__all__ = ["Figure", "Report", "build_report"]
+
+
+@dataclass
+class Figure:
+    title: str
+    path: str  # PNG under OUT/figures
+    caption: str = ""
+    points: int | None = None  # data values drawn (figures this report plots itself)
+
+
+@dataclass
+class Section:
+    title: str
+    text: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    html_path: str
+    markdown_path: str
+    sections: list[Section]
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [f for s in self.sections for f in s.figures]
+
+    @property
+    def tables(self) -> list[Table]:
+        return [t for s in self.sections for t in s.tables]
+
+
+def _curves(runs: Sequence[RunData], fig_dir: str) -> Section:
+    sec = Section("Training curves")
+    missing = []
+    for c in CURVES:
+        series = {}
+        for r in runs:
+            xs, ys = r.series(c.key)
+            ys = [float("nan") if c.zero_is_missing and y == 0.0 else y * c.scale for y in ys]
+            if any(y == y for y in ys):  # at least one non-NaN value
+                series[r.label] = (xs, ys)
+        if not series:
+            missing.append(c.key)
+            continue
+        stem = os.path.join(fig_dir, "curve_" + re.sub(r"[^A-Za-z0-9]+", "_", c.key))
+        drawn = plots.plot_curves(series, stem + ".png", ylabel=c.ylabel, title=c.title,
+                                  log_y=c.log_y)  # fmt: skip
+        rows = [{"run": k, "iteration": f"{x:g}", c.key: f"{y:.6g}"}
+                for k, (xs, ys) in series.items() for x, y in zip(xs, ys, strict=True)
+                if y == y]  # fmt: skip
+        write_csv(stem + ".csv", ["run", "iteration", c.key], rows)
+        sec.figures.append(
+            Figure(c.title, stem + ".png", f"metrics.json key {c.key!r}", sum(drawn.values()))
+        )
+    if "nuclear_norm" not in missing:
+        sec.text.append("mean ||Q||_* is not computed (logged as 0) while the prior is off "
+                        "(beta = inf); those iterations are gaps in its curve.")  # fmt: skip
+    if missing:
+        sec.text.append("Not logged by any run: " + ", ".join(missing) + ".")
+    return sec
+
+
+def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
+    sec = Section("Nuclear norm of augmented test views (paper Fig. 3b, 3c, 4c)")
+    if not nuclear_dir:
+        sec.text.append("not run: no --nuclear-dir given (tools/analyze_nuclear_norm.py).")
+        return sec
+    if not os.path.isdir(nuclear_dir):
+        raise AnalysisError(f"{nuclear_dir}: nuclear-norm folder not found")
+    titles = {"hist": "Histogram of ||Q_hat||_* (Fig. 4c)", "beta": "Mean ||Q_hat||_* vs beta "
+              "(Fig. 3b)", "accuracy": "Accuracy vs ||Q_hat||_* (Fig. 3c)"}  # fmt: skip
+    for key, stem in NUCLEAR_FIGURES.items():
+        src = os.path.join(nuclear_dir, stem)
+        if not os.path.isfile(src + ".png"):
+            sec.text.append(f"{titles[key]}: not run ({stem}.png not in {nuclear_dir}).")
+            continue
+        csv = read_csv(src + ".csv") if os.path.isfile(src + ".csv") else None
+        for ext in ("png", "csv"):
+            if os.path.isfile(f"{src}.{ext}"):
+                shutil.copyfile(f"{src}.{ext}", os.path.join(fig_dir, f"{stem}.{ext}"))
+        sec.figures.append(Figure(titles[key], os.path.join(fig_dir, stem + ".png"), src + ".png"))
+        if csv is not None and key != "hist":  # the histogram's CSV has one row per image
+            sec.tables.append(csv_table(csv, titles[key] + ": data"))
+    if not sec.figures:
+        raise AnalysisError(f"{nuclear_dir}: none of {list(NUCLEAR_FIGURES.values())} (.png) in it")
+    return sec
+
+
+def build_report(
+    run_specs: Sequence[str],
+    out_dir: str,
+    *,
+    eval_dirs: Sequence[str] = (),
+    detection_dirs: Sequence[str] = (),
+    ablation_dirs: Sequence[str] = (),
+    nuclear_dir: str = "",
+    title: str = "LORAC experiment report",
+) -> Report:
+    """Read everything first (so a bad file fails before anything is written), then write."""
+    runs = [load_run(s) for s in run_specs]
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        raise AnalysisError(f"two runs share a label in {labels}; use LABEL=RUN_DIR")
+    results = collect_results(eval_dirs, detection_dirs, ablation_dirs)
+    fig_dir = os.path.join(out_dir, "figures")
+    os.makedirs(fig_dir, exist_ok=True)
+
+    overview = Section("Pretraining runs", tables=[runs_table(runs)])
+    if not runs:
+        overview.text.append("not run: no pretraining run directories given.")
+    sections = [overview, _curves(runs, fig_dir)]
+    tables = Section("The paper's tables with this run's numbers")
+    tables.text.append("Rows 'paper' are transcribed from the paper's LaTeX; rows 'this run' come "
+                       "from the evaluation tools' CSV files (matched by model name).")  # fmt: skip
+    for key, paper in PAPER_TABLES.items():
+        tables.tables.append(
+            compare_table(paper, results.rows.get(key, []), results.sources.get(key, []))
+        )
+    sections.append(tables)
+    knn = [t for t in results.other if os.path.basename(t.path) == "knn.csv"]
+    sec = Section("kNN accuracy (not in the paper)", tables=[csv_table(t, "kNN") for t in knn])
+    if not knn:
+        sec.text.append("not run: no knn.csv (tools/knn_eval.py) found.")
+    sections.append(sec)
+    sections.append(_nuclear(nuclear_dir, fig_dir))
+    other = [t for t in results.other if os.path.basename(t.path) != "knn.csv"]
+    if other:
+        sections.append(Section("Other result tables", tables=[
+            csv_table(t, os.path.basename(t.path)) for t in other]))  # fmt: skip
+    inputs = [f"runs: {', '.join(run_specs) or 'none'}",
+              f"evaluation folders: {', '.join(eval_dirs) or 'none'}",
+              f"detection folders: {', '.join(detection_dirs) or 'none'}",
+              f"ablation folders (Table 5): {', '.join(ablation_dirs) or 'none'}",
+              f"nuclear-norm folder: {nuclear_dir or 'none'}"]  # fmt: skip
+    md_path = os.path.join(out_dir, "report.md")
+    html_path = os.path.join(out_dir, "report.html")
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    with open(md_path, "w", encoding="utf-8") as f:
+        f.write(render_markdown(title, stamp, inputs, sections, out_dir))
+    with open(html_path, "w", encoding="utf-8") as f:
+        f.write(render_html(title, stamp, inputs, sections))
+    return Report(html_path, md_path, sections)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def render_markdown(
+    title: str, stamp: str, inputs: list[str], sections: list[Section], out_dir: str
+) -> str:
+    lines = [f"# {title}", "", f"Generated {stamp}.", ""] + [f"- {i}" for i in inputs] + [""]
+    for sec in sections:
+        lines += [f"## {sec.title}", ""]
+        lines += [p + "\n" for p in sec.text]
+        for fig in sec.figures:
+            rel = os.path.relpath(fig.path, out_dir).replace(os.sep, "/")
+            lines += [f"![{fig.title}]({rel})", "", f"*{fig.title}* ({fig.caption})", ""]
+        for t in sec.tables:
+            lines += [f"### {t.title}", "", "| " + " | ".join(map(_md_cell, t.columns)) + " |"]
+            lines.append("|" + "|".join(["---"] * len(t.columns)) + "|")
+            for cells, kind in zip(t.rows, t.kinds, strict=True):
+                cells = [f"**{c}**" if kind == "ours" and c else c for c in cells]
+                lines.append("| " + " | ".join(map(_md_cell, cells)) + " |")
+            lines += [""] + [n + "\n" for n in t.notes]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
+h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #aaa; }
+table { border-collapse: collapse; margin: 0.5em 0 0.3em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
+th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
+th { background: #eee; } tr.ours td { background: #e6f2ff; font-weight: bold; }
+tr.missing td { color: #999; font-style: italic; }
+.note { color: #555; font-size: 12px; margin: 0.2em 0 1em; }
+figure { display: inline-block; margin: 0.5em; vertical-align: top; }
+figure img { width: 600px; border: 1px solid #ddd; }
+figcaption { font-size: 12px; color: #444; }
+.tablewrap { overflow-x: auto; }
+"""
+
+
+def render_html(title: str, stamp: str, inputs: list[str], sections: list[Section]) -> str:
+    e = html.escape
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
+           f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+           f"<p>Generated {e(stamp)}.</p><ul>"] + [f"<li>{e(i)}</li>" for i in inputs]  # fmt: skip
+    out.append("</ul><ul>" + "".join(
+        f"<li><a href='#s{n}'>{e(s.title)}</a></li>" for n, s in enumerate(sections)) + "</ul>")  # fmt: skip
+    for n, sec in enumerate(sections):
+        out.append(f"<h2 id='s{n}'>{e(sec.title)}</h2>")
+        out += [f"<p>{e(p)}</p>" for p in sec.text]
+        for fig in sec.figures:
+            with open(fig.path, "rb") as f:
+                data = base64.b64encode(f.read()).decode("ascii")
+            out.append(f"<figure><img alt='{e(fig.title, quote=True)}' "
+                       f"src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{e(fig.title)} ({e(fig.caption)})</figcaption></figure>")  # fmt: skip
+        for t in sec.tables:
+            out.append(f"<h3>{e(t.title)}</h3><div class='tablewrap'><table><tr>")
+            out.append("".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr>")
+            for cells, kind in zip(t.rows, t.kinds, strict=True):
+                out.append(f"<tr class='{kind}'>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+            out.append("</table></div>" + "".join(f"<p class='note'>{e(x)}</p>" for x in t.notes))
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

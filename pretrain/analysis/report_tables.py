@@ -1,0 +1,112 @@
+"""Table models for the report: the paper's tables with this run's rows beside the paper's.
+
+A :class:`Table` is plain text cells plus a kind per row (``paper``, ``ours``, ``missing`` or
+``plain``), rendered to HTML and Markdown by :mod:`.report`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pretrain.analysis.csv_io import CsvTable
+from pretrain.analysis.paper_tables import PaperTable, normalize_name
+from pretrain.analysis.results import FoundRow
+from pretrain.analysis.runs import RunData
+
+__all__ = ["Table", "compare_table", "csv_table", "runs_table"]
+
+NOT_RUN = "not run"
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, cells: Sequence[str], kind: str = "plain") -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"{self.title}: {len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append([str(c) for c in cells])
+        self.kinds.append(kind)
+
+
+def _paper_cell(value, mark: str) -> str:
+    if value is None:
+        return "/"
+    text = f"{value:.1f}" if isinstance(value, float) else str(value)
+    return text + mark
+
+
+def compare_table(paper: PaperTable, found: Sequence[FoundRow], sources: Sequence[str]) -> Table:
+    """Paper rows in the paper's order, each followed by this run's rows of the same model;
+    the main methods get a "not run" line when absent; other rows of this run come last."""
+    columns = list(paper.columns)
+    table = Table(
+        f"Table {paper.number} ({paper.latex_label}): {paper.title}",
+        [paper.key_column, "source", *columns],
+    )
+    used: set[int] = set()
+    for prow in paper.rows:
+        table.add(
+            [prow.name, "paper", *(_paper_cell(prow.values[c], prow.marks.get(c, "")) for c in columns)],
+            "paper",
+        )  # fmt: skip
+        matches = [i for i, r in enumerate(found) if normalize_name(r.name) == normalize_name(prow.name)]
+        for i in matches:
+            used.add(i)
+            table.add([found[i].name, "this run", *(found[i].values.get(c, "") for c in columns)], "ours")
+        if not matches and prow.name in paper.main_rows:
+            table.add([prow.name, "this run", *([NOT_RUN] + [""] * (len(columns) - 1))], "missing")
+    for i, r in enumerate(found):
+        if i not in used:
+            table.add([r.name, "this run", *(r.values.get(c, "") for c in columns)], "ours")
+    if sources:
+        table.notes.append("This run's numbers: " + ", ".join(sorted(set(sources))) + ".")
+    else:
+        table.notes.append(f"{NOT_RUN}: no result file for this table was found.")
+    if any(r.marks for r in paper.rows):
+        table.notes.append(
+            "Paper marks: # borrowed from Kolesnikov et al. (2019), § re-implemented by the authors."
+        )
+    return table
+
+
+def csv_table(table: CsvTable, title: str) -> Table:
+    out = Table(title, list(table.columns))
+    for row in table.rows:
+        out.add([row[c] for c in table.columns])
+    out.notes.append(f"From {table.path}.")
+    return out
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    if math.isinf(value):
+        return "\u221e"
+    return f"{value:.{digits}g}" if abs(value) < 1e-2 else f"{value:.{digits}f}"
+
+
+def runs_table(runs: Sequence[RunData]) -> Table:
+    """One row per pretraining run: its setup and the last logged values."""
+    t = Table(
+        "Pretraining runs",
+        ["run", "prior", "beta", "arch", "last iteration", "loss", "mean ||Q||_*",
+         "kNN top-1 (%)", "images/s (mean)", "notes"],
+    )  # fmt: skip
+    for r in runs:
+        last_iter = r.records[-1]["iteration"] if r.records else None
+        knn = r.last("knn/top1")
+        _, speed = r.series("images_per_sec")
+        t.add([
+            r.label, r.cfg("LOSS.PRIOR", ""), _num(r.beta, 2), r.cfg("MODEL.ARCH", ""),
+            "" if last_iter is None else str(last_iter), _num(r.last("total_loss")),
+            _num(r.last("nuclear_norm", skip_zero=True)), _num(None if knn is None else 100 * knn, 2),
+            _num(sum(speed) / len(speed) if speed else None, 1), "; ".join(r.notes),
+        ])  # fmt: skip
+    return t

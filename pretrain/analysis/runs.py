@@ -1,0 +1,135 @@
+"""Read pretraining run directories: ``metrics.json`` (detectron2 JSONWriter) and ``config.yaml``.
+
+``metrics.json`` holds one JSON object per line; a resumed run logs some iterations twice, and
+the later line wins. Python's json reads the ``Infinity`` the trainer writes for beta while the
+prior is off. A missing file is tolerated (the run is listed as "no metrics.json"), a malformed
+line is an error naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from pretrain.analysis.csv_io import AnalysisError
+
+__all__ = ["CURVES", "Curve", "RunData", "load_run", "parse_run_spec"]
+
+
+@dataclass(frozen=True)
+class Curve:
+    key: str  # the metrics.json key
+    title: str
+    ylabel: str
+    scale: float = 1.0  # e.g. 100 for fractions shown in %
+    log_y: bool = False
+    zero_is_missing: bool = False
+
+
+# One figure per metric, in this order. The trainer logs nuclear_norm = 0 while the prior is off
+# (it is not computed then); the norm of unit rows is >= 1, so 0 can only mean "not computed".
+CURVES = (
+    Curve("total_loss", "Training loss", "loss"),
+    Curve("nuclear_norm", "Mean ||Q||_* of the batch", "mean ||Q||_*", zero_is_missing=True),
+    Curve("inst_acc", "Instance-discrimination accuracy", "accuracy (%)", scale=100.0),
+    Curve("knn/top1", "kNN top-1 accuracy (monitor)", "top-1 (%)", scale=100.0),
+    Curve("lr", "Learning rate", "lr"),
+    Curve("beta", "Prior beta", "beta", log_y=True),
+    Curve("images_per_sec", "Throughput", "images / s"),
+)
+
+
+@dataclass
+class RunData:
+    label: str
+    directory: str
+    records: list[dict] = field(default_factory=list)  # one per iteration, sorted
+    config: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        xs, ys = [], []
+        for r in self.records:
+            if key in r and isinstance(r[key], (int, float)):
+                xs.append(float(r["iteration"]))
+                ys.append(float(r[key]))
+        return xs, ys
+
+    def last(self, key: str, skip_zero: bool = False) -> float | None:
+        _, ys = self.series(key)
+        ys = [y for y in ys if not (skip_zero and y == 0.0)]
+        return ys[-1] if ys else None
+
+    def cfg(self, dotted: str, default=None):
+        node = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    @property
+    def beta(self) -> float | None:
+        """The prior's final beta from config.yaml (inf with prior "none"), None if unknown."""
+        if self.cfg("LOSS.PRIOR") == "none":
+            return math.inf
+        beta = self.cfg("LOSS.BETA")
+        try:
+            return float(beta) if beta is not None else None
+        except (TypeError, ValueError):
+            raise AnalysisError(f"{self.directory}/config.yaml: LOSS.BETA {beta!r}") from None
+
+
+def parse_run_spec(spec: str) -> tuple[str, str]:
+    """``LABEL=DIR`` or ``DIR`` -> ``(label, dir)``; the label defaults to the folder name."""
+    label, sep, path = spec.partition("=")
+    if not sep or os.path.isdir(spec):
+        path, label = spec, os.path.basename(os.path.abspath(spec).rstrip(os.sep))
+    return label, path
+
+
+def read_metrics(path: str) -> list[dict]:
+    by_iter: dict[int, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise AnalysisError(f"{path}: line {n} is not JSON ({e.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("iteration"), int):
+                raise AnalysisError(f"{path}: line {n} is not an object with an 'iteration'")
+            by_iter.setdefault(record["iteration"], {}).update(record)
+    return [by_iter[i] for i in sorted(by_iter)]
+
+
+def load_run(spec: str) -> RunData:
+    label, path = parse_run_spec(spec)
+    if not os.path.isdir(path):
+        raise AnalysisError(f"{path}: run directory not found")
+    run = RunData(label, path)
+    metrics = os.path.join(path, "metrics.json")
+    if os.path.isfile(metrics):
+        run.records = read_metrics(metrics)
+        if not run.records:
+            run.notes.append("metrics.json is empty")
+    else:
+        run.notes.append("no metrics.json (not started?)")
+    config = os.path.join(path, "config.yaml")
+    if os.path.isfile(config):
+        try:
+            with open(config, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise AnalysisError(f"{config}: not valid YAML ({' '.join(str(e).split())})") from None
+        if not isinstance(loaded, dict):
+            raise AnalysisError(f"{config}: expected a mapping of config keys")
+        run.config = loaded
+    else:
+        run.notes.append("no config.yaml")
+    return run
