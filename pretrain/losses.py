@@ -41,7 +41,7 @@ PRIORS = ("laplace", "gaussian", "constant", "none", "batchwise")
 class LoracStats:
     """Detached by-products of one loss evaluation, for logging."""
 
-    nuclear_norm: torch.Tensor  # mean ||Q||_* (or ||P||_* for batchwise); NaN-free, () float32
+    nuclear_norm: torch.Tensor  # mean ||Q||_* (||P||_* for batchwise), also when the prior is off
     log_prior: torch.Tensor  # mean log h(Q), () float32
     accuracy: torch.Tensor  # instance-discrimination top-1 over all (query, instance) pairs, ()
 
@@ -122,6 +122,16 @@ def log_prior(
     return -((nuc - c0) ** 2) / (sigma2 * m_rows * tau), nuc.detach()
 
 
+def _logged_nuclear_norm(q, k, lowrank_views, prior) -> torch.Tensor:
+    """Mean ||Q||_* (||P||_* for batchwise) for logging when the prior itself is off."""
+    with torch.no_grad():
+        low = _select(q, lowrank_views)
+        if prior == "batchwise":
+            centred = low - low.mean(0, keepdim=True)
+            return nuclear_norm(centred.transpose(0, 1).reshape(-1, low.shape[-1]))
+        return nuclear_norm(torch.cat([low, k.unsqueeze(0)], 0).transpose(0, 1)).mean()
+
+
 def lorac_loss_with_stats(
     queries: torch.Tensor,
     key: torch.Tensor,
@@ -150,8 +160,10 @@ def lorac_loss_with_stats(
         loss = (torch.logsumexp(logits, -1) - l_pos).mean()
         with torch.no_grad():
             acc = (l_pos.unsqueeze(-1) >= l_neg).all(-1).float().mean() if neg.shape[0] else None
+            prior_off = prior in ("none", "constant") or math.isinf(beta)
+            logged = _logged_nuclear_norm(q, k, lowrank_views, prior) if prior_off else nuc.mean()
             stats = LoracStats(
-                nuclear_norm=nuc.mean(),
+                nuclear_norm=logged,
                 log_prior=lp.detach().mean(),
                 accuracy=acc if acc is not None else l_pos.new_ones(()),
             )

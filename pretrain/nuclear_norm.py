@@ -15,12 +15,11 @@ computed in the forward pass and saved in ``x``'s dtype (instead of a float64 co
 the backward pass is one multiply.
 
 Where the time goes on CPU (256 matrices of 8 x 128): LAPACK ``syevd`` of the 8 x 8 Gram matrices
-(~5 us each, about two thirds of the total) and the two float64 products X X^T and P X. Batched
-eigen-solvers written with torch ops (Jacobi rotations, Newton-Schulz square roots) were measured
-and are several times slower: they need ~35 rounds of ~10 small kernels each. So on CPU the batch
-is split across the intra-op threads, each running the whole pipeline on its share: the LAPACK
-loop and numpy's float64 products release the GIL and are single-threaded at these sizes, so
-there is one thread per core (torch's own batched products would start nested OpenMP teams).
+(~5 us each, about two thirds of the total; torch runs a batch of them as a serial loop) and the
+two float64 products X X^T and P X. A batched Jacobi eigen-solver in torch ops (all disjoint
+rotations of a round at once) was prototyped and is 12-17x slower than that loop: it converges in
+5-6 sweeps, ~35 rounds of ~10 small kernels. So on CPU the batch is instead split across the
+intra-op threads, each running the whole pipeline on its share; LAPACK and numpy release the GIL.
 """
 
 from __future__ import annotations
@@ -49,33 +48,38 @@ def _executor(workers: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nuclear_norm")
 
 
-def _float64(x: torch.Tensor) -> torch.Tensor:
+# On CPU the float64 conversion, the two batched products and the float32 copy go through numpy
+# (``use_numpy``), which runs them in the calling thread: torch starts an OpenMP team for each op of
+# this size, and on a loaded machine each can wait a scheduler slice for its second thread (measured
+# stalls of several ms per op). numpy's small float64 products are also as fast as torch's on one
+# thread here (P X 2-4x faster). Other devices run the same steps in torch.
+
+
+def _float64(x: torch.Tensor, use_numpy: bool) -> torch.Tensor:
     """Contiguous float64 copy of (b, m, n) ``x`` (no copy if it already is one)."""
-    if x.device.type == "cpu":
+    if use_numpy:
         return torch.from_numpy(np.asarray(x.numpy(), dtype=np.float64, order="C"))
     return x.to(torch.float64, memory_format=torch.contiguous_format)
 
 
-def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Batched a @ b; on CPU through numpy, whose small float64 products are ~2x faster here and
-    run in the calling thread."""
-    if a.device.type == "cpu":
+def _matmul(a: torch.Tensor, b: torch.Tensor, use_numpy: bool) -> torch.Tensor:
+    if use_numpy:
         return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
     return a @ b
 
 
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """dst[...] = src with a dtype cast; on CPU through numpy, in the calling thread."""
-    if dst.device.type == "cpu":
+def _copy(dst: torch.Tensor, src: torch.Tensor, use_numpy: bool) -> None:
+    """dst[...] = src, casting to dst's dtype."""
+    if use_numpy:
         np.copyto(dst.numpy(), src.numpy())
     else:
         dst.copy_(src)
 
 
-def _block(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
+def _block(x: torch.Tensor, uvt: torch.Tensor | None, use_numpy: bool) -> torch.Tensor:
     """Nuclear norms (b,) float64 of ``x`` (b, m, n), m <= n; writes U V^T into ``uvt`` if given."""
-    x64 = _float64(x)
-    gram = _matmul(x64, x64.mT)  # (b, m, m)
+    x64 = _float64(x, use_numpy)
+    gram = _matmul(x64, x64.mT, use_numpy)  # (b, m, m)
     if uvt is None:
         evals, u = torch.linalg.eigvalsh(gram), None  # no vectors: ~2x cheaper
     else:
@@ -86,8 +90,8 @@ def _block(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
         # U V^T = U diag(1/s) U^T X on the non-zero singular subspace. The product stays in
         # float64 because 1/s amplifies the round-off of X by the condition number.
         inv_s = torch.where(s > 0, s.clamp_min(torch.finfo(s.dtype).tiny).reciprocal(), 0.0)
-        proj = _matmul(u * inv_s.unsqueeze(-2), u.mT.contiguous())  # (b, m, m)
-        _copy(uvt, _matmul(proj, x64))
+        proj = _matmul(u * inv_s.unsqueeze(-2), u.mT.contiguous(), use_numpy)  # (b, m, m)
+        _copy(uvt, _matmul(proj, x64, use_numpy), use_numpy)
     return s.sum(-1)
 
 
@@ -97,14 +101,15 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
     short = x.detach().mT if transposed else x.detach()  # (..., k, l), k <= l
     flat = short.reshape(-1, *short.shape[-2:])  # (B, k, l), a view where possible
     uvt = torch.empty(flat.shape, dtype=x.dtype, device=x.device) if with_grad else None
+    on_cpu = x.device.type == "cpu"
     batch, threads = flat.shape[0], torch.get_num_threads()
-    if x.device.type != "cpu" or threads < 2 or batch < _MIN_BATCH_TO_SPLIT:
-        values = _block(flat, uvt)
+    if not on_cpu or threads < 2 or batch < _MIN_BATCH_TO_SPLIT:
+        values = _block(flat, uvt, use_numpy=on_cpu)
     else:
         # torch loops over the batch's LAPACK calls serially: give each thread its own share.
         edges = [batch * i // threads for i in range(threads + 1)]
         parts = [
-            (flat[lo:hi], None if uvt is None else uvt[lo:hi])
+            (flat[lo:hi], None if uvt is None else uvt[lo:hi], True)
             for lo, hi in zip(edges[:-1], edges[1:], strict=True)
         ]
         pool = _executor(threads - 1, os.getpid())
@@ -129,7 +134,7 @@ class _NuclearNorm(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         (uvt,) = ctx.saved_tensors
         if uvt.device.type == "cpu":  # numpy: no OpenMP fork/join for one multiply
-            return torch.from_numpy(grad_out.numpy()[..., None, None] * uvt.numpy())
+            return torch.from_numpy(grad_out.detach().numpy()[..., None, None] * uvt.numpy())
         return grad_out[..., None, None] * uvt
 
 

@@ -34,7 +34,9 @@ def tiny_cfg(root: Path, out: Path, **extra):
     return load_config(DEMO_CONFIG, [str(x) for kv in opts.items() for x in kv])
 
 
-def make_run(out: Path, root: Path, seed: int, checkpoint: str = "model_final.pth", **extra) -> Path:
+def make_run(
+    out: Path, root: Path, seed: int, checkpoint: str = "model_final.pth", **extra
+) -> Path:
     """A run folder as the trainer leaves it: config.yaml, a checkpoint (randomly initialised
     tiny ResNet-18, distinct per seed), last_checkpoint and a short fake metrics.json."""
     out.mkdir(parents=True, exist_ok=True)

@@ -62,9 +62,16 @@ def test_identical_views_give_sqrt_of_view_count(tmp_path):
     run's real augmentation the same images give clearly more."""
     root = make_symmetric_folder(tmp_path / "sym", size=16)
     source = ImageFolderSource(str(root))
-    same = tiny_cfg(root, tmp_path, **{"INPUT.LARGE_SCALE": "(1.0, 1.0)",
-                    "INPUT.JITTER_PROB": 0.0, "INPUT.GRAYSCALE_PROB": 0.0,
-                    "INPUT.BLUR_PROB": 0.0})  # fmt: skip
+    same = tiny_cfg(
+        root,
+        tmp_path,
+        **{
+            "INPUT.LARGE_SCALE": "(1.0, 1.0)",
+            "INPUT.JITTER_PROB": 0.0,
+            "INPUT.GRAYSCALE_PROB": 0.0,
+            "INPUT.BLUR_PROB": 0.0,
+        },
+    )
     model = build_model(same)
     crop, color = view_spec(same, 32)
     values = augmented_nuclear_norms(model.encoder_q, source, range(4), crop, color, batch_images=3)
@@ -123,10 +130,27 @@ def test_cli_fashion_mnist_with_accuracy_csv_and_checkpoint_file(sweep, tmp_path
     acc = tmp_path / "acc.csv"
     acc.write_text("Model,fashion-mnist kNN top-1,k\nLORAC-b2,71.50,200\nMoCo-M,69.25,200\n")
     out = tmp_path / "out"
-    rc = analyze_main([str(sweep["b2"]), str(sweep["mocom"] / "model_final.pth"),
-                       "--dataset", "fashion-mnist", "--data-root", str(fm), "--out", str(out),
-                       "--max-images", "3", "--labels", "LORAC-b2", "MoCo-M",
-                       "--accuracy-csv", str(acc), "--num-workers", "0"])  # fmt: skip
+    rc = analyze_main(
+        [
+            str(sweep["b2"]),
+            str(sweep["mocom"] / "model_final.pth"),
+            "--dataset",
+            "fashion-mnist",
+            "--data-root",
+            str(fm),
+            "--out",
+            str(out),
+            "--max-images",
+            "3",
+            "--labels",
+            "LORAC-b2",
+            "MoCo-M",
+            "--accuracy-csv",
+            str(acc),
+            "--num-workers",
+            "0",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     rows = read_csv(str(out / "accuracy_vs_nuclear_norm.csv")).rows
     assert [(r["model"], r["top1"], r["beta"]) for r in rows] == [
@@ -162,9 +186,20 @@ def test_errors_name_the_file(sweep, tmp_path, capsys):
     with pytest.raises(AnalysisError, match="no row matches"):
         analyze([str(sweep["b2"])], opt)
     with pytest.raises(AnalysisError, match="--labels gives 1 names for 2 models"):
-        analyze([str(sweep["b2"]), str(sweep["b8"])], AnalysisOptions("imagefolder", data, labels=["x"]))
-    rc = analyze_main([str(tmp_path / "missing"), "--dataset", "imagefolder", "--data-root", data,
-                       "--out", str(tmp_path / "o")])  # fmt: skip
+        analyze(
+            [str(sweep["b2"]), str(sweep["b8"])], AnalysisOptions("imagefolder", data, labels=["x"])
+        )
+    rc = analyze_main(
+        [
+            str(tmp_path / "missing"),
+            "--dataset",
+            "imagefolder",
+            "--data-root",
+            data,
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert rc == 1
     assert "missing: no such run directory or checkpoint file" in capsys.readouterr().err
 

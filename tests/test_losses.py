@@ -175,3 +175,11 @@ def test_shape_mismatch_raises():
         lorac_loss(q, _unit(5, 8, seed=24), neg, tau=0.2, beta=1.0)
     with pytest.raises(ValueError, match="negatives"):
         lorac_loss(q, _unit(4, 8, seed=25), _unit(10, 7, seed=26), tau=0.2, beta=1.0)
+
+
+@pytest.mark.parametrize("prior,beta", [("none", 1.0), ("laplace", math.inf), ("constant", 1.0)])
+def test_stats_log_the_nuclear_norm_even_when_the_prior_is_off(prior, beta):
+    q, k, neg = _unit(3, 4, 8, seed=27), _unit(4, 8, seed=28), _unit(10, 8, seed=29)
+    _, stats = lorac_loss_with_stats(q, k, neg, tau=0.2, beta=beta, prior=prior, c=3.0)
+    expected = torch.linalg.svdvals(torch.cat([q, k[None]]).transpose(0, 1).double()).sum(-1)
+    assert stats.nuclear_norm.item() == pytest.approx(expected.mean().item(), rel=1e-5)

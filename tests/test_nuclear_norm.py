@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pretrain.nuclear_norm import nuclear_norm
+from pretrain.nuclear_norm import _block, nuclear_norm
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -33,7 +33,7 @@ def value_and_grad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 SHAPES = [
     (6, 5, 128),  # LORAC: (N, M, d)
-    (70, 8, 32),  # batch large enough to be split across threads
+    (70, 8, 32),  # over the threading cut-off (split only with threads > 1: see below)
     (2, 3, 4, 9),  # two batch dims
     (7, 12),  # a single matrix
     (3, 9, 4),  # m > n: computed on the transpose
@@ -69,6 +69,22 @@ def test_threaded_split_matches_single_thread() -> None:
     torch.testing.assert_close(g3, g1, rtol=0, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_path_matches_numpy_path(dtype: torch.dtype) -> None:
+    """The all-torch steps that CUDA runs give the CPU (numpy) path's numbers, including rank
+    deficiency (rows 0 and 1 equal) and a strided input."""
+    x = _randn(9, 64, 6, seed=12, dtype=dtype).mT  # (9, 6, 64), not contiguous
+    x[:, 1] = x[:, 0]
+    uvt_np, uvt_torch = torch.empty(x.shape, dtype=dtype), torch.empty(x.shape, dtype=dtype)
+    v_np = _block(x, uvt_np, use_numpy=True)
+    v_torch = _block(x, uvt_torch, use_numpy=False)
+    ref_value, ref_grad = reference(x, rel_tol=1e-5)
+    torch.testing.assert_close(v_torch, v_np, rtol=1e-12, atol=0)
+    torch.testing.assert_close(uvt_torch, uvt_np, rtol=0, atol=1e-6)
+    torch.testing.assert_close(v_torch, ref_value, rtol=1e-10, atol=0)
+    torch.testing.assert_close(uvt_torch.double(), ref_grad, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("m", [2, 5, 8])
 def test_identical_rows(m: int) -> None:
     """m copies of r: value sqrt(m) ||r||, minimum-norm subgradient 1/sqrt(m) * r/||r|| per row."""
@@ -92,7 +108,9 @@ def test_zero_matrix() -> None:
 @pytest.mark.parametrize("transpose", [False, True])
 def test_exact_rank_two(transpose: bool) -> None:
     """8 rows spanning a 2-D space: value and U V^T of the two non-zero singular values."""
-    x = _randn(5, 8, 2, seed=1, dtype=torch.float64) @ _randn(5, 2, 128, seed=2, dtype=torch.float64)
+    x = _randn(5, 8, 2, seed=1, dtype=torch.float64) @ _randn(
+        5, 2, 128, seed=2, dtype=torch.float64
+    )
     x = x.float()
     if transpose:
         x = x.mT

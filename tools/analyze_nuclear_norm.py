@@ -34,17 +34,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("models", nargs="+", metavar="CKPT_OR_RUN_DIR")
     p.add_argument("--dataset", choices=["fashion-mnist", "imagefolder"], required=True)
-    p.add_argument("--data-root", required=True, help="idx folder, or <root>/<class>/<img> "
-                   "(<root>/val and <root>/train when both exist)")  # fmt: skip
+    p.add_argument(
+        "--data-root",
+        required=True,
+        help="idx folder, or <root>/<class>/<img> (<root>/val and <root>/train when both exist)",
+    )
     p.add_argument("--class-list", default="", help="imagefolder: e.g. imagenet100")
     p.add_argument("--out", required=True, help="output folder for the PNG + CSV pairs")
     p.add_argument("--views", type=int, default=32, help="augmentations per image (paper: 32)")
-    p.add_argument("--max-images", type=int, default=0, help="N test images spread over the "
-                   "split (default: all)")  # fmt: skip
+    p.add_argument(
+        "--max-images",
+        type=int,
+        default=0,
+        help="N test images spread over the split (default: all)",
+    )
     p.add_argument("--labels", nargs="+", default=[], metavar="NAME", help="one per model")
     p.add_argument("--accuracy-csv", default="", help="CSV: label/run/Method/Model + top-1 (%%)")
-    p.add_argument("--knn-train", type=int, default=0, metavar="N",
-                   help="compute accuracy with weighted kNN on N train images instead")  # fmt: skip
+    p.add_argument(
+        "--knn-train",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compute accuracy with weighted kNN on N train images instead",
+    )
     p.add_argument("--knn-k", type=int, default=200)
     p.add_argument("--batch-images", type=int, default=8, help="images per forward (x views)")
     p.add_argument("--num-workers", type=int, default=2)
@@ -61,13 +73,24 @@ def main(argv=None) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
     opt = AnalysisOptions(
-        dataset=args.dataset, data_root=args.data_root, views=args.views,
-        max_images=args.max_images, class_list=args.class_list, seed=args.seed,
-        batch_images=args.batch_images, num_workers=args.num_workers, device=device,
-        accuracy_csv=args.accuracy_csv, knn_train=args.knn_train, knn_k=args.knn_k,
+        dataset=args.dataset,
+        data_root=args.data_root,
+        views=args.views,
+        max_images=args.max_images,
+        class_list=args.class_list,
+        seed=args.seed,
+        batch_images=args.batch_images,
+        num_workers=args.num_workers,
+        device=device,
+        accuracy_csv=args.accuracy_csv,
+        knn_train=args.knn_train,
+        knn_k=args.knn_k,
         labels=args.labels,
-    )  # fmt: skip
+    )
     try:
         results = analyze(args.models, opt)
         figures = write_outputs(results, args.out, args.views)
@@ -76,8 +99,10 @@ def main(argv=None) -> int:
         return 1
     for r in results:
         acc = f", top-1 {r.top1:.2f}% ({r.top1_source})" if r.top1 is not None else ""
-        print(f"{r.label}: beta {r.beta:g}, mean ||Q_hat||_* {r.values.mean():.3f} "
-              f"over {len(r.values)} images{acc}")  # fmt: skip
+        print(
+            f"{r.label}: beta {r.beta:g}, mean ||Q_hat||_* {r.values.mean():.3f} "
+            f"over {len(r.values)} images{acc}"
+        )
     if "accuracy" not in figures:
         print("no accuracy given (--accuracy-csv / --knn-train): accuracy figure skipped")
     for w in figures.values():

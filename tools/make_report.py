@@ -39,20 +39,28 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not (args.runs or args.eval_dir or args.detection_dir or args.ablation_dir
-            or args.nuclear_dir):  # fmt: skip
+    if not (
+        args.runs or args.eval_dir or args.detection_dir or args.ablation_dir or args.nuclear_dir
+    ):
         print("error: nothing to report: give run folders or result folders", file=sys.stderr)
         return 2
     try:
         report = build_report(
-            args.runs, args.out, eval_dirs=args.eval_dir, detection_dirs=args.detection_dir,
-            ablation_dirs=args.ablation_dir, nuclear_dir=args.nuclear_dir, title=args.title,
-        )  # fmt: skip
+            args.runs,
+            args.out,
+            eval_dirs=args.eval_dir,
+            detection_dirs=args.detection_dir,
+            ablation_dirs=args.ablation_dir,
+            nuclear_dir=args.nuclear_dir,
+            title=args.title,
+        )
     except AnalysisError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
-    print(f"wrote {report.html_path} and {report.markdown_path} "
-          f"({len(report.figures)} figures, {len(report.tables)} tables)")  # fmt: skip
+    print(
+        f"wrote {report.html_path} and {report.markdown_path} "
+        f"({len(report.figures)} figures, {len(report.tables)} tables)"
+    )
     return 0
 
 

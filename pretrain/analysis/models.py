@@ -91,7 +91,9 @@ def load_pretrained(path: str, label: str = "", device: str = "cpu") -> Pretrain
     obj = load_checkpoint_file(ckpt_path)
     state = obj.get("model")
     if not isinstance(state, dict):
-        raise AnalysisError(f"{ckpt_path}: no 'model' state dict (top-level keys {sorted(obj)[:6]})")
+        raise AnalysisError(
+            f"{ckpt_path}: no 'model' state dict (top-level keys {sorted(obj)[:6]})"
+        )
     model = build_model(cfg)
     try:
         model.load_state_dict(state, strict=True)

@@ -81,18 +81,29 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
             raise AnalysisError(f"two models are labelled {m.label!r}; name them with --labels")
         crop, color = view_spec(m.cfg, opt.views)
         values = augmented_nuclear_norms(
-            m.model.encoder_q, test, indices, crop, color, seed=opt.seed,
-            batch_images=opt.batch_images, num_workers=opt.num_workers, device=opt.device,
+            m.model.encoder_q,
+            test,
+            indices,
+            crop,
+            color,
+            seed=opt.seed,
+            batch_images=opt.batch_images,
+            num_workers=opt.num_workers,
+            device=opt.device,
             desc=f"[{n + 1}/{len(paths)}] {m.label}",
-        )  # fmt: skip
+        )
         stats = ModelStats(m.label, m.checkpoint, m.prior, m.beta, indices, classes, values)
         if train is not None:
             stats.top1 = knn_top1(
-                m.model.encoder_q.backbone, (train, train_idx), (test, indices),
+                m.model.encoder_q.backbone,
+                (train, train_idx),
+                (test, indices),
                 size=m.cfg.INPUT.LARGE_SIZE,
                 crop_fraction=1.0 if opt.dataset == "fashion-mnist" else 0.875,
-                device=opt.device, k=opt.knn_k, num_workers=opt.num_workers,
-            )  # fmt: skip
+                device=opt.device,
+                k=opt.knn_k,
+                num_workers=opt.num_workers,
+            )
             stats.top1_source = f"kNN k={opt.knn_k} ({len(train_idx)} train images)"
         elif accuracy:
             stats.top1 = accuracy_for(accuracy, m.label, path)
@@ -127,12 +138,20 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
 
     written = {}
     rows = [
-        {"model": r.label, "beta": _beta(r.beta), "image_index": i, "class": c,
-         "nuclear_norm": f"{v:.6f}"}
-        for r in results for i, c, v in zip(r.indices, r.classes, r.values, strict=True)
-    ]  # fmt: skip
+        {
+            "model": r.label,
+            "beta": _beta(r.beta),
+            "image_index": i,
+            "class": c,
+            "nuclear_norm": f"{v:.6f}",
+        }
+        for r in results
+        for i, c, v in zip(r.indices, r.classes, r.values, strict=True)
+    ]
     write_csv(path("hist", "csv"), ["model", "beta", "image_index", "class", "nuclear_norm"], rows)
-    counts = plots.plot_histograms({r.label: r.values for r in results}, path("hist", "png"), views=views)
+    counts = plots.plot_histograms(
+        {r.label: r.values for r in results}, path("hist", "png"), views=views
+    )
     written["hist"] = Written(path("hist", "png"), path("hist", "csv"), sum(counts.values()))
 
     summary = [summary_row(r) for r in results]
@@ -148,10 +167,15 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
     with_acc = [r for r in results if r.top1 is not None]
     if with_acc:
         acc_rows = [
-            {"model": r.label, "beta": _beta(r.beta), "mean_nuclear_norm": f"{r.values.mean():.4f}",
-             "top1": f"{r.top1:.2f}", "accuracy_source": r.top1_source}
+            {
+                "model": r.label,
+                "beta": _beta(r.beta),
+                "mean_nuclear_norm": f"{r.values.mean():.4f}",
+                "top1": f"{r.top1:.2f}",
+                "accuracy_source": r.top1_source,
+            }
             for r in with_acc
-        ]  # fmt: skip
+        ]
         write_csv(path("accuracy", "csv"), list(acc_rows[0]), acc_rows)
         n = plots.plot_accuracy_vs_nuclear(
             [plots.Point(r.label, float(r.values.mean()), r.top1, r.beta) for r in with_acc],

@@ -71,7 +71,13 @@ def plot_histograms(
     for i, (label, v) in enumerate(values.items()):
         arr = np.asarray(v, dtype=float)
         n, _, _ = ax.hist(arr, bins=edges, histtype="stepfilled", alpha=0.35, color=f"C{i}")
-        ax.hist(arr, bins=edges, histtype="step", color=f"C{i}", label=f"{label} (mean {arr.mean():.2f})")
+        ax.hist(
+            arr,
+            bins=edges,
+            histtype="step",
+            color=f"C{i}",
+            label=f"{label} (mean {arr.mean():.2f})",
+        )
         counts[label] = int(round(float(np.sum(n))))
     ax.axvline(math.sqrt(views), color="grey", ls=":", lw=1)
     ax.text(math.sqrt(views), ax.get_ylim()[1] * 0.95, f" \u221a{views}", color="grey", va="top")
@@ -91,6 +97,7 @@ def _sweep_axes(ax, points: Sequence[Point], x_of) -> None:
     ticks = sorted(beta_at)
     ax.set_xticks(ticks)
     ax.set_xticklabels([beta_text(beta_at[t]) for t in ticks])
+    ax.set_xlim(ticks[0] / 2.0, ticks[-1] * 2.0)  # room for the point labels at both ends
 
 
 def _inf_position(points: Sequence[Point]) -> float:
@@ -118,8 +125,14 @@ def plot_vs_beta(points: Sequence[Point], path: str, *, ylabel: str, title: str)
         ax.scatter([p.beta for p in finite], [p.y for p in finite], color="C0", zorder=3)
     others = [p for p in points if not math.isfinite(p.beta)]
     if others:
-        ax.scatter([x_inf] * len(others), [p.y for p in others], color="C3", marker="s",
-                   zorder=3, label=f"\u03b2 = {INF_TEXT} (prior off)")  # fmt: skip
+        ax.scatter(
+            [x_inf] * len(others),
+            [p.y for p in others],
+            color="C3",
+            marker="s",
+            zorder=3,
+            label=f"\u03b2 = {INF_TEXT} (prior off)",
+        )
     for p in points:
         ax.annotate(p.label, (x_of(p), p.y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     _sweep_axes(ax, points, x_of)
@@ -143,8 +156,14 @@ def plot_accuracy_vs_nuclear(points: Sequence[Point], path: str, *, ylabel: str,
     for p in points:
         inf = not math.isfinite(p.beta)
         ax.scatter([p.x], [p.y], color="C3" if inf else "C0", marker="s" if inf else "o", zorder=3)
-        ax.annotate(f"{p.label} (\u03b2={beta_text(p.beta)})", (p.x, p.y), textcoords="offset points",
-                    xytext=(4, 4), fontsize=7)  # fmt: skip
+        ax.annotate(
+            f"{p.label} (\u03b2={beta_text(p.beta)})",
+            (p.x, p.y),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+        )
+    ax.margins(x=0.25, y=0.15)  # room for the point labels
     ax.set_xlabel(f"mean {NUC} on test images")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -158,17 +177,16 @@ def plot_curves(
     *,
     ylabel: str,
     title: str,
-    log_y: bool = False,
 ) -> dict[str, int]:
     """One training metric against the iteration, one line per run (NaNs are gaps).
 
     Infinite values (beta while the prior is off) are drawn on a dotted line above the finite
-    ones, labelled with the infinity sign. Returns the number of points drawn per run.
+    ones, whose y tick reads as the infinity sign. Returns the number of points drawn per run.
     """
     finite_all = [y for _, ys in series.values() for y in ys if math.isfinite(y)]
     has_inf = any(math.isinf(y) and y > 0 for _, ys in series.values() for y in ys)
     top = max(finite_all) if finite_all else 1.0
-    inf_level = top * 2.0 if log_y else top + 0.2 * (abs(top) or 1.0)
+    inf_level = top + 0.25 * (abs(top) or 1.0)
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = {}
     for i, (label, (xs, ys)) in enumerate(series.items()):
@@ -181,10 +199,11 @@ def plot_curves(
         drawn[label] = int(ok.sum())
     if has_inf:
         ax.axhline(inf_level, color="grey", ls=":", lw=1)
-        ax.annotate(f"{INF_TEXT} (prior off) ", (1, inf_level), xycoords=("axes fraction", "data"),
-                    ha="right", va="bottom", color="grey", fontsize=8)  # fmt: skip
-    if log_y and (finite_all or has_inf) and min(finite_all or [1.0]) > 0:
-        ax.set_yscale("log")
+        low, _ = ax.get_ylim()
+        ticks = [t for t in ax.get_yticks() if low <= t < inf_level - 0.1 * (inf_level - low)]
+        ticks = ticks if finite_all else []  # nothing finite: only the infinity tick means anything
+        ax.set_yticks([*ticks, inf_level])
+        ax.set_yticklabels([f"{t:g}" for t in ticks] + [f"{INF_TEXT} (off)"])
     ax.set_xlabel("iteration")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime
 import html
+import math
 import os
 import re
 import shutil
@@ -66,30 +67,35 @@ class Report:
 
 def _curves(runs: Sequence[RunData], fig_dir: str) -> Section:
     sec = Section("Training curves")
-    missing = []
+    missing, gaps = [], False
     for c in CURVES:
         series = {}
         for r in runs:
             xs, ys = r.series(c.key)
-            ys = [float("nan") if c.zero_is_missing and y == 0.0 else y * c.scale for y in ys]
-            if any(y == y for y in ys):  # at least one non-NaN value
+            gaps |= c.zero_is_missing and 0.0 in ys
+            ys = [math.nan if c.zero_is_missing and y == 0.0 else y * c.scale for y in ys]
+            if not all(math.isnan(y) for y in ys):
                 series[r.label] = (xs, ys)
         if not series:
             missing.append(c.key)
             continue
         stem = os.path.join(fig_dir, "curve_" + re.sub(r"[^A-Za-z0-9]+", "_", c.key))
-        drawn = plots.plot_curves(series, stem + ".png", ylabel=c.ylabel, title=c.title,
-                                  log_y=c.log_y)  # fmt: skip
-        rows = [{"run": k, "iteration": f"{x:g}", c.key: f"{y:.6g}"}
-                for k, (xs, ys) in series.items() for x, y in zip(xs, ys, strict=True)
-                if y == y]  # fmt: skip
+        drawn = plots.plot_curves(series, stem + ".png", ylabel=c.ylabel, title=c.title)
+        rows = [
+            {"run": k, "iteration": f"{x:g}", c.key: f"{y:.6g}"}
+            for k, (xs, ys) in series.items()
+            for x, y in zip(xs, ys, strict=True)
+            if not math.isnan(y)
+        ]
         write_csv(stem + ".csv", ["run", "iteration", c.key], rows)
         sec.figures.append(
             Figure(c.title, stem + ".png", f"metrics.json key {c.key!r}", sum(drawn.values()))
         )
-    if "nuclear_norm" not in missing:
-        sec.text.append("mean ||Q||_* is not computed (logged as 0) while the prior is off "
-                        "(beta = inf); those iterations are gaps in its curve.")  # fmt: skip
+    if gaps:
+        sec.text.append(
+            "mean ||Q||_* is not computed (logged as 0) while the prior is off "
+            "(beta = inf); those iterations are gaps in its curve."
+        )
     if missing:
         sec.text.append("Not logged by any run: " + ", ".join(missing) + ".")
     return sec
@@ -102,8 +108,11 @@ def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
         return sec
     if not os.path.isdir(nuclear_dir):
         raise AnalysisError(f"{nuclear_dir}: nuclear-norm folder not found")
-    titles = {"hist": "Histogram of ||Q_hat||_* (Fig. 4c)", "beta": "Mean ||Q_hat||_* vs beta "
-              "(Fig. 3b)", "accuracy": "Accuracy vs ||Q_hat||_* (Fig. 3c)"}  # fmt: skip
+    titles = {
+        "hist": "Histogram of ||Q_hat||_* (Fig. 4c)",
+        "beta": "Mean ||Q_hat||_* vs beta (Fig. 3b)",
+        "accuracy": "Accuracy vs ||Q_hat||_* (Fig. 3c)",
+    }
     for key, stem in NUCLEAR_FIGURES.items():
         src = os.path.join(nuclear_dir, stem)
         if not os.path.isfile(src + ".png"):
@@ -145,8 +154,10 @@ def build_report(
         overview.text.append("not run: no pretraining run directories given.")
     sections = [overview, _curves(runs, fig_dir)]
     tables = Section("The paper's tables with this run's numbers")
-    tables.text.append("Rows 'paper' are transcribed from the paper's LaTeX; rows 'this run' come "
-                       "from the evaluation tools' CSV files (matched by model name).")  # fmt: skip
+    tables.text.append(
+        "Rows 'paper' are transcribed from the paper's LaTeX; rows 'this run' come "
+        "from the evaluation tools' CSV files (matched by model name)."
+    )
     for key, paper in PAPER_TABLES.items():
         tables.tables.append(
             compare_table(paper, results.rows.get(key, []), results.sources.get(key, []))
@@ -160,13 +171,19 @@ def build_report(
     sections.append(_nuclear(nuclear_dir, fig_dir))
     other = [t for t in results.other if os.path.basename(t.path) != "knn.csv"]
     if other:
-        sections.append(Section("Other result tables", tables=[
-            csv_table(t, os.path.basename(t.path)) for t in other]))  # fmt: skip
-    inputs = [f"runs: {', '.join(run_specs) or 'none'}",
-              f"evaluation folders: {', '.join(eval_dirs) or 'none'}",
-              f"detection folders: {', '.join(detection_dirs) or 'none'}",
-              f"ablation folders (Table 5): {', '.join(ablation_dirs) or 'none'}",
-              f"nuclear-norm folder: {nuclear_dir or 'none'}"]  # fmt: skip
+        sections.append(
+            Section(
+                "Other result tables",
+                tables=[csv_table(t, os.path.basename(t.path)) for t in other],
+            )
+        )
+    inputs = [
+        f"runs: {', '.join(run_specs) or 'none'}",
+        f"evaluation folders: {', '.join(eval_dirs) or 'none'}",
+        f"detection folders: {', '.join(detection_dirs) or 'none'}",
+        f"ablation folders (Table 5): {', '.join(ablation_dirs) or 'none'}",
+        f"nuclear-norm folder: {nuclear_dir or 'none'}",
+    ]
     md_path = os.path.join(out_dir, "report.md")
     html_path = os.path.join(out_dir, "report.html")
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -177,27 +194,39 @@ def build_report(
     return Report(html_path, md_path, sections)
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ") or " "
+def _md(text: str) -> str:
+    """Escape Markdown's emphasis, code, link and table characters (``||Q||_*`` is common)."""
+    return re.sub(r"([\\`*_\[\]|<>])", r"\\\1", text).replace("\n", " ")
+
+
+def _md_cell(text: str, bold: bool = False) -> str:
+    if not text:
+        return " "
+    return f"**{_md(text)}**" if bold else _md(text)
 
 
 def render_markdown(
     title: str, stamp: str, inputs: list[str], sections: list[Section], out_dir: str
 ) -> str:
-    lines = [f"# {title}", "", f"Generated {stamp}.", ""] + [f"- {i}" for i in inputs] + [""]
+    lines = [f"# {_md(title)}", "", f"Generated {stamp}.", ""]
+    lines += [f"- {_md(i)}" for i in inputs] + [""]
     for sec in sections:
-        lines += [f"## {sec.title}", ""]
-        lines += [p + "\n" for p in sec.text]
+        lines += [f"## {_md(sec.title)}", ""]
+        lines += [_md(p) + "\n" for p in sec.text]
         for fig in sec.figures:
             rel = os.path.relpath(fig.path, out_dir).replace(os.sep, "/")
-            lines += [f"![{fig.title}]({rel})", "", f"*{fig.title}* ({fig.caption})", ""]
+            lines += [
+                f"![{_md(fig.title)}]({rel})",
+                "",
+                f"{_md(fig.title)} ({_md(fig.caption)})",
+                "",
+            ]
         for t in sec.tables:
-            lines += [f"### {t.title}", "", "| " + " | ".join(map(_md_cell, t.columns)) + " |"]
+            lines += [f"### {_md(t.title)}", "", "| " + " | ".join(map(_md_cell, t.columns)) + " |"]
             lines.append("|" + "|".join(["---"] * len(t.columns)) + "|")
             for cells, kind in zip(t.rows, t.kinds, strict=True):
-                cells = [f"**{c}**" if kind == "ours" and c else c for c in cells]
-                lines.append("| " + " | ".join(map(_md_cell, cells)) + " |")
-            lines += [""] + [n + "\n" for n in t.notes]
+                lines.append("| " + " | ".join(_md_cell(c, kind == "ours") for c in cells) + " |")
+            lines += [""] + [_md(n) + "\n" for n in t.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -219,25 +248,34 @@ figcaption { font-size: 12px; color: #444; }
 
 def render_html(title: str, stamp: str, inputs: list[str], sections: list[Section]) -> str:
     e = html.escape
-    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
-           f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-           f"<p>Generated {e(stamp)}.</p><ul>"] + [f"<li>{e(i)}</li>" for i in inputs]  # fmt: skip
-    out.append("</ul><ul>" + "".join(
-        f"<li><a href='#s{n}'>{e(s.title)}</a></li>" for n, s in enumerate(sections)) + "</ul>")  # fmt: skip
+    out = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
+        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+        f"<p>Generated {e(stamp)}.</p><ul>",
+    ] + [f"<li>{e(i)}</li>" for i in inputs]
+    out.append(
+        "</ul><ul>"
+        + "".join(f"<li><a href='#s{n}'>{e(s.title)}</a></li>" for n, s in enumerate(sections))
+        + "</ul>"
+    )
     for n, sec in enumerate(sections):
         out.append(f"<h2 id='s{n}'>{e(sec.title)}</h2>")
         out += [f"<p>{e(p)}</p>" for p in sec.text]
         for fig in sec.figures:
             with open(fig.path, "rb") as f:
                 data = base64.b64encode(f.read()).decode("ascii")
-            out.append(f"<figure><img alt='{e(fig.title, quote=True)}' "
-                       f"src='data:image/png;base64,{data}'>"
-                       f"<figcaption>{e(fig.title)} ({e(fig.caption)})</figcaption></figure>")  # fmt: skip
+            out.append(
+                f"<figure><img alt='{e(fig.title, quote=True)}' "
+                f"src='data:image/png;base64,{data}'>"
+                f"<figcaption>{e(fig.title)} ({e(fig.caption)})</figcaption></figure>"
+            )
         for t in sec.tables:
             out.append(f"<h3>{e(t.title)}</h3><div class='tablewrap'><table><tr>")
             out.append("".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr>")
             for cells, kind in zip(t.rows, t.kinds, strict=True):
-                out.append(f"<tr class='{kind}'>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+                out.append(
+                    f"<tr class='{kind}'>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>"
+                )
             out.append("</table></div>" + "".join(f"<p class='note'>{e(x)}</p>" for x in t.notes))
     out.append("</body></html>")
     return "\n".join(out) + "\n"

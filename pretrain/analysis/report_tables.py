@@ -53,13 +53,21 @@ def compare_table(paper: PaperTable, found: Sequence[FoundRow], sources: Sequenc
     used: set[int] = set()
     for prow in paper.rows:
         table.add(
-            [prow.name, "paper", *(_paper_cell(prow.values[c], prow.marks.get(c, "")) for c in columns)],
+            [
+                prow.name,
+                "paper",
+                *(_paper_cell(prow.values[c], prow.marks.get(c, "")) for c in columns),
+            ],
             "paper",
-        )  # fmt: skip
-        matches = [i for i, r in enumerate(found) if normalize_name(r.name) == normalize_name(prow.name)]
+        )
+        matches = [
+            i for i, r in enumerate(found) if normalize_name(r.name) == normalize_name(prow.name)
+        ]
         for i in matches:
             used.add(i)
-            table.add([found[i].name, "this run", *(found[i].values.get(c, "") for c in columns)], "ours")
+            table.add(
+                [found[i].name, "this run", *(found[i].values.get(c, "") for c in columns)], "ours"
+            )
         if not matches and prow.name in paper.main_rows:
             table.add([prow.name, "this run", *([NOT_RUN] + [""] * (len(columns) - 1))], "missing")
     for i, r in enumerate(found):
@@ -71,7 +79,8 @@ def compare_table(paper: PaperTable, found: Sequence[FoundRow], sources: Sequenc
         table.notes.append(f"{NOT_RUN}: no result file for this table was found.")
     if any(r.marks for r in paper.rows):
         table.notes.append(
-            "Paper marks: # borrowed from Kolesnikov et al. (2019), § re-implemented by the authors."
+            "Paper marks: # borrowed from Kolesnikov et al. (2019), "
+            "§ re-implemented by the authors."
         )
     return table
 
@@ -95,18 +104,36 @@ def _num(value: float | None, digits: int = 3) -> str:
 def runs_table(runs: Sequence[RunData]) -> Table:
     """One row per pretraining run: its setup and the last logged values."""
     t = Table(
-        "Pretraining runs",
-        ["run", "prior", "beta", "arch", "last iteration", "loss", "mean ||Q||_*",
-         "kNN top-1 (%)", "images/s (mean)", "notes"],
-    )  # fmt: skip
+        "Setup and last logged values",
+        [
+            "run",
+            "prior",
+            "beta",
+            "arch",
+            "last iteration",
+            "loss",
+            "mean ||Q||_*",
+            "kNN top-1 (%)",
+            "images/s (mean)",
+            "notes",
+        ],
+    )
     for r in runs:
         last_iter = r.records[-1]["iteration"] if r.records else None
         knn = r.last("knn/top1")
         _, speed = r.series("images_per_sec")
-        t.add([
-            r.label, r.cfg("LOSS.PRIOR", ""), _num(r.beta, 2), r.cfg("MODEL.ARCH", ""),
-            "" if last_iter is None else str(last_iter), _num(r.last("total_loss")),
-            _num(r.last("nuclear_norm", skip_zero=True)), _num(None if knn is None else 100 * knn, 2),
-            _num(sum(speed) / len(speed) if speed else None, 1), "; ".join(r.notes),
-        ])  # fmt: skip
+        t.add(
+            [
+                r.label,
+                r.cfg("LOSS.PRIOR", ""),
+                _num(r.beta, 2),
+                r.cfg("MODEL.ARCH", ""),
+                "" if last_iter is None else str(last_iter),
+                _num(r.last("total_loss")),
+                _num(r.last("nuclear_norm", skip_zero=True)),
+                _num(None if knn is None else 100 * knn, 2),
+                _num(sum(speed) / len(speed) if speed else None, 1),
+                "; ".join(r.notes),
+            ]
+        )
     return t

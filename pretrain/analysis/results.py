@@ -120,10 +120,11 @@ def _detection_runs(root: str) -> tuple[list[FoundRow], list[str]]:
         raise AnalysisError(str(e)) from None
     columns = [f"{title} {m}" for _, _, title in TABLE_COLUMNS for m in ("AP", "AP50", "AP75")]
     rows = [
-        FoundRow(label, {c: f"{v:.3f}" for c, v in zip(columns, row, strict=True) if v is not None},
-                 root)  # .3f as the collector CSV, so the same run dedupes
+        FoundRow(
+            label, {c: f"{v:.3f}" for c, v in zip(columns, row, strict=True) if v is not None}, root
+        )  # .3f as the collector CSV, so the same run dedupes
         for label, row in zip(labels, values, strict=True)
-    ]  # fmt: skip
+    ]
     return rows, [r.run_dir for r in runs]
 
 
@@ -134,7 +135,9 @@ def collect_results(
 ) -> Results:
     """Read every result file under the folders; a folder that does not exist is an error."""
     res = Results()
-    groups = [(d, False) for d in (*eval_dirs, *detection_dirs)] + [(d, True) for d in ablation_dirs]
+    groups = [(d, False) for d in (*eval_dirs, *detection_dirs)] + [
+        (d, True) for d in ablation_dirs
+    ]
     for root, ablation in groups:
         if not os.path.isdir(root):
             raise AnalysisError(f"{root}: results folder not found")

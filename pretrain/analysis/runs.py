@@ -26,7 +26,6 @@ class Curve:
     title: str
     ylabel: str
     scale: float = 1.0  # e.g. 100 for fractions shown in %
-    log_y: bool = False
     zero_is_missing: bool = False
 
 
@@ -38,7 +37,7 @@ CURVES = (
     Curve("inst_acc", "Instance-discrimination accuracy", "accuracy (%)", scale=100.0),
     Curve("knn/top1", "kNN top-1 accuracy (monitor)", "top-1 (%)", scale=100.0),
     Curve("lr", "Learning rate", "lr"),
-    Curve("beta", "Prior beta", "beta", log_y=True),
+    Curve("beta", "Prior beta", "beta"),
     Curve("images_per_sec", "Throughput", "images / s"),
 )
 

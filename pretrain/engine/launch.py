@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 
 import torch
+from detectron2.config import CfgNode as D2CfgNode
 from detectron2.engine import default_argument_parser, default_setup
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
 
+from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config import load_config
 
 __all__ = ["argument_parser", "setup"]
@@ -33,5 +37,11 @@ def setup(args):
         cfg.MODEL.DEVICE = "cpu"
         cfg.freeze()
         logging.getLogger("pretrain").warning("no CUDA device: MODEL.DEVICE set to cpu")
-    default_setup(cfg, args)  # logging, seeds, cudnn; the trainer dumps config.yaml and env.txt
+    # under torchrun or srun (one process per task): join the process group from their variables
+    maybe_init_distributed(cfg.MODEL.DEVICE)
+    # logging, seeds, cudnn; the trainer dumps config.yaml and env.txt. default_setup reads keys
+    # through OmegaConf unless it gets detectron2's CfgNode (fvcore's fails in OmegaConf.select).
+    default_setup(D2CfgNode(cfg), args)
+    # this package's own loggers (resume, preemption) to the console of rank 0 and log.txt
+    setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="pretrain")
     return cfg

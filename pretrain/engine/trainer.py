@@ -15,6 +15,7 @@ from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from torch.nn.parallel import DistributedDataParallel
 
+from pretrain.cluster.preemption import StopOnSignal
 from pretrain.config import ConfigError, validate_cfg
 from pretrain.data.loader import build_pretrain_loader, dataset_size
 from pretrain.engine.checkpoint import AtomicCheckpointer
@@ -102,6 +103,9 @@ class PretrainTrainer(SimpleTrainer):
             )
             writers = default_writers(cfg.OUTPUT_DIR, self.max_iter)
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
+        # last, on every rank: after a preemption/time-limit signal, save and stop (all ranks at
+        # the same iteration); see pretrain/cluster/preemption.py
+        ret.append(StopOnSignal())
         return ret
 
     def extra_hooks(self) -> list:

@@ -1,0 +1,106 @@
+"""What a submitted job runs: checkpointable callables (submitit ``helpers.Checkpointable``).
+
+* :class:`PretrainJob`: one task per process (per GPU, or per CPU process). Each task joins
+  torch.distributed from its SLURM/submitit variables (``pretrain.engine.launch.setup``), builds
+  the trainer, resumes from ``OUTPUT_DIR/last_checkpoint`` and trains. Preemption and time-limit
+  signals are handled at iteration boundaries by the trainer's ``StopOnSignal`` hook.
+* :class:`ToolJob`: one task per node running a detectron2-``launch`` tool (``tools/train_net.py``,
+  ``tools/linear_probe.py``, ...) with ``--num-machines/--machine-rank/--dist-url`` from the job;
+  ``launch`` then starts the node's processes. Requeued runs get ``--resume``.
+
+If a time-limit signal arrives before training started (while the trainer is still being
+built), submitit's own handler calls ``checkpoint()``: for both classes that is "run the same
+thing again", which resumes from the last checkpoint, and submitit requeues the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from pretrain.cluster.distributed import first_host, job_port
+
+__all__ = ["PretrainJob", "ToolJob", "tool_command"]
+
+
+class PretrainJob(Checkpointable):
+    """Pretraining in one task. ``opts`` are config overrides (KEY VALUE ...); ``extra_hooks``
+    (picklable ``HookBase`` objects) are registered after the trainer's own hooks."""
+
+    def __init__(self, config_file: str, opts: Sequence[str], extra_hooks: Sequence = ()):
+        self.config_file = config_file
+        self.opts = list(opts)
+        self.extra_hooks = list(extra_hooks)
+
+    def __call__(self) -> str:
+        from pretrain.engine.launch import argument_parser, setup
+        from pretrain.engine.trainer import PretrainTrainer
+
+        parser = argument_parser("pretraining job")
+        args = parser.parse_args(["--config-file", self.config_file, *self.opts])
+        cfg = setup(args)  # joins the process group from SLURM_* / SUBMITIT_LOCAL_* variables
+        trainer = PretrainTrainer(cfg)
+        trainer.register_hooks(self.extra_hooks)
+        trainer.resume()
+        trainer.train()
+        # Done: a time-limit warning arriving now must not kill the exiting process (Python
+        # resets handled signals to their default action, "terminate", during shutdown) and
+        # turn a finished job into a failed one. Ignored signals are left ignored.
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)
+        return os.path.join(cfg.OUTPUT_DIR, "model_final.pth")
+
+
+def tool_command(
+    script: str,
+    argv: Sequence[str],
+    procs_per_node: int,
+    num_nodes: int,
+    node: int,
+    master: str,
+    port: int,
+) -> list[str]:
+    """The command line one node runs: the tool with detectron2's multi-machine ``launch`` flags."""
+    return [
+        sys.executable,
+        script,
+        *argv,
+        "--num-gpus", str(procs_per_node),
+        "--num-machines", str(num_nodes),
+        "--machine-rank", str(node),
+        "--dist-url", f"tcp://{master}:{port}",
+    ]  # fmt: skip
+
+
+class ToolJob(Checkpointable):
+    """A detectron2-``launch`` tool on every node of the job (one task per node)."""
+
+    def __init__(self, script: str, argv: Sequence[str], procs_per_node: int):
+        self.script, self.argv, self.procs_per_node = script, list(argv), procs_per_node
+
+    def __call__(self) -> int:
+        from submitit import JobEnvironment
+
+        job = JobEnvironment()
+        nodelist = os.environ.get("SLURM_JOB_NODELIST")
+        master = first_host(nodelist) if nodelist else "127.0.0.1"
+        restart = int(os.environ.get("SLURM_RESTART_COUNT", 0))
+        cmd = tool_command(
+            self.script, self.argv, self.procs_per_node, job.num_nodes, job.node, master,
+            job_port(job.job_id, restart),
+        )  # fmt: skip
+        print("running:", " ".join(cmd), flush=True)
+        code = subprocess.call(cmd)
+        if code:
+            raise RuntimeError(f"{os.path.basename(self.script)} exited with status {code}")
+        return code
+
+    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
+        # The tool saved periodic checkpoints itself; the requeued run continues from them.
+        argv = self.argv if "--resume" in self.argv else [*self.argv, "--resume"]
+        return DelayedSubmission(ToolJob(self.script, argv, self.procs_per_node))

@@ -1,0 +1,253 @@
+"""Submitting pretraining (or an evaluation tool) to SLURM with submitit, or running it locally.
+
+``tools/submit_pretrain.py`` is the command line; everything it does is here so that tests and
+notebooks can submit the same way. Layout of a job:
+
+* ``--entry pretrain``: one SLURM task per process, ``--gpus-per-node`` tasks per node (one per
+  GPU) or, on CPU nodes (``--gpus-per-node 0``), ``--tasks-per-node`` processes;
+* ``--entry train_net|linear_probe|semi_supervised``: one task per node that runs the tool with
+  detectron2's ``launch`` (``--num-gpus`` = GPUs, or ``--tasks-per-node`` CPU processes).
+
+Submission problems (impossible requests, a partition SLURM refuses) raise :class:`SubmitError`,
+whose message is one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import submitit
+from submitit.core.utils import FailedJobError
+
+from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
+
+__all__ = [
+    "ENTRIES",
+    "BuiltJob",
+    "JobRequest",
+    "SubmitError",
+    "build_job",
+    "dry_run_text",
+    "slurm_parameters",
+    "submit",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+# entry -> the tool a node runs (pretrain runs in-process, one task per process)
+ENTRIES = {
+    "pretrain": "tools/train_pretrain.py",
+    "train_net": "tools/train_net.py",
+    "linear_probe": "tools/linear_probe.py",
+    "semi_supervised": "tools/semi_supervised.py",
+}
+
+
+class SubmitError(ValueError):
+    """A request that cannot be submitted; the message is one line."""
+
+
+@dataclass
+class JobRequest:
+    """Resources and the command of one job (``tools/submit_pretrain.py`` flags)."""
+
+    entry: str = "pretrain"
+    config_file: str = ""
+    args: list[str] = field(default_factory=list)  # pretrain: KEY VALUE ...; tools: their flags
+    nodes: int = 1
+    gpus_per_node: int = 1
+    tasks_per_node: int | None = None  # CPU processes per node (with --gpus-per-node 0)
+    partition: str | None = None
+    timeout_min: int = 72 * 60
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    job_name: str = "lorac"
+    job_dir: str = ""  # submitit's folder (scripts, pickles, logs); default below
+    signal_delay_s: int = 120  # the time-limit warning (USR2) comes this long before the limit
+    extra_hooks: list = field(default_factory=list)  # pretrain only; picklable HookBase objects
+
+    def check(self, local: bool = False) -> None:
+        """Raise :class:`SubmitError` for requests no cluster can satisfy."""
+        if self.entry not in ENTRIES:
+            raise SubmitError(f"--entry {self.entry!r}: choose one of {', '.join(ENTRIES)}")
+        for name, value, low in [
+            ("--nodes", self.nodes, 1),
+            ("--gpus-per-node", self.gpus_per_node, 0),
+            ("--timeout", self.timeout_min, 1),
+            ("--tasks-per-node", self.tasks_per_node, 1),
+            ("--cpus-per-task", self.cpus_per_task, 1),
+            ("--signal-delay", self.signal_delay_s, 0),
+        ]:
+            if value is not None and value < low:
+                raise SubmitError(f"{name} must be >= {low}, got {value}")
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise SubmitError(f"--mem must be > 0 (GB), got {self.mem_gb}")
+        if self.gpus_per_node and self.tasks_per_node not in (None, self.gpus_per_node):
+            raise SubmitError(
+                f"--tasks-per-node {self.tasks_per_node} with --gpus-per-node "
+                f"{self.gpus_per_node}: there is one process per GPU (omit --tasks-per-node)"
+            )
+        if self.signal_delay_s >= 60 * self.timeout_min:
+            raise SubmitError(
+                f"--signal-delay {self.signal_delay_s}s is not shorter than --timeout "
+                f"{self.timeout_min} min: the job would be told to stop as it starts"
+            )
+        if local and self.nodes != 1:
+            raise SubmitError(f"--local runs on this machine: --nodes must be 1, got {self.nodes}")
+        if self.entry == "pretrain" and not self.config_file:
+            raise SubmitError("--entry pretrain needs --config-file")
+        if self.entry == "pretrain" and any(a.startswith("--") for a in self.args):
+            bad = next(a for a in self.args if a.startswith("--"))
+            raise SubmitError(f"unknown flag {bad} (pretraining takes KEY VALUE overrides only)")
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.gpus_per_node or self.tasks_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+
+def resolve_pretrain_config(req: JobRequest):
+    """The config the job will run (validated for its world size), and the overrides to pass.
+
+    ``--gpus-per-node 0`` adds ``MODEL.DEVICE cpu``; GPUs with ``MODEL.DEVICE cpu`` is refused.
+    """
+    from pretrain.config import ConfigError, load_config, validate_cfg
+    from pretrain.engine.launch import _normalise_opts
+
+    opts = _normalise_opts(list(req.args))
+    try:
+        cfg = load_config(req.config_file, opts)
+        if req.gpus_per_node == 0 and cfg.MODEL.DEVICE != "cpu":
+            opts += ["MODEL.DEVICE", "cpu"]
+            cfg = load_config(req.config_file, opts)
+        validate_cfg(cfg, req.world_size)
+    except ConfigError as e:
+        raise SubmitError(f"config: {e}") from None
+    if req.gpus_per_node and cfg.MODEL.DEVICE == "cpu":
+        raise SubmitError(
+            f"--gpus-per-node {req.gpus_per_node} but MODEL.DEVICE is cpu: use --gpus-per-node 0 "
+            "--tasks-per-node N for CPU processes"
+        )
+    return cfg, opts
+
+
+class BuiltJob(NamedTuple):
+    function: PretrainJob | ToolJob  # what every task calls
+    folder: str  # submitit's folder: sbatch script, pickles, logs
+    description: str  # the resolved config, or the command every node runs
+    cpus_per_task: int | None  # the default when --cpus-per-task is not given
+
+
+def build_job(req: JobRequest) -> BuiltJob:
+    """The callable a checked request runs, and where its submitit files go."""
+    if req.entry == "pretrain":
+        cfg, opts = resolve_pretrain_config(req)
+        return BuiltJob(
+            PretrainJob(os.path.abspath(req.config_file), opts, req.extra_hooks),
+            req.job_dir or os.path.join(cfg.OUTPUT_DIR, "submitit"),
+            "# resolved config (OUTPUT_DIR/config.yaml once the job starts)\n" + cfg.dump(),
+            cfg.DATALOADER.NUM_WORKERS + 1,  # data workers + the training process
+        )
+    script = str(REPO / ENTRIES[req.entry])
+    argv = (["--config-file", req.config_file] if req.config_file else []) + list(req.args)
+    cmd = tool_command(script, argv, req.procs_per_node, req.nodes, 0, "<first node>", 0)
+    return BuiltJob(
+        ToolJob(script, argv, req.procs_per_node),
+        req.job_dir or os.path.join("output", "submitit", req.entry),
+        "# every node runs (machine rank = its SLURM node id, port from the job id)\n"
+        + " ".join(cmd).replace("--machine-rank 0", "--machine-rank <node id>")
+        + "\n",
+        None,
+    )
+
+
+def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
+    """sbatch parameters (submitit ``SlurmExecutor`` names) for the request."""
+    per_node_tasks = req.procs_per_node if req.entry == "pretrain" else 1
+    params = {
+        "job_name": req.job_name,
+        "partition": req.partition,
+        "time": req.timeout_min,
+        "nodes": req.nodes,
+        "ntasks_per_node": per_node_tasks,
+        "gpus_per_node": req.gpus_per_node or None,
+        "cpus_per_task": req.cpus_per_task or cpus_per_task,
+        "mem": None if req.mem_gb is None else f"{int(req.mem_gb * 1024)}MB",
+        "account": req.account,
+        "qos": req.qos,
+        "constraint": req.constraint,
+        "signal_delay_s": req.signal_delay_s,
+        # requeueable even where the cluster's JobRequeue=0 (we requeue on the time-limit signal)
+        "additional_parameters": {"requeue": True},
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class _RenderOnlyExecutor(submitit.SlurmExecutor):
+    """Renders the sbatch script on machines without SLURM (``--dry-run``)."""
+
+    @classmethod
+    def affinity(cls) -> int:
+        return 2
+
+
+def dry_run_text(req: JobRequest, local: bool = False) -> str:
+    """What ``--dry-run`` prints: the sbatch script (or local parameters) and the job's command."""
+    req.check(local)
+    built = build_job(req)
+    if local:
+        head = f"# local run: {req.procs_per_node} process(es), submitit folder {built.folder}\n"
+        return head + built.description
+    ex = _RenderOnlyExecutor(folder=os.path.join(built.folder, "%j"))
+    try:
+        ex.update_parameters(**slurm_parameters(req, built.cpus_per_task))
+    except ValueError as e:
+        raise SubmitError(str(e).splitlines()[0]) from None
+    # submitit has no public call that renders without submitting; these two build exactly the
+    # file that submit() would pass to sbatch.
+    script = ex._make_submission_file_text(ex._submitit_command_str, "dry-run")
+    return f"# sbatch script\n{script}\n{built.description}"
+
+
+def submit(req: JobRequest, local: bool = False) -> submitit.Job:
+    """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
+    req.check(local)
+    built = build_job(req)
+    folder = os.path.join(built.folder, "%j")
+    if local:
+        ex = submitit.LocalExecutor(folder=folder)
+        ex.update_parameters(
+            timeout_min=req.timeout_min, tasks_per_node=req.procs_per_node if req.entry ==
+            "pretrain" else 1, gpus_per_node=req.gpus_per_node, signal_delay_s=req.signal_delay_s,
+        )  # fmt: skip
+        return ex.submit(built.function)
+    try:
+        ex = submitit.SlurmExecutor(folder=folder)
+    except RuntimeError:
+        raise SubmitError(
+            "no SLURM here (srun not found): use --local to run on this machine, or --dry-run"
+        ) from None
+    try:
+        ex.update_parameters(**slurm_parameters(req, built.cpus_per_task))
+    except ValueError as e:
+        raise SubmitError(str(e).splitlines()[0]) from None
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):  # submitit echoes sbatch's stderr; we report it
+            return ex.submit(built.function)
+    except FailedJobError as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip()] or ["(no message)"]
+        reason = lines[-1].removeprefix("sbatch: error: ")
+        raise SubmitError(f"sbatch rejected the job: {reason}") from None
+    except OSError as e:  # sbatch itself missing or not executable
+        raise SubmitError(f"cannot run sbatch: {e}") from None
