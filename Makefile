@@ -35,6 +35,15 @@ format: venv
 test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
+# The SLURM tests on a two-node cluster started on this machine (root; installs Debian's
+# slurm-wlm and munge when missing). The daemons are stopped again whatever the outcome.
+test-slurm: venv
+	trap 'tests/slurm/cluster.sh stop' EXIT; \
+	tests/slurm/cluster.sh start && \
+	eval "$$(tests/slurm/cluster.sh env)" && \
+	LORAC_REQUIRE_SLURM=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) \
+		tests/test_cluster_slurm.py
+
 bench: venv
 	$(PY) -m benchmarks.bench_nuclear_norm
 	$(PY) -m benchmarks.bench_loss

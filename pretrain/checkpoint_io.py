@@ -71,7 +71,9 @@ def load_checkpoint_file(path: str) -> dict:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({first})") from None
     except Exception as e:  # noqa: BLE001 - torch raises many types on garbage input
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({type(e).__name__})") from None
+        raise CheckpointError(
+            f"{path}: not a readable PyTorch checkpoint ({type(e).__name__})"
+        ) from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
     return obj

@@ -156,16 +156,24 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     _need(beta > 0, "LOSS.BETA", loss.BETA, "must be > 0 (inf disables the prior)")
     _need(loss.PRIOR in PRIORS, "LOSS.PRIOR", loss.PRIOR, f"must be one of {PRIORS}")
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
-    _need(loss.LOWRANK_VIEWS in ("large", "all"), "LOSS.LOWRANK_VIEWS", loss.LOWRANK_VIEWS,
-          "must be 'large' or 'all'")  # fmt: skip
+    _need(
+        loss.LOWRANK_VIEWS in ("large", "all"),
+        "LOSS.LOWRANK_VIEWS",
+        loss.LOWRANK_VIEWS,
+        "must be 'large' or 'all'",
+    )
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
     _need(loss.BETA_INF_EPOCHS >= 0, "LOSS.BETA_INF_EPOCHS", loss.BETA_INF_EPOCHS, "must be >= 0")
     views = inp.LARGE_CROPS + inp.SMALL_CROPS
     _need(inp.LARGE_CROPS >= 1, "INPUT.LARGE_CROPS", inp.LARGE_CROPS, "need at least one")
     _need(inp.SMALL_CROPS >= 0, "INPUT.SMALL_CROPS", inp.SMALL_CROPS, "must be >= 0")
     _need(views >= 2, "INPUT.LARGE_CROPS + INPUT.SMALL_CROPS", views, "need at least two views")
-    _need(1 <= inp.KEY_CROPS <= inp.LARGE_CROPS, "INPUT.KEY_CROPS", inp.KEY_CROPS,
-          "must be between 1 and INPUT.LARGE_CROPS")  # fmt: skip
+    _need(
+        1 <= inp.KEY_CROPS <= inp.LARGE_CROPS,
+        "INPUT.KEY_CROPS",
+        inp.KEY_CROPS,
+        "must be between 1 and INPUT.LARGE_CROPS",
+    )
     for key in ("JITTER_PROB", "GRAYSCALE_PROB", "BLUR_PROB"):
         _need(0 <= inp[key] <= 1, f"INPUT.{key}", inp[key], "must be a probability in [0, 1]")
     for key in ("LARGE_SCALE", "SMALL_SCALE", "BLUR_SIGMA"):
@@ -173,21 +181,45 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
         _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
     _need(mod.QUEUE_SIZE > 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE, "must be > 0")
     _need(0 <= mod.MOMENTUM < 1, "MODEL.MOMENTUM", mod.MOMENTUM, "must be in [0, 1)")
-    _need(mod.NORM in ("auto", "SyncBN", "NaiveSyncBN", "BN"), "MODEL.NORM", mod.NORM,
-          "must be auto, SyncBN, NaiveSyncBN or BN")  # fmt: skip
+    _need(
+        mod.NORM in ("auto", "SyncBN", "NaiveSyncBN", "BN"),
+        "MODEL.NORM",
+        mod.NORM,
+        "must be auto, SyncBN, NaiveSyncBN or BN",
+    )
     _need(sol.IMS_PER_BATCH > 0, "SOLVER.IMS_PER_BATCH", sol.IMS_PER_BATCH, "must be > 0")
-    _need(sol.IMS_PER_BATCH % world_size == 0, "SOLVER.IMS_PER_BATCH", sol.IMS_PER_BATCH,
-          f"must be divisible by the number of processes ({world_size})")  # fmt: skip
-    _need(mod.QUEUE_SIZE % sol.IMS_PER_BATCH == 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE,
-          f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {sol.IMS_PER_BATCH}")  # fmt: skip
+    _need(
+        sol.IMS_PER_BATCH % world_size == 0,
+        "SOLVER.IMS_PER_BATCH",
+        sol.IMS_PER_BATCH,
+        f"must be divisible by the number of processes ({world_size})",
+    )
+    _need(
+        mod.QUEUE_SIZE % sol.IMS_PER_BATCH == 0,
+        "MODEL.QUEUE_SIZE",
+        mod.QUEUE_SIZE,
+        f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {sol.IMS_PER_BATCH}",
+    )
     _need(sol.OPTIMIZER in ("LARS", "SGD"), "SOLVER.OPTIMIZER", sol.OPTIMIZER, "LARS or SGD")
     _need(sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR, "must be > 0")
     _need(sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR, "must be >= 0")
-    _need(sol.EPOCHS > 0 or sol.MAX_ITER > 0, "SOLVER.EPOCHS", sol.EPOCHS,
-          "must be > 0 unless SOLVER.MAX_ITER is set")  # fmt: skip
-    _need(sol.AMP.PRECISION in ("bfloat16", "float16"), "SOLVER.AMP.PRECISION",
-          sol.AMP.PRECISION, "bfloat16 or float16")  # fmt: skip
-    _need(cfg.DATASETS.TYPE in ("imagefolder", "fashion_mnist"), "DATASETS.TYPE",
-          cfg.DATASETS.TYPE, "imagefolder or fashion_mnist")  # fmt: skip
+    _need(
+        sol.EPOCHS > 0 or sol.MAX_ITER > 0,
+        "SOLVER.EPOCHS",
+        sol.EPOCHS,
+        "must be > 0 unless SOLVER.MAX_ITER is set",
+    )
+    _need(
+        sol.AMP.PRECISION in ("bfloat16", "float16"),
+        "SOLVER.AMP.PRECISION",
+        sol.AMP.PRECISION,
+        "bfloat16 or float16",
+    )
+    _need(
+        cfg.DATASETS.TYPE in ("imagefolder", "fashion_mnist"),
+        "DATASETS.TYPE",
+        cfg.DATASETS.TYPE,
+        "imagefolder or fashion_mnist",
+    )
     _need(bool(cfg.DATASETS.ROOT), "DATASETS.ROOT", cfg.DATASETS.ROOT, "must name a dataset root")
     _need(mod.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", mod.DEVICE, "cpu or cuda")

@@ -46,8 +46,9 @@ def knn_top1(backbone: torch.nn.Module, root: str, size: int, n_train: int, n_te
     return knn_accuracy(f_train, y_train, f_test, y_test, num_classes=10)
 
 
-def run_demo(output_dir: str, opts: list[str] | None = None, n_train: int = 10000,
-             n_test: int = 10000) -> DemoResult:  # fmt: skip
+def run_demo(
+    output_dir: str, opts: list[str] | None = None, n_train: int = 10000, n_test: int = 10000
+) -> DemoResult:
     """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate."""
     from detectron2.utils.logger import setup_logger
 

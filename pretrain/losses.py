@@ -59,16 +59,28 @@ def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> None:
     n, d = queries.shape[1:]
     _check("key", tuple(key.shape) == (n, d), f"shape {tuple(key.shape)} != (N, d) = {(n, d)}")
     _check("negatives", negatives.shape[1] == d, f"dim {negatives.shape[1]} != d = {d}")
-    _check("tau", isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
-           f"must be a finite number > 0, got {tau!r}")  # fmt: skip
-    _check("beta", isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
-           f"must be > 0 (inf disables the prior), got {beta!r}")  # fmt: skip
+    _check(
+        "tau",
+        isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
+        f"must be a finite number > 0, got {tau!r}",
+    )
+    _check(
+        "beta",
+        isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
+        f"must be > 0 (inf disables the prior), got {beta!r}",
+    )
     _check("prior", prior in PRIORS, f"must be one of {PRIORS}, got {prior!r}")
     if prior == "constant":
-        _check("c", c is not None and math.isfinite(c), f"is required by prior 'constant', got {c!r}")
+        _check(
+            "c", c is not None and math.isfinite(c), f"is required by prior 'constant', got {c!r}"
+        )
     if prior == "gaussian":
         _check("c0", c0 is not None and math.isfinite(c0), f"is required by 'gaussian', got {c0!r}")
-        _check("sigma2", sigma2 is not None and sigma2 > 0, f"must be > 0 for 'gaussian', got {sigma2!r}")
+        _check(
+            "sigma2",
+            sigma2 is not None and sigma2 > 0,
+            f"must be > 0 for 'gaussian', got {sigma2!r}",
+        )
 
 
 def _select(queries: torch.Tensor, lowrank_views: Sequence[int] | None) -> torch.Tensor:
@@ -151,15 +163,25 @@ def lorac_loss_with_stats(
     # The loss and the prior are computed in float32 even under autocast.
     with torch.autocast(device_type=queries.device.type, enabled=False):
         q, k, neg = queries.float(), key.float(), negatives.float()
-        lp, nuc = log_prior(q, k, tau=tau, beta=beta, prior=prior, lowrank_views=lowrank_views,
-                            c=c, c0=c0, sigma2=sigma2, prior_m=prior_m)  # fmt: skip
+        lp, nuc = log_prior(
+            q,
+            k,
+            tau=tau,
+            beta=beta,
+            prior=prior,
+            lowrank_views=lowrank_views,
+            c=c,
+            c0=c0,
+            sigma2=sigma2,
+            prior_m=prior_m,
+        )
         l_pos = torch.einsum("mnd,nd->mn", q, k) / tau + lp  # (M-1, N)
         l_neg = torch.matmul(q, neg.t()) / tau  # (M-1, N, K)
-        logits = torch.cat([l_pos.unsqueeze(-1), l_neg], -1)  # (M-1, N, 1 + K)
-        # -log softmax(logits)[0], averaged over queries (Eq. 12) then instances (Eq. 13)
-        loss = (torch.logsumexp(logits, -1) - l_pos).mean()
+        # -log softmax([l_pos, l_neg])[0], averaged over queries (Eq. 12) then instances (Eq. 13);
+        # logaddexp avoids materialising the (M-1, N, 1 + K) logits.
+        loss = (torch.logaddexp(l_pos, torch.logsumexp(l_neg, -1)) - l_pos).mean()
         with torch.no_grad():
-            acc = (l_pos.unsqueeze(-1) >= l_neg).all(-1).float().mean() if neg.shape[0] else None
+            acc = (l_pos >= l_neg.amax(-1)).float().mean() if neg.shape[0] else None
             prior_off = prior in ("none", "constant") or math.isinf(beta)
             logged = _logged_nuclear_norm(q, k, lowrank_views, prior) if prior_off else nuc.mean()
             stats = LoracStats(
@@ -207,9 +229,18 @@ def lorac_loss(
         ValueError: on inconsistent shapes or invalid hyperparameters, naming the argument.
     """
     loss, _ = lorac_loss_with_stats(
-        queries, key, negatives, tau=tau, beta=beta, prior=prior, lowrank_views=lowrank_views,
-        c=c, c0=c0, sigma2=sigma2, prior_m=prior_m,
-    )  # fmt: skip
+        queries,
+        key,
+        negatives,
+        tau=tau,
+        beta=beta,
+        prior=prior,
+        lowrank_views=lowrank_views,
+        c=c,
+        c0=c0,
+        sigma2=sigma2,
+        prior_m=prior_m,
+    )
     return loss
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import torch
 from detectron2.solver import LRMultiplier
-from fvcore.common.param_scheduler import CosineParamScheduler, LinearParamScheduler
-from fvcore.common.param_scheduler import CompositeParamScheduler, ParamScheduler
+from fvcore.common.param_scheduler import (
+    CompositeParamScheduler,
+    CosineParamScheduler,
+    LinearParamScheduler,
+    ParamScheduler,
+)
 
 __all__ = ["LARS", "build_lr_scheduler", "build_optimizer", "lr_multiplier"]
 
@@ -39,8 +43,13 @@ class LARS(torch.optim.Optimizer):
                 raise ValueError(f"LARS: {name} must be >= 0, got {v}")
         if eta <= 0:
             raise ValueError(f"LARS: eta (trust coefficient) must be > 0, got {eta}")
-        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "eta": eta,
-                    "eps": eps}  # fmt: skip
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "eta": eta,
+            "eps": eps,
+        }
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -78,8 +87,9 @@ def build_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
     if s.OPTIMIZER == "LARS":
-        return LARS(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY,
-                    eta=s.LARS_ETA)  # fmt: skip
+        return LARS(
+            params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY, eta=s.LARS_ETA
+        )
     return torch.optim.SGD(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY)
 
 

@@ -72,7 +72,8 @@ def test_dry_run_tool_entry_shows_the_per_node_launch(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks-per-node=1" in out and "#SBATCH --gpus-per-node=8" in out
     assert ("tools/train_net.py --config-file configs/x.yaml MODEL.WEIGHTS w.pkl --num-gpus 8 "
-            "--num-machines 2 --machine-rank <node id> --dist-url tcp://") in out  # fmt: skip
+            "--num-machines 2 --machine-rank <node id> --dist-url tcp://<first node>:<port from "
+            "job id>") in out  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -128,3 +129,25 @@ def test_submitting_without_slurm_says_so(tmp_path, capsys, monkeypatch):
     argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", *_opts(tmp_path)]
     assert CLI(argv) == 2
     assert "no SLURM here (srun not found): use --local" in capsys.readouterr().err
+
+
+def test_tool_job_passes_launch_flags_and_resumes_when_requeued(tmp_path):
+    """A tool entry runs the script with detectron2's multi-machine flags (here through
+    submitit's local executor: one node, master 127.0.0.1); its requeued copy adds --resume."""
+    import submitit
+
+    from pretrain.cluster.jobs import ToolJob
+
+    tool = tmp_path / "tool.py"
+    tool.write_text(
+        f"import sys\nopen({str(tmp_path / 'argv')!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+    )
+    job = ToolJob(str(tool), ["--config-file", "c.yaml"], procs_per_node=2)
+    ex = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
+    assert ex.submit(job).result() == 0
+    argv = (tmp_path / "argv").read_text()
+    assert re.fullmatch(r"--config-file c.yaml --num-gpus 2 --num-machines 1 --machine-rank 0 "
+                        r"--dist-url tcp://127\.0\.0\.1:\d+", argv), argv  # fmt: skip
+    again = job.checkpoint().function
+    assert again.argv == ["--config-file", "c.yaml", "--resume"]
+    assert again.checkpoint().function.argv == again.argv  # added once

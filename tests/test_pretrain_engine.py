@@ -42,8 +42,12 @@ def test_demo_config_20_iterations_lowers_the_loss(tmp_path):
     # batch, so from iteration 2 on the negatives are real keys and losses are comparable.
     root = make_image_folder(tmp_path / "data", classes=4, per_class=60)
     out = tmp_path / "run"
-    opts = {"SOLVER.MAX_ITER": 20, "SOLVER.CHECKPOINT_PERIOD": 100, "MODEL.QUEUE_SIZE": 16,
-            "SOLVER.IMS_PER_BATCH": 16}  # fmt: skip
+    opts = {
+        "SOLVER.MAX_ITER": 20,
+        "SOLVER.CHECKPOINT_PERIOD": 100,
+        "MODEL.QUEUE_SIZE": 16,
+        "SOLVER.IMS_PER_BATCH": 16,
+    }
     _train(tiny_opts(root, out, **opts))
     losses = [m["total_loss"] for m in _metrics(out) if "total_loss" in m]
     assert len(losses) == 20

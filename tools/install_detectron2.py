@@ -52,7 +52,9 @@ def repack(src: Path, dst_dir: Path) -> Path:
             data = zin.read(n)
             if n.endswith(".dist-info/WHEEL"):
                 lines = [ln for ln in data.decode().splitlines() if not ln.startswith("Tag:")]
-                lines = [ln.replace("Root-Is-Purelib: false", "Root-Is-Purelib: true") for ln in lines]
+                lines = [
+                    ln.replace("Root-Is-Purelib: false", "Root-Is-Purelib: true") for ln in lines
+                ]
                 lines += ["Tag: py3-none-any"]
                 data = ("\n".join(lines) + "\n").encode()
             if n.endswith(".dist-info/top_level.txt"):
@@ -76,10 +78,23 @@ def main() -> int:
     pip = [sys.executable, "-m", "pip"]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            pip + ["download", "--no-deps", "--only-binary=:all:", "--python-version", "3.10",
-                   "--platform", "any", "--platform", "manylinux2014_x86_64", "-d", tmp, DIST],
+            pip
+            + [
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.10",
+                "--platform",
+                "any",
+                "--platform",
+                "manylinux2014_x86_64",
+                "-d",
+                tmp,
+                DIST,
+            ],
             check=True,
-        )  # fmt: skip
+        )
         wheels = list(Path(tmp).glob("sal_detectron2-*.whl"))
         if len(wheels) != 1:
             raise RuntimeError(f"expected one sal-detectron2 wheel in {tmp}, found {wheels}")

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     print(f"job {job.job_id}: {req.entry} on {req.nodes} node(s) x {req.procs_per_node} "
           f"process(es); log {job.paths.stdout}")  # fmt: skip
     if args.local:
-        print(f"finished: {job.result()}")
+        print(f"finished: {job.results()[0]}")  # rank 0's return value
     return 0
 
 

@@ -30,8 +30,9 @@ def main(args) -> None:
 def cli() -> int:
     args = argument_parser(__doc__.splitlines()[0]).parse_args()
     try:
-        launch(main, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url,
-               args=(args,))  # fmt: skip
+        launch(
+            main, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,)
+        )
     except (ConfigError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -88,8 +88,11 @@ def first_host(nodelist: str) -> str:
     try:
         out = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         return out.stdout.split()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return expand_nodelist(nodelist)[0]
@@ -174,8 +177,10 @@ def init_distributed(env: DistEnv, device: str, timeout_min: float = 30.0) -> No
             )
         torch.cuda.set_device(env.local_rank)
     host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
-    logger.info(f"joining process group ({env.source}): rank {env.rank} of {env.world_size}, "
-                f"master {host}:{env.master_port}")  # fmt: skip
+    logger.info(
+        f"joining process group ({env.source}): rank {env.rank} of {env.world_size}, "
+        f"master {host}:{env.master_port}"
+    )
     dist.init_process_group(
         backend="nccl" if device == "cuda" else "gloo",
         init_method=f"tcp://{host}:{env.master_port}",

@@ -61,20 +61,25 @@ def tool_command(
     argv: Sequence[str],
     procs_per_node: int,
     num_nodes: int,
-    node: int,
+    node: int | str,
     master: str,
-    port: int,
+    port: int | str,
 ) -> list[str]:
-    """The command line one node runs: the tool with detectron2's multi-machine ``launch`` flags."""
+    """The command line one node runs: the tool with detectron2's multi-machine ``launch`` flags
+    (``node``, ``master`` and ``port`` may be placeholders, for ``--dry-run``)."""
     return [
         sys.executable,
         script,
         *argv,
-        "--num-gpus", str(procs_per_node),
-        "--num-machines", str(num_nodes),
-        "--machine-rank", str(node),
-        "--dist-url", f"tcp://{master}:{port}",
-    ]  # fmt: skip
+        "--num-gpus",
+        str(procs_per_node),
+        "--num-machines",
+        str(num_nodes),
+        "--machine-rank",
+        str(node),
+        "--dist-url",
+        f"tcp://{master}:{port}",
+    ]
 
 
 class ToolJob(Checkpointable):
@@ -91,9 +96,14 @@ class ToolJob(Checkpointable):
         master = first_host(nodelist) if nodelist else "127.0.0.1"
         restart = int(os.environ.get("SLURM_RESTART_COUNT", 0))
         cmd = tool_command(
-            self.script, self.argv, self.procs_per_node, job.num_nodes, job.node, master,
+            self.script,
+            self.argv,
+            self.procs_per_node,
+            job.num_nodes,
+            job.node,
+            master,
             job_port(job.job_id, restart),
-        )  # fmt: skip
+        )
         print("running:", " ".join(cmd), flush=True)
         code = subprocess.call(cmd)
         if code:

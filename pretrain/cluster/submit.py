@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import submitit
+from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
@@ -116,13 +117,13 @@ class JobRequest:
         return self.nodes * self.procs_per_node
 
 
-def resolve_pretrain_config(req: JobRequest):
+def resolve_pretrain_config(req: JobRequest) -> tuple[CfgNode, list[str]]:
     """The config the job will run (validated for its world size), and the overrides to pass.
 
     ``--gpus-per-node 0`` adds ``MODEL.DEVICE cpu``; GPUs with ``MODEL.DEVICE cpu`` is refused.
     """
     from pretrain.config import ConfigError, load_config, validate_cfg
-    from pretrain.engine.launch import _normalise_opts
+    from pretrain.engine.launch import _normalise_opts  # the job's own setup() does the same
 
     opts = _normalise_opts(list(req.args))
     try:
@@ -160,13 +161,12 @@ def build_job(req: JobRequest) -> BuiltJob:
         )
     script = str(REPO / ENTRIES[req.entry])
     argv = (["--config-file", req.config_file] if req.config_file else []) + list(req.args)
-    cmd = tool_command(script, argv, req.procs_per_node, req.nodes, 0, "<first node>", 0)
+    cmd = tool_command(script, argv, req.procs_per_node, req.nodes, "<node id>", "<first node>",
+                       "<port from job id>")  # fmt: skip
     return BuiltJob(
         ToolJob(script, argv, req.procs_per_node),
         req.job_dir or os.path.join("output", "submitit", req.entry),
-        "# every node runs (machine rank = its SLURM node id, port from the job id)\n"
-        + " ".join(cmd).replace("--machine-rank 0", "--machine-rank <node id>")
-        + "\n",
+        "# every node runs\n" + " ".join(cmd) + "\n",
         None,
     )
 
@@ -227,9 +227,11 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     if local:
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(
-            timeout_min=req.timeout_min, tasks_per_node=req.procs_per_node if req.entry ==
-            "pretrain" else 1, gpus_per_node=req.gpus_per_node, signal_delay_s=req.signal_delay_s,
-        )  # fmt: skip
+            timeout_min=req.timeout_min,
+            tasks_per_node=req.procs_per_node if req.entry == "pretrain" else 1,
+            gpus_per_node=req.gpus_per_node,
+            signal_delay_s=req.signal_delay_s,
+        )
         return ex.submit(built.function)
     try:
         ex = submitit.SlurmExecutor(folder=folder)
@@ -246,8 +248,8 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
         with contextlib.redirect_stderr(stderr):  # submitit echoes sbatch's stderr; we report it
             return ex.submit(built.function)
     except FailedJobError as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip()] or ["(no message)"]
-        reason = lines[-1].removeprefix("sbatch: error: ")
+        lines = [ln.removeprefix("sbatch: error: ").strip() for ln in str(e).splitlines()]
+        reason = "; ".join(ln for ln in lines if ln) or "no message"
         raise SubmitError(f"sbatch rejected the job: {reason}") from None
     except OSError as e:  # sbatch itself missing or not executable
         raise SubmitError(f"cannot run sbatch: {e}") from None

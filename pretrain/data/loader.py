@@ -67,8 +67,9 @@ def collate_views(batch: list[dict[str, Any]]) -> dict[str, Any]:
     if batch[0].get("color") is not None:  # per view: the ColorParams of every sample, stacked
         fields = [f.name for f in dataclasses.fields(ColorParams)]
         color = [
-            ColorParams(**{f: torch.cat([getattr(b["color"][v : v + 1], f) for b in batch])
-                           for f in fields})  # fmt: skip
+            ColorParams(
+                **{f: torch.cat([getattr(b["color"][v : v + 1], f) for b in batch]) for f in fields}
+            )
             for v in range(n_views)
         ]
     return {

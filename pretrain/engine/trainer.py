@@ -97,9 +97,11 @@ class PretrainTrainer(SimpleTrainer):
         if comm.is_main_process():
             ret.append(
                 hooks.PeriodicCheckpointer(
-                    self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, self.max_iter,
+                    self.checkpointer,
+                    cfg.SOLVER.CHECKPOINT_PERIOD,
+                    self.max_iter,
                     max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
-                )  # fmt: skip
+                )
             )
             writers = default_writers(cfg.OUTPUT_DIR, self.max_iter)
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
@@ -122,8 +124,10 @@ class PretrainTrainer(SimpleTrainer):
         if resumed:
             self.checkpointer.resume_or_load("", resume=True)
             self.start_iter = self.iter + 1
-            logger.info(f"resumed from {self.checkpointer.get_checkpoint_file()}, "
-                        f"continuing at iteration {self.start_iter}")  # fmt: skip
+            logger.info(
+                f"resumed from {self.checkpointer.get_checkpoint_file()}, "
+                f"continuing at iteration {self.start_iter}"
+            )
         return resumed
 
     def train(self):  # type: ignore[override]
@@ -138,8 +142,11 @@ class PretrainTrainer(SimpleTrainer):
         ret = super().state_dict()
         ret["rng"] = {
             "torch": torch.get_rng_state(),
-            "python": {"version": random.getstate()[0], "state": list(random.getstate()[1]),
-                       "gauss": random.getstate()[2]},  # fmt: skip
+            "python": {
+                "version": random.getstate()[0],
+                "state": list(random.getstate()[1]),
+                "gauss": random.getstate()[2],
+            },
             "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
         }
         if self.grad_scaler is not None:
@@ -164,9 +171,10 @@ class PretrainTrainer(SimpleTrainer):
         data = next(self._data_loader_iter)
         data_time = time.perf_counter() - start
         with torch.autocast(
-            self.device_type, dtype=self.amp_dtype or torch.bfloat16, enabled=self.amp_dtype
-            is not None,
-        ):  # fmt: skip
+            self.device_type,
+            dtype=self.amp_dtype or torch.bfloat16,
+            enabled=self.amp_dtype is not None,
+        ):
             out = self.model(data)
         losses = {k: v for k, v in out.items() if k.startswith("loss")}
         total = sum(losses.values())

@@ -75,8 +75,8 @@ class MultiViewMoCo(nn.Module):
 
     @classmethod
     def from_config(cls, cfg, world_size: int = 1) -> dict:
-        from pretrain.data.loader import build_train_transform
         from pretrain.data.color import BatchColorAugment
+        from pretrain.data.loader import build_train_transform
 
         inp, loss, mod = cfg.INPUT, cfg.LOSS, cfg.MODEL
         sizes = [inp.LARGE_SIZE] * inp.LARGE_CROPS + [inp.SMALL_SIZE] * inp.SMALL_CROPS
@@ -192,19 +192,23 @@ class MultiViewMoCo(nn.Module):
         b = views[0].shape[0]
         iteration = int(batch.get("iteration", 0))
         queries = self._encode_queries(views)
-        global_keys = [
-            self._encode_keys(views[j], iteration, j) for j in range(self.num_key_crops)
-        ]
+        global_keys = [self._encode_keys(views[j], iteration, j) for j in range(self.num_key_crops)]
         r = rank()
         losses, nuc, acc = [], [], []
         for j in range(self.num_key_crops):
             key = global_keys[j][r * b : (r + 1) * b]
             q = torch.stack([queries[v] for v in range(len(views)) if v != j])  # (V-1, B, d)
             loss, stats = lorac_loss_with_stats(
-                q, key, self.queues[j].clone().detach(), tau=self.tau, beta=self.beta,
-                prior=self.prior, lowrank_views=self._lowrank_indices(j),
-                prior_m=self.prior_m or None, **self.prior_kwargs,
-            )  # fmt: skip
+                q,
+                key,
+                self.queues[j].clone().detach(),
+                tau=self.tau,
+                beta=self.beta,
+                prior=self.prior,
+                lowrank_views=self._lowrank_indices(j),
+                prior_m=self.prior_m or None,
+                **self.prior_kwargs,
+            )
             losses.append(loss)
             nuc.append(stats.nuclear_norm)
             acc.append(stats.accuracy)

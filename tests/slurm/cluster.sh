@@ -109,7 +109,7 @@ start() {
     munged --force --socket="$STATE/munge/munge.socket" --key-file="$STATE/munge/munge.key" \
         --pid-file="$STATE/munged.pid" --log-file="$STATE/log/munged.log" \
         --seed-file="$STATE/munge/munged.seed" || die "munged failed, see $STATE/log/munged.log"
-    slurmctld -f "$CONF" -i || die "slurmctld failed, see $STATE/log/slurmctld.log"
+    slurmctld -f "$CONF" -c -i || die "slurmctld failed, see $STATE/log/slurmctld.log"
     slurmd -f "$CONF" -N n1 || die "slurmd n1 failed, see $STATE/log/slurmd-n1.log"
     slurmd -f "$CONF" -N n2 || die "slurmd n2 failed, see $STATE/log/slurmd-n2.log"
     for _ in $(seq 60); do
