@@ -48,50 +48,45 @@ def _executor(workers: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nuclear_norm")
 
 
-# On CPU the float64 conversion, the two batched products and the float32 copy go through numpy
-# (``use_numpy``), which runs them in the calling thread: torch starts an OpenMP team for each op of
-# this size, and on a loaded machine each can wait a scheduler slice for its second thread (measured
-# stalls of several ms per op). numpy's small float64 products are also as fast as torch's on one
-# thread here (P X 2-4x faster). Other devices run the same steps in torch.
+# U V^T = U diag(1/s) U^T X on the non-zero singular subspace. Its product stays in float64
+# because 1/s amplifies the round-off of X by the condition number. _block_numpy (CPU) and
+# _block_torch (other devices) are the same steps: numpy runs them in the calling thread, where
+# torch starts an OpenMP team for each op of this size, and on a loaded machine each can wait a
+# scheduler slice for its second thread (measured stalls of several ms per op); numpy's small
+# float64 products and per-op overheads are also lower than torch's here.
 
 
-def _float64(x: torch.Tensor, use_numpy: bool) -> torch.Tensor:
-    """Contiguous float64 copy of (b, m, n) ``x`` (no copy if it already is one)."""
-    if use_numpy:
-        return torch.from_numpy(np.asarray(x.numpy(), dtype=np.float64, order="C"))
-    return x.to(torch.float64, memory_format=torch.contiguous_format)
-
-
-def _matmul(a: torch.Tensor, b: torch.Tensor, use_numpy: bool) -> torch.Tensor:
-    if use_numpy:
-        return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
-    return a @ b
-
-
-def _copy(dst: torch.Tensor, src: torch.Tensor, use_numpy: bool) -> None:
-    """dst[...] = src, casting to dst's dtype."""
-    if use_numpy:
-        np.copyto(dst.numpy(), src.numpy())
-    else:
-        dst.copy_(src)
-
-
-def _block(x: torch.Tensor, uvt: torch.Tensor | None, use_numpy: bool) -> torch.Tensor:
-    """Nuclear norms (b,) float64 of ``x`` (b, m, n), m <= n; writes U V^T into ``uvt`` if given."""
-    x64 = _float64(x, use_numpy)
-    gram = _matmul(x64, x64.mT, use_numpy)  # (b, m, m)
+def _block_numpy(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
+    """Nuclear norms (b,) float64 of CPU ``x`` (b, m, n), m <= n; writes U V^T into ``uvt``."""
+    x64 = np.asarray(x.numpy(), dtype=np.float64, order="C")  # (b, m, n)
+    gram = torch.from_numpy(np.matmul(x64, x64.transpose(0, 2, 1)))  # (b, m, m)
     if uvt is None:
-        evals, u = torch.linalg.eigvalsh(gram), None  # no vectors: ~2x cheaper
+        evals, u = torch.linalg.eigvalsh(gram).numpy(), None  # no vectors: ~2x cheaper
     else:
-        evals, u = torch.linalg.eigh(gram)  # (b, m) ascending, (b, m, m)
+        evals, u = (t.numpy() for t in torch.linalg.eigh(gram))  # (b, m) ascending, (b, m, m)
+    tol = np.maximum(evals[:, -1:], 0.0) * (_RELATIVE_EIG_TOL * x.shape[-2])  # (b, 1)
+    s = np.where(evals > tol, np.sqrt(np.maximum(evals, 0.0)), 0.0)  # (b, m)
+    if uvt is not None:
+        inv_s = np.divide(1.0, s, out=np.zeros_like(s), where=s > 0)
+        proj = np.matmul(u * inv_s[:, None, :], u.transpose(0, 2, 1))  # (b, m, m)
+        np.copyto(uvt.numpy(), np.matmul(proj, x64))
+    return torch.from_numpy(s.sum(-1))
+
+
+def _block_torch(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
+    """_block_numpy in torch ops, for any device."""
+    x64 = x.to(torch.float64, memory_format=torch.contiguous_format)  # (b, m, n)
+    gram = x64 @ x64.mT  # (b, m, m)
+    if uvt is None:
+        evals, u = torch.linalg.eigvalsh(gram), None
+    else:
+        evals, u = torch.linalg.eigh(gram)
     tol = evals[:, -1:].clamp_min(0.0) * (_RELATIVE_EIG_TOL * x.shape[-2])  # (b, 1)
     s = torch.where(evals > tol, evals.clamp_min(0.0).sqrt(), 0.0)  # (b, m)
     if uvt is not None:
-        # U V^T = U diag(1/s) U^T X on the non-zero singular subspace. The product stays in
-        # float64 because 1/s amplifies the round-off of X by the condition number.
         inv_s = torch.where(s > 0, s.clamp_min(torch.finfo(s.dtype).tiny).reciprocal(), 0.0)
-        proj = _matmul(u * inv_s.unsqueeze(-2), u.mT.contiguous(), use_numpy)  # (b, m, m)
-        _copy(uvt, _matmul(proj, x64, use_numpy), use_numpy)
+        proj = (u * inv_s.unsqueeze(-2)) @ u.mT  # (b, m, m)
+        uvt.copy_(proj @ x64)
     return s.sum(-1)
 
 
@@ -101,20 +96,21 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
     short = x.detach().mT if transposed else x.detach()  # (..., k, l), k <= l
     flat = short.reshape(-1, *short.shape[-2:])  # (B, k, l), a view where possible
     uvt = torch.empty(flat.shape, dtype=x.dtype, device=x.device) if with_grad else None
-    on_cpu = x.device.type == "cpu"
     batch, threads = flat.shape[0], torch.get_num_threads()
-    if not on_cpu or threads < 2 or batch < _MIN_BATCH_TO_SPLIT:
-        values = _block(flat, uvt, use_numpy=on_cpu)
+    if x.device.type != "cpu":
+        values = _block_torch(flat, uvt)
+    elif threads < 2 or batch < _MIN_BATCH_TO_SPLIT:
+        values = _block_numpy(flat, uvt)
     else:
         # torch loops over the batch's LAPACK calls serially: give each thread its own share.
         edges = [batch * i // threads for i in range(threads + 1)]
         parts = [
-            (flat[lo:hi], None if uvt is None else uvt[lo:hi], True)
+            (flat[lo:hi], None if uvt is None else uvt[lo:hi])
             for lo, hi in zip(edges[:-1], edges[1:], strict=True)
         ]
         pool = _executor(threads - 1, os.getpid())
-        futures = [pool.submit(_block, *part) for part in parts[1:]]
-        values = torch.cat([_block(*parts[0])] + [f.result() for f in futures])
+        futures = [pool.submit(_block_numpy, *part) for part in parts[1:]]
+        values = torch.cat([_block_numpy(*parts[0])] + [f.result() for f in futures])
     values = values.reshape(short.shape[:-2])
     if uvt is None:
         return values, None

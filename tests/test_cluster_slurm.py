@@ -128,7 +128,17 @@ def test_job_at_its_time_limit_requeues_itself_and_finishes(reference, data, tmp
     _assert_same_model(reference[1], out)
 
 
-def test_partition_slurm_rejects_is_one_line_error(cluster, data, tmp_path):
-    with pytest.raises(SubmitError, match=r"^sbatch rejected the job: .*[Pp]artition") as e:
-        submit(_request(data, tmp_path / "x", partition="no-such-partition"))
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"partition": "no-such-partition"}, "invalid partition specified: no-such-partition"),
+        ({"tasks_per_node": 4}, "More processors requested than permitted"),  # 2 CPUs per node
+    ],
+)
+def test_requests_slurm_rejects_are_one_line_errors(cluster, data, tmp_path, change, reason):
+    req = _request(data, tmp_path / "x")
+    for k, v in change.items():
+        setattr(req, k, v)
+    with pytest.raises(SubmitError, match=f"^sbatch rejected the job: .*{reason}") as e:
+        submit(req)
     assert "\n" not in str(e.value)

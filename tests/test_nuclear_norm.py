@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pretrain.nuclear_norm import _block, nuclear_norm
+from pretrain.nuclear_norm import _block_numpy, _block_torch, nuclear_norm
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -76,8 +76,8 @@ def test_torch_path_matches_numpy_path(dtype: torch.dtype) -> None:
     x = _randn(9, 64, 6, seed=12, dtype=dtype).mT  # (9, 6, 64), not contiguous
     x[:, 1] = x[:, 0]
     uvt_np, uvt_torch = torch.empty(x.shape, dtype=dtype), torch.empty(x.shape, dtype=dtype)
-    v_np = _block(x, uvt_np, use_numpy=True)
-    v_torch = _block(x, uvt_torch, use_numpy=False)
+    v_np = _block_numpy(x, uvt_np)
+    v_torch = _block_torch(x, uvt_torch)
     ref_value, ref_grad = reference(x, rel_tol=1e-5)
     torch.testing.assert_close(v_torch, v_np, rtol=1e-12, atol=0)
     torch.testing.assert_close(uvt_torch, uvt_np, rtol=0, atol=1e-6)

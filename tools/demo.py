@@ -16,16 +16,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output-dir", default="output/demo")
     ap.add_argument("--knn-train", type=int, default=10000, help="kNN reference images")
+    ap.add_argument("--knn-test", type=int, default=10000, help="kNN test images")
     ap.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE ...")
     args = ap.parse_args()
-    res = run_demo(args.output_dir, args.opts, n_train=args.knn_train)
+    res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
     from transfer.detection.convert import convert_checkpoint
 
     d2 = os.path.join(args.output_dir, "model_final_d2.pkl")
     convert_checkpoint(res.checkpoint, d2)
     print()
     print(f"pretraining took {res.train_seconds / 60:.1f} min")
-    print(f"kNN top-1 on Fashion-MNIST test (k=200, T=0.07, {args.knn_train} references):")
+    print(
+        f"kNN top-1 on {args.knn_test} Fashion-MNIST test images "
+        f"(k=200, T=0.07, {args.knn_train} references):"
+    )
     print(f"  LORAC pretrained : {100 * res.knn_pretrained:.2f}%")
     print(f"  random init      : {100 * res.knn_random:.2f}%")
     print(f"checkpoint        : {res.checkpoint}")

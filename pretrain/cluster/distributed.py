@@ -173,7 +173,9 @@ def init_distributed(env: DistEnv, device: str, timeout_min: float = 30.0) -> No
     if device == "cuda":
         if env.local_rank >= torch.cuda.device_count():
             raise DistEnvError(
-                f"local rank {env.local_rank} but only {torch.cuda.device_count()} visible GPUs"
+                f"local rank {env.local_rank} but only {torch.cuda.device_count()} visible GPUs: "
+                "every process must see all of its node's GPUs (SLURM's default with "
+                "--gpus-per-node; no per-task GPU binding)"
             )
         torch.cuda.set_device(env.local_rank)
     host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr

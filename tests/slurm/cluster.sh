@@ -69,6 +69,7 @@ JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
+EnforcePartLimits=ALL
 KillWait=30
 MinJobAge=3600
 SlurmdTimeout=60
@@ -103,6 +104,7 @@ start() {
         echo "cluster.sh: already running (state in $STATE)"
         return 0
     fi
+    stop >/dev/null # daemons a failed start may have left behind
     write_config
     add_hosts
     export SLURM_CONF=$CONF
@@ -125,9 +127,16 @@ start() {
 }
 
 stop() {
-    # Only the daemons recorded in our pid files; jobs' processes die with their slurmd step.
+    # Jobs first (their processes belong to slurmstepd, which outlives slurmd), then only the
+    # daemons recorded in our pid files.
     export SLURM_CONF=$CONF
-    [ -f "$CONF" ] && scancel --quiet --full --user="$(id -un)" 2>/dev/null || true
+    if alive "$STATE/slurmctld.pid"; then
+        scancel --quiet --full --user="$(id -un)" 2>/dev/null || true
+        for _ in $(seq 45); do
+            [ -z "$(squeue -h 2>/dev/null)" ] && break
+            sleep 1
+        done
+    fi
     local f pid
     for f in slurmd-n1 slurmd-n2 slurmctld munged; do
         if alive "$STATE/$f.pid"; then
