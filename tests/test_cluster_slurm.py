@@ -114,10 +114,12 @@ def test_requeued_job_resumes_from_its_signal_checkpoint_exactly(reference, data
 
 
 def test_job_at_its_time_limit_requeues_itself_and_finishes(reference, data, tmp_path):
-    """A 2-minute limit with the warning signal (USR2) 60 s before it, on a run that needs
+    """A 3-minute limit with the warning signal (USR2) 90 s before it, on a run that needs
     longer: the job saves, requeues itself, resumes, and ends with the reference's weights."""
+    # slurmctld checks limits every 30 s, so the warning comes up to 30 s early: 60-90 s into
+    # the job, after start-up and before the end of ten 10-second iterations.
     out = tmp_path / "timelimit"
-    req = _request(data, out, timeout_min=2, signal_delay_s=60, extra_hooks=[SleepEveryStep(8.0)])
+    req = _request(data, out, timeout_min=3, signal_delay_s=90, extra_hooks=[SleepEveryStep(10.0)])
     job = submit(req)
     assert wait_for_job(job.job_id, timeout_s=900) == "COMPLETED"
     assert int(job_field(job.job_id, "Restarts")) >= 1

@@ -196,3 +196,14 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, image_folder)
     assert (out / "last_checkpoint").read_text() == "model_final.pth"
     ckpt = torch.load(out / "model_final.pth", weights_only=True)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+
+
+def test_resume_removes_temporaries_of_an_interrupted_write(tmp_path, image_folder):
+    out = tmp_path / "r"
+    _train(tiny_opts(image_folder, out))
+    junk = out / ".tmp-model_0000005.pth-abc123"
+    junk.write_bytes(b"half a checkpoint")
+    cfg = load_config(DEMO_CONFIG, tiny_opts(image_folder, out))
+    trainer = PretrainTrainer(cfg)
+    assert trainer.resume()
+    assert not junk.exists()

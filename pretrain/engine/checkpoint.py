@@ -50,6 +50,15 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 class AtomicCheckpointer(Checkpointer):
     """fvcore ``Checkpointer`` with atomic saves and ``weights_only`` loads (local paths)."""
 
+    def remove_stale_temporaries(self) -> list[str]:
+        """Delete ``.tmp-*`` files a kill left mid-write (each would leak a checkpoint's size)."""
+        if not self.save_dir or not os.path.isdir(self.save_dir):
+            return []
+        stale = [f for f in os.listdir(self.save_dir) if f.startswith(".tmp-")]
+        for name in stale:
+            os.unlink(os.path.join(self.save_dir, name))
+        return stale
+
     def save(self, name: str, **kwargs: Any) -> None:
         if not self.save_dir or not self.save_to_disk:
             return

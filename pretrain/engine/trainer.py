@@ -120,6 +120,9 @@ class PretrainTrainer(SimpleTrainer):
 
     def resume(self) -> bool:
         """Resume from ``OUTPUT_DIR/last_checkpoint`` if present; returns whether it did."""
+        if comm.is_main_process():
+            for name in self.checkpointer.remove_stale_temporaries():
+                logger.warning(f"removed {name}, a checkpoint write interrupted by a kill")
         resumed = self.checkpointer.has_checkpoint()
         if resumed:
             self.checkpointer.resume_or_load("", resume=True)
