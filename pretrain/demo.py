@@ -32,18 +32,44 @@ class DemoResult:
     d2_weights: str = ""
 
 
-def knn_top1(backbone: torch.nn.Module, root: str, size: int, n_train: int, n_test: int) -> float:
-    """Weighted kNN (k = 200, T = 0.07) top-1 on Fashion-MNIST test with ``n_train`` references."""
+def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: int):
+    """(reference, test) datasets of (normalised tensor, label) for the demo's kNN."""
+    from torch.utils.data import Subset
+    from torchvision.datasets import ImageFolder
+
     from transfer.classification.datasets import FashionMNIST
+
+    norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB)]
+    if dataset_type == "fashion_mnist":
+        tf = T.Compose(norm)
+        return (
+            FashionMNIST(root, "train", image_size=size, transform=tf, limit=n_train),
+            FashionMNIST(root, "test", image_size=size, transform=tf, limit=n_test),
+        )
+    # An ImageFolder root has no test split: every 5th image is held out as the test set.
+    ds = ImageFolder(root, transform=T.Compose([T.Resize(size), T.CenterCrop(size), *norm]))
+    test = list(range(0, len(ds), 5))[:n_test]
+    train = [i for i in range(len(ds)) if i % 5][:n_train]
+    return Subset(ds, train), Subset(ds, test)
+
+
+def knn_top1(
+    backbone: torch.nn.Module,
+    root: str,
+    size: int,
+    n_train: int,
+    n_test: int,
+    dataset_type: str = "fashion_mnist",
+) -> float:
+    """Weighted kNN (k = 200, T = 0.07) top-1 of ``backbone``'s pooled features."""
     from transfer.classification.features import extract_features
     from transfer.classification.knn import knn_accuracy
 
-    tf = T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB)])
-    train = FashionMNIST(root, "train", image_size=size, transform=tf, limit=n_train)
-    test = FashionMNIST(root, "test", image_size=size, transform=tf, limit=n_test)
+    train, test = _knn_splits(dataset_type, root, size, n_train, n_test)
     f_train, y_train = extract_features(backbone, train, desc="kNN train features")
     f_test, y_test = extract_features(backbone, test, desc="kNN test features")
-    return knn_accuracy(f_train, y_train, f_test, y_test, num_classes=10)
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    return knn_accuracy(f_train, y_train, f_test, y_test, num_classes=num_classes)
 
 
 def run_demo(
@@ -71,7 +97,7 @@ def run_demo(
     root = cfg.DATASETS.ROOT
     return DemoResult(
         checkpoint=ckpt,
-        knn_pretrained=knn_top1(pretrained, root, size, n_train, n_test),
-        knn_random=knn_top1(random_init, root, size, n_train, n_test),
+        knn_pretrained=knn_top1(pretrained, root, size, n_train, n_test, cfg.DATASETS.TYPE),
+        knn_random=knn_top1(random_init, root, size, n_train, n_test, cfg.DATASETS.TYPE),
         train_seconds=seconds,
     )

@@ -207,3 +207,18 @@ def test_resume_removes_temporaries_of_an_interrupted_write(tmp_path, image_fold
     trainer = PretrainTrainer(cfg)
     assert trainer.resume()
     assert not junk.exists()
+
+
+def test_demo_runs_on_an_image_folder(tmp_path):
+    """The demo tool's library path on an ImageFolder root: trains, evaluates kNN for both nets."""
+    from pretrain.demo import run_demo
+
+    root = make_image_folder(tmp_path / "data", classes=3, per_class=12)
+    res = run_demo(
+        str(tmp_path / "demo"),
+        tiny_opts(root, tmp_path / "demo", **{"SOLVER.MAX_ITER": 2}),
+        n_train=100,
+        n_test=100,
+    )
+    assert Path(res.checkpoint).exists()
+    assert 0.0 <= res.knn_pretrained <= 1.0 and 0.0 <= res.knn_random <= 1.0

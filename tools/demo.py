@@ -27,7 +27,7 @@ def main() -> int:
     print()
     print(f"pretraining took {res.train_seconds / 60:.1f} min")
     print(
-        f"kNN top-1 on {args.knn_test} Fashion-MNIST test images "
+        f"kNN top-1 on up to {args.knn_test} held-out images "
         f"(k=200, T=0.07, {args.knn_train} references):"
     )
     print(f"  LORAC pretrained : {100 * res.knn_pretrained:.2f}%")

@@ -99,8 +99,15 @@ def main() -> int:
         if len(wheels) != 1:
             raise RuntimeError(f"expected one sal-detectron2 wheel in {tmp}, found {wheels}")
         pure = repack(wheels[0], Path(tmp))
-        subprocess.run(pip + ["install", "setuptools<81", str(pure)], check=True)
-    print(f"installed detectron2 (pure Python) from {DIST} at {_installed()}")
+        # fvcore and iopath are imported by detectron2 but missing from sal-detectron2's metadata.
+        subprocess.run(
+            pip + ["install", "setuptools<81", "fvcore", "iopath", str(pure)], check=True
+        )
+    where = _installed()
+    if where is None:
+        print(f"error: installed {DIST} but 'import detectron2' still fails", file=sys.stderr)
+        return 1
+    print(f"installed detectron2 (pure Python) from {DIST} at {where}")
     return 0
 
 

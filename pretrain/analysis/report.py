@@ -93,8 +93,8 @@ def _curves(runs: Sequence[RunData], fig_dir: str) -> Section:
         )
     if gaps:
         sec.text.append(
-            "mean ||Q||_* is not computed (logged as 0) while the prior is off "
-            "(beta = inf); those iterations are gaps in its curve."
+            "some runs logged mean ||Q||_* as 0 (older runs did not compute it while the prior "
+            "was off); those iterations are gaps in its curve."
         )
     if missing:
         sec.text.append("Not logged by any run: " + ", ".join(missing) + ".")

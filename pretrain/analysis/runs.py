@@ -29,8 +29,8 @@ class Curve:
     zero_is_missing: bool = False
 
 
-# One figure per metric, in this order. The trainer logs nuclear_norm = 0 while the prior is off
-# (it is not computed then); the norm of unit rows is >= 1, so 0 can only mean "not computed".
+# One figure per metric, in this order. Runs from before the trainer logged ||Q||_* in the
+# prior-off phase have nuclear_norm = 0 there; the norm of unit rows is >= 1, so 0 means "absent".
 CURVES = (
     Curve("total_loss", "Training loss", "loss"),
     Curve("nuclear_norm", "Mean ||Q||_* of the batch", "mean ||Q||_*", zero_is_missing=True),
