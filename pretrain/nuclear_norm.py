@@ -147,6 +147,7 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
 
     Raises:
         ValueError: if ``x`` has fewer than 2 dimensions, is not floating point, or is empty.
+        A matrix batch holding NaN or inf gives NaN (no LAPACK error).
     """
     if x.dim() < 2:
         raise ValueError(f"nuclear_norm expects (..., m, n), got shape {tuple(x.shape)}")
@@ -156,6 +157,10 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"nuclear_norm got an empty matrix shape {tuple(x.shape)}")
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
+    if not bool(torch.isfinite(x).all()):
+        # LAPACK's eigh raises on NaN/inf; propagate NaN instead (like torch.linalg) so callers'
+        # non-finite checks report the problem. The multiply keeps the autograd graph.
+        return x.sum((-2, -1)) * float("nan")
     if torch.is_grad_enabled() and x.requires_grad:
         return _NuclearNorm.apply(x)
     return _decompose(x, with_grad=False)[0].to(x.dtype)

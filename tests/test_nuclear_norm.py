@@ -193,3 +193,12 @@ def test_double_backward_is_refused() -> None:
 def test_bad_input_raises(x: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         nuclear_norm(x)
+
+
+def test_non_finite_input_gives_nan_not_a_lapack_error():
+    x = torch.randn(4, 3, 8, requires_grad=True)
+    bad = x.detach().clone()
+    bad[1, 0, 0] = float("nan")
+    bad[2, 1, 1] = float("inf")
+    out = nuclear_norm(bad.requires_grad_())
+    assert out.shape == (4,) and torch.isnan(out).all()
