@@ -29,7 +29,7 @@ class DemoResult:
     knn_pretrained: float
     knn_random: float
     train_seconds: float
-    d2_weights: str = ""
+    method: str = "LORAC"
 
 
 def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: int):
@@ -100,4 +100,5 @@ def run_demo(
         knn_pretrained=knn_top1(pretrained, root, size, n_train, n_test, cfg.DATASETS.TYPE),
         knn_random=knn_top1(random_init, root, size, n_train, n_test, cfg.DATASETS.TYPE),
         train_seconds=seconds,
+        method="MoCo-M" if cfg.LOSS.PRIOR == "none" else f"LORAC (prior {cfg.LOSS.PRIOR})",
     )

@@ -30,8 +30,8 @@ def main() -> int:
         f"kNN top-1 on up to {args.knn_test} held-out images "
         f"(k=200, T=0.07, {args.knn_train} references):"
     )
-    print(f"  LORAC pretrained : {100 * res.knn_pretrained:.2f}%")
-    print(f"  random init      : {100 * res.knn_random:.2f}%")
+    print(f"  pretrained, {res.method}: {100 * res.knn_pretrained:.2f}%")
+    print(f"  random init: {100 * res.knn_random:.2f}%")
     print(f"checkpoint        : {res.checkpoint}")
     print(f"detectron2 weights: {d2}")
     return 0
