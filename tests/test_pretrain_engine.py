@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -222,3 +223,13 @@ def test_demo_runs_on_an_image_folder(tmp_path):
     )
     assert Path(res.checkpoint).exists()
     assert 0.0 <= res.knn_pretrained <= 1.0 and 0.0 <= res.knn_random <= 1.0
+
+
+def test_bf16_autocast_and_channels_last_train(tmp_path, image_folder):
+    """SOLVER.AMP (bf16 autocast on CPU) and MODEL.CHANNELS_LAST run and give finite losses."""
+    out = tmp_path / "amp"
+    opts = {"SOLVER.AMP.ENABLED": True, "MODEL.CHANNELS_LAST": True, "SOLVER.MAX_ITER": 3}
+    trainer = _train(tiny_opts(image_folder, out, **opts))
+    losses = [m["total_loss"] for m in _metrics(out) if "total_loss" in m]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert trainer.amp_dtype == torch.bfloat16
