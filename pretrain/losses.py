@@ -94,6 +94,17 @@ def _select(queries: torch.Tensor, lowrank_views: Sequence[int] | None) -> torch
     return queries[idx]
 
 
+def _q_matrix(low: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Q per instance: the prior's query views stacked with the positive key. (N, M_Q, d)"""
+    return torch.cat([low, key.unsqueeze(0)], 0).transpose(0, 1)
+
+
+def _p_matrix(low: torch.Tensor) -> torch.Tensor:
+    """P of Eq. (14): every instance's prior views centred on their mean. (N * M_l, d)"""
+    centred = low - low.mean(0, keepdim=True)  # a_{i,m} = q_{i,m} - mu_i
+    return centred.transpose(0, 1).reshape(-1, low.shape[-1])
+
+
 def log_prior(
     queries: torch.Tensor,
     key: torch.Tensor,
@@ -121,13 +132,11 @@ def log_prior(
     if prior == "constant":
         return zeros - c / (m_rows * beta * tau), zeros
     if prior == "batchwise":
-        centred = low - low.mean(0, keepdim=True)  # a_{i,m} = q_{i,m} - mu_i
-        p = centred.transpose(0, 1).reshape(-1, low.shape[-1])  # (N * M_l, d)
+        p = _p_matrix(low)  # (N * M_l, d)
         rows = p.shape[0] if prior_m is None else n * prior_m
         nuc = nuclear_norm(p)
         return (zeros - nuc / (rows * beta * tau)), zeros + nuc.detach()
-    q_mat = torch.cat([low, key.unsqueeze(0)], 0).transpose(0, 1)  # (N, M_Q, d)
-    nuc = nuclear_norm(q_mat)  # (N,)
+    nuc = nuclear_norm(_q_matrix(low, key))  # (N,)
     if prior == "laplace":
         return -nuc / (m_rows * beta * tau), nuc.detach()
     # gaussian
@@ -139,9 +148,8 @@ def _logged_nuclear_norm(q, k, lowrank_views, prior) -> torch.Tensor:
     with torch.no_grad():
         low = _select(q, lowrank_views)
         if prior == "batchwise":
-            centred = low - low.mean(0, keepdim=True)
-            return nuclear_norm(centred.transpose(0, 1).reshape(-1, low.shape[-1]))
-        return nuclear_norm(torch.cat([low, k.unsqueeze(0)], 0).transpose(0, 1)).mean()
+            return nuclear_norm(_p_matrix(low))
+        return nuclear_norm(_q_matrix(low, k)).mean()
 
 
 def lorac_loss_with_stats(

@@ -111,9 +111,14 @@ def build_train_transform(cfg):
     return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
 
 
-def build_pretrain_loader(cfg, rank: int, world_size: int, start_iter: int) -> DataLoader:
-    """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``."""
-    source = build_source(cfg, "train")
+def build_pretrain_loader(
+    cfg, rank: int, world_size: int, start_iter: int, source=None
+) -> DataLoader:
+    """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``.
+
+    ``source`` (default: built from ``cfg.DATASETS``) lets the trainer scan the dataset once.
+    """
+    source = build_source(cfg, "train") if source is None else source
     transform, color = build_train_transform(cfg)
     sampler = IterationBatchSampler(
         len(source), cfg.SOLVER.IMS_PER_BATCH, rank, world_size, cfg.SEED, start_iter
@@ -128,8 +133,3 @@ def build_pretrain_loader(cfg, rank: int, world_size: int, start_iter: int) -> D
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
     )
-
-
-def dataset_size(cfg) -> int:
-    """Number of images in the configured training source (for epochs -> iterations)."""
-    return len(build_source(cfg, "train"))

@@ -17,7 +17,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.cluster.preemption import StopOnSignal
 from pretrain.config import ConfigError, validate_cfg
-from pretrain.data.loader import build_pretrain_loader, dataset_size
+from pretrain.data.datasets import build_source
+from pretrain.data.loader import build_pretrain_loader
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
@@ -56,8 +57,9 @@ class PretrainTrainer(SimpleTrainer):
         self.cfg = cfg
         if comm.is_main_process():
             dump_run_info(cfg)
+        self.source = build_source(cfg, "train")  # scanned once: ImageNet has 1.28M files
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
-            cfg, dataset_size(cfg)
+            cfg, len(self.source)
         )
         model = build_model(cfg, world)
         optimizer = build_optimizer(cfg, model)
@@ -136,7 +138,7 @@ class PretrainTrainer(SimpleTrainer):
     def train(self):  # type: ignore[override]
         rank, world = comm.get_rank(), comm.get_world_size()
         self.reset_data_loader(
-            lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter)
+            lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source)
         )
         super().train(self.start_iter, self.max_iter)
 
