@@ -221,13 +221,3 @@ def dump_run_info(cfg) -> None:
         f.write(cfg.dump())
     with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
         f.write(collect_env_info() + "\n")
-
-
-def output_paths(cfg) -> dict[str, str]:
-    """Where a run's artefacts live."""
-    out = cfg.OUTPUT_DIR
-    return {
-        "final": os.path.join(out, "model_final.pth"),
-        "metrics": os.path.join(out, "metrics.json"),
-        "config": os.path.join(out, "config.yaml"),
-    }
