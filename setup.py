@@ -17,6 +17,7 @@ setup(
         "pycocotools>=2.0.6",
         "submitit>=1.5",
         "numpy<2",  # detectron2 (sal-detectron2 0.7.2) pins numpy<2
+        "numba>=0.59",  # compiles the CPU nuclear-norm kernel (pretrain/_jacobi.py)
         "pillow>=9",
         "matplotlib>=3.5",
         "tabulate",

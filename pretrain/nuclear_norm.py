@@ -14,18 +14,25 @@ when the matrix is rank-deficient): U V^T = U diag(1/s) U^T X, from the same dec
 computed in the forward pass and saved in ``x``'s dtype (instead of a float64 copy of ``x``), so
 the backward pass is one multiply.
 
-Where the time goes on CPU (256 matrices of 8 x 128): LAPACK ``syevd`` of the 8 x 8 Gram matrices
-(~5 us each, about two thirds of the total; torch runs a batch of them as a serial loop) and the
-two float64 products X X^T and P X. A batched Jacobi eigen-solver in torch ops (all disjoint
-rotations of a round at once) was prototyped and is 12-17x slower than that loop: it converges in
-5-6 sweeps, ~35 rounds of ~10 small kernels. So on CPU the batch is instead split across the
-intra-op threads, each running the whole pipeline on its share; LAPACK and numpy release the GIL.
+CPU backends (``LORAC_NUCLEAR_NORM_CPU`` picks one; default ``numba`` when numba imports):
+
+* ``numba``: ``pretrain._jacobi``, a compiled kernel that does all of the above per matrix in one
+  pass, with a Jacobi eigensolver run in SIMD lock-step across 32 matrices. LAPACK's ``syevd``
+  costs ~5 us per 8 x 8 Gram matrix, mostly call overhead, and torch loops over the batch serially;
+  a batched Jacobi written in torch ops was 12-17x slower still (~35 rounds of ~10 small kernels).
+  Compiled on first use (~2 s) and cached next to the module.
+* ``lapack``: the same steps with numpy products and ``torch.linalg.eigh`` (the fallback where
+  numba is unavailable).
+
+The ``lapack`` path splits the batch across the intra-op threads, each running the whole pipeline
+on its share (LAPACK and numpy release the GIL); the ``numba`` kernel runs in the calling thread.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,6 +42,9 @@ from torch.autograd.function import once_differentiable
 # Eigenvalues below this fraction of the largest (times the short side) are treated as zero: in
 # float64 the Gram matrix is accurate to ~1e-16 relative, so anything below ~1e-13 is round-off.
 _RELATIVE_EIG_TOL = 1e-13
+
+CPU_BACKENDS = ("numba", "lapack")
+_BACKEND_ENV = "LORAC_NUCLEAR_NORM_CPU"
 
 # Below this many matrices a thread hand-off costs more than it saves.
 _MIN_BATCH_TO_SPLIT = 64
@@ -90,6 +100,37 @@ def _block_torch(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
     return s.sum(-1)
 
 
+@functools.lru_cache(maxsize=1)
+def _numba_kernel():  # -> the compiled kernel, or None when numba cannot be imported
+    try:
+        from pretrain._jacobi import nuclear_norm_kernel
+    except ImportError as exc:  # pragma: no cover - numba is an install requirement
+        warnings.warn(
+            f"numba unavailable ({exc}); nuclear_norm uses the slower LAPACK path", stacklevel=3
+        )
+        return None
+    return nuclear_norm_kernel
+
+
+def cpu_backend() -> str:
+    """The CPU backend in use: ``$LORAC_NUCLEAR_NORM_CPU`` if set, else numba when available."""
+    choice = os.environ.get(_BACKEND_ENV, "").strip().lower()
+    if choice and choice not in CPU_BACKENDS:
+        raise ValueError(f"{_BACKEND_ENV}={choice!r}: expected one of {', '.join(CPU_BACKENDS)}")
+    if choice == "lapack" or _numba_kernel() is None:
+        return "lapack"
+    return "numba"
+
+
+def _block_numba(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
+    """_block_numpy by the compiled kernel (``pretrain._jacobi``)."""
+    x_np = np.ascontiguousarray(x.numpy())
+    norms = np.empty(x_np.shape[0], dtype=np.float64)
+    out = uvt.numpy() if uvt is not None else np.empty((0, 0, 0), dtype=x_np.dtype)
+    _numba_kernel()(x_np, out, norms, uvt is not None, _RELATIVE_EIG_TOL * x_np.shape[-2])
+    return torch.from_numpy(norms)
+
+
 def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Nuclear norms (...) float64 of ``x`` (..., m, n) and, if ``with_grad``, U V^T like ``x``."""
     transposed = x.shape[-2] > x.shape[-1]
@@ -99,6 +140,11 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
     batch, threads = flat.shape[0], torch.get_num_threads()
     if x.device.type != "cpu":
         values = _block_torch(flat, uvt)
+    elif cpu_backend() == "numba":
+        # One thread: measured interleaved with other torch ops (benchmarks/), a second thread
+        # gained <= 10% even at 4096 matrices, as torch's OpenMP workers keep spinning on the
+        # other core after each parallel op.
+        values = _block_numba(flat, uvt)
     elif threads < 2 or batch < _MIN_BATCH_TO_SPLIT:
         values = _block_numpy(flat, uvt)
     else:
@@ -157,9 +203,10 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"nuclear_norm got an empty matrix shape {tuple(x.shape)}")
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
-    if not bool(torch.isfinite(x).all()):
+    if (x.device.type != "cpu" or cpu_backend() != "numba") and not bool(torch.isfinite(x).all()):
         # LAPACK's eigh raises on NaN/inf; propagate NaN instead (like torch.linalg) so callers'
-        # non-finite checks report the problem. The multiply keeps the autograd graph.
+        # non-finite checks report the problem. The multiply keeps the autograd graph. (The numba
+        # kernel checks each matrix itself, saving a pass over x, and gives NaN there too.)
         return x.sum((-2, -1)) * float("nan")
     if torch.is_grad_enabled() and x.requires_grad:
         return _NuclearNorm.apply(x)

@@ -1,13 +1,33 @@
-"""nuclear_norm against float64 SVD, analytic rank-deficient cases, and gradcheck."""
+"""nuclear_norm against float64 SVD, analytic rank-deficient cases, and gradcheck.
+
+Every check of values and gradients runs on both CPU backends (the numba Jacobi kernel and the
+LAPACK fallback) through the ``backend`` fixture.
+"""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from pretrain.nuclear_norm import _block_numpy, _block_torch, nuclear_norm
+from pretrain import _jacobi
+from pretrain.nuclear_norm import (
+    CPU_BACKENDS,
+    _block_numba,
+    _block_numpy,
+    _block_torch,
+    cpu_backend,
+    nuclear_norm,
+)
+
+
+@pytest.fixture(params=CPU_BACKENDS, autouse=True)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("LORAC_NUCLEAR_NORM_CPU", request.param)
+    assert cpu_backend() == request.param
+    return request.param
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -34,6 +54,7 @@ def value_and_grad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 SHAPES = [
     (6, 5, 128),  # LORAC: (N, M, d)
     (70, 8, 32),  # over the threading cut-off (split only with threads > 1: see below)
+    (33, 7, 40),  # one matrix past a group of 32 Jacobi lanes
     (2, 3, 4, 9),  # two batch dims
     (7, 12),  # a single matrix
     (3, 9, 4),  # m > n: computed on the transpose
@@ -70,19 +91,45 @@ def test_threaded_split_matches_single_thread() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_torch_path_matches_numpy_path(dtype: torch.dtype) -> None:
-    """The all-torch steps that CUDA runs give the CPU (numpy) path's numbers, including rank
-    deficiency (rows 0 and 1 equal) and a strided input."""
+def test_all_paths_agree(dtype: torch.dtype) -> None:
+    """The all-torch steps that CUDA runs, the numpy/LAPACK steps and the numba kernel give the
+    same numbers, including rank deficiency (rows 0 and 1 equal) and a strided input."""
     x = _randn(9, 64, 6, seed=12, dtype=dtype).mT  # (9, 6, 64), not contiguous
     x[:, 1] = x[:, 0]
-    uvt_np, uvt_torch = torch.empty(x.shape, dtype=dtype), torch.empty(x.shape, dtype=dtype)
-    v_np = _block_numpy(x, uvt_np)
-    v_torch = _block_torch(x, uvt_torch)
+    uvts = {name: torch.empty(x.shape, dtype=dtype) for name in ("numpy", "torch", "numba")}
+    values = {
+        "numpy": _block_numpy(x, uvts["numpy"]),
+        "torch": _block_torch(x, uvts["torch"]),
+        "numba": _block_numba(x, uvts["numba"]),
+    }
     ref_value, ref_grad = reference(x, rel_tol=1e-5)
-    torch.testing.assert_close(v_torch, v_np, rtol=1e-12, atol=0)
-    torch.testing.assert_close(uvt_torch, uvt_np, rtol=0, atol=1e-6)
-    torch.testing.assert_close(v_torch, ref_value, rtol=1e-10, atol=0)
-    torch.testing.assert_close(uvt_torch.double(), ref_grad, rtol=0, atol=1e-6)
+    for name in ("torch", "numba"):
+        torch.testing.assert_close(values[name], values["numpy"], rtol=1e-12, atol=0)
+        torch.testing.assert_close(uvts[name], uvts["numpy"], rtol=0, atol=1e-6)
+        torch.testing.assert_close(values[name], ref_value, rtol=1e-10, atol=0)
+        torch.testing.assert_close(uvts[name].double(), ref_grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-8, 1e8, 1e30])
+def test_kernel_extreme_scales_float64(scale: float) -> None:
+    """The kernel scales each matrix before rotating: tiny and huge inputs stay exact."""
+    x = _randn(40, 8, 16, seed=13, dtype=torch.float64) * scale
+    value, grad = value_and_grad(x)
+    ref_value, ref_grad = reference(x)
+    torch.testing.assert_close(value, ref_value, rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad, ref_grad, rtol=0, atol=1e-11)
+
+
+def test_kernel_converges_in_few_sweeps() -> None:
+    """Jacobi's quadratic convergence: a handful of sweeps per group of 32 matrices, also for
+    repeated and zero eigenvalues, never the MAX_SWEEPS safeguard."""
+    full = _randn(64, 8, 128, seed=14).numpy()
+    repeated = np.repeat(_randn(64, 2, 128, seed=15).numpy(), 4, axis=1)  # rank 2, doubled rows
+    for x in (full, repeated, np.zeros((64, 8, 128), np.float32)):
+        uvt, norms = np.empty_like(x), np.empty(64)
+        sweeps = _jacobi.nuclear_norm_kernel(x, uvt, norms, True, 8e-13)
+        assert 0 <= sweeps <= 2 * 8  # two groups of 32, at most 8 sweeps each
+        assert np.isfinite(norms).all() and np.isfinite(uvt).all()
 
 
 @pytest.mark.parametrize("m", [2, 5, 8])
@@ -195,10 +242,21 @@ def test_bad_input_raises(x: torch.Tensor, message: str) -> None:
         nuclear_norm(x)
 
 
-def test_non_finite_input_gives_nan_not_a_lapack_error():
+def test_non_finite_input_gives_nan_not_a_lapack_error(backend: str) -> None:
     x = torch.randn(4, 3, 8, requires_grad=True)
     bad = x.detach().clone()
     bad[1, 0, 0] = float("nan")
     bad[2, 1, 1] = float("inf")
-    out = nuclear_norm(bad.requires_grad_())
-    assert out.shape == (4,) and torch.isnan(out).all()
+    bad.requires_grad_()
+    out = nuclear_norm(bad)
+    assert out.shape == (4,) and torch.isnan(out[1:3]).all()
+    out.sum().backward()
+    assert bad.grad is not None and torch.isnan(bad.grad[1:3]).all()
+    if backend == "numba":  # per matrix: the others are untouched (LAPACK's path: all NaN)
+        torch.testing.assert_close(out[[0, 3]].double(), reference(x.detach()[[0, 3]])[0])
+
+
+def test_unknown_backend_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LORAC_NUCLEAR_NORM_CPU", "magma")
+    with pytest.raises(ValueError, match="LORAC_NUCLEAR_NORM_CPU='magma'"):
+        nuclear_norm(torch.ones(2, 3, 4))
