@@ -41,6 +41,16 @@ MAX_SWEEPS = 40
 _FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
 
+@numba.njit(inline="always", fastmath=_FASTMATH, error_model="numpy")
+def _rotate_rows(arr, i, j, cos, sin):  # pragma: no cover - compiled
+    """(arr[i], arr[j]) <- (cos arr[i] - sin arr[j], sin arr[i] + cos arr[j]), lane by lane."""
+    for lane in range(LANES):
+        x = arr[i, lane]
+        y = arr[j, lane]
+        arr[i, lane] = cos[lane] * x - sin[lane] * y
+        arr[j, lane] = sin[lane] * x + cos[lane] * y
+
+
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, error_model="numpy")
 def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no cover - compiled
     """Nuclear norms of ``x`` (B, m, n), m <= n, C-contiguous.
@@ -50,11 +60,12 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
     Returns the number of Jacobi sweeps run, summed over the groups (for tests and benchmarks).
     """
     batch, m, n = x.shape
-    # Column blocks, lane (matrix) index fastest: a[j, i * LANES + lane] = G[i, j] of matrix
-    # ``lane``, v[j, i * LANES + lane] = V[i, j]. A rotation of columns p and q then reads and
-    # writes contiguous blocks, one SIMD loop across matrices.
-    a = np.empty((m, m * LANES))
-    v = np.empty((m, m * LANES))
+    # The upper triangle of the Gram matrices, one row of LANES per entry, lane (matrix) index
+    # fastest: a[i * m + j, lane] = G[i, j] of matrix ``lane`` for i <= j (the rest is unused);
+    # v[j * m + i, lane] = V[i, j]. Each step of a rotation is then one SIMD loop across matrices
+    # over contiguous rows, and each entry is written once.
+    a = np.empty((m * m, LANES))
+    v = np.empty((m * m, LANES))
     cos = np.empty(LANES)
     sin = np.empty(LANES)
     tan = np.empty(LANES)
@@ -75,100 +86,85 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
                 for t in range(n):
                     x64[i, t] = xb[i, t]
             for i in range(m):
-                for j in range(i + 1):
+                for j in range(i, m):
                     acc = 0.0
                     for t in range(n):
                         acc += x64[i, t] * x64[j, t]
-                    a[j, i * LANES + lane] = acc
-                    a[i, j * LANES + lane] = acc
+                    a[i * m + j, lane] = acc
         for lane in range(lanes, LANES):  # unused lanes: zero matrices (already converged)
             for i in range(m):
-                for j in range(m):
-                    a[j, i * LANES + lane] = 0.0
+                for j in range(i, m):
+                    a[i * m + j, lane] = 0.0
         for lane in range(LANES):
             # NaN/inf anywhere in a matrix makes a diagonal entry (a sum of squares) NaN or inf:
             # such a matrix gets NaN results and a zero matrix in the rotations.
             biggest = 0.0
             finite[lane] = True
             for i in range(m):
-                if not math.isfinite(a[i, i * LANES + lane]):
+                if not math.isfinite(a[i * m + i, lane]):
                     finite[lane] = False
-                biggest = max(biggest, a[i, i * LANES + lane])
+                biggest = max(biggest, a[i * m + i, lane])
             if not finite[lane]:
                 for i in range(m):
-                    for j in range(m):
-                        a[j, i * LANES + lane] = 0.0
+                    for j in range(i, m):
+                        a[i * m + j, lane] = 0.0
                 biggest = 0.0
             scale[lane] = biggest if biggest > 0.0 else 1.0
-        for j in range(m):
-            for i in range(m):
-                o = i * LANES
+        for i in range(m):
+            for j in range(m):
                 for lane in range(LANES):
-                    a[j, o + lane] /= scale[lane]
-                    v[j, o + lane] = 1.0 if i == j else 0.0
+                    a[i * m + j, lane] /= scale[lane]
+                    v[i * m + j, lane] = 1.0 if i == j else 0.0
         for _ in range(MAX_SWEEPS):
             converged = True
             for lane in range(LANES):
                 off = 0.0
                 diag = 0.0
                 for i in range(m):
-                    diag += a[i, i * LANES + lane] ** 2
+                    diag += a[i * m + i, lane] ** 2
                     for j in range(i + 1, m):
-                        off += a[j, i * LANES + lane] ** 2
+                        off += a[i * m + j, lane] ** 2
                 if off > OFF_DIAGONAL_TOL * OFF_DIAGONAL_TOL * diag:
                     converged = False
             if converged:
                 break
             sweeps_run += 1
             for p in range(m - 1):
-                ap = a[p]
-                vp = v[p]
                 for q in range(p + 1, m):
-                    aq = a[q]
-                    vq = v[q]
+                    ipp, iqq, ipq = p * m + p, q * m + q, p * m + q
                     # The rotation that zeroes a_pq: tan t is the smaller root of
-                    # t^2 + 2 theta t - 1 = 0, theta = (a_qq - a_pp) / (2 a_pq), written without
-                    # dividing by a_pq so that a_pq = 0 gives t = 0 with no branch:
-                    # t = sign(d) 2 a_pq / (|d| + sqrt(d^2 + 4 a_pq^2)), d = a_qq - a_pp.
+                    # t^2 + 2 theta t - 1 = 0, theta = (a_qq - a_pp) / (2 a_pq). Without dividing
+                    # by a_pq, with d = a_qq - a_pp, r = sqrt(d^2 + 4 a_pq^2), h = |d| + r:
+                    # t = sign(d) 2 a_pq / h and, as h^2 + 4 a_pq^2 = 2 r h,
+                    # cos = h / sqrt(2 r h), sin = sign(d) 2 a_pq / sqrt(2 r h),
+                    # 1 / h = 2 r / (2 r h): two square roots and one division per matrix, no
+                    # branch; a_pq = d = 0 gives r h = 0 and the identity.
                     for lane in range(LANES):
-                        apq = ap[q * LANES + lane]
-                        d = aq[q * LANES + lane] - ap[p * LANES + lane]
-                        den = abs(d) + math.sqrt(d * d + 4.0 * apq * apq)
-                        t = 2.0 * apq / den if den > 0.0 else 0.0
-                        t = t if d >= 0.0 else -t
-                        c = 1.0 / math.sqrt(1.0 + t * t)
-                        cos[lane] = c
-                        sin[lane] = t * c
-                        tan[lane] = t
-                    # A <- J^T A J changes rows and columns p and q only: update columns p, q
-                    # (contiguous), then mirror them into rows p, q; A stays symmetric.
+                        apq = a[ipq, lane]
+                        d = a[iqq, lane] - a[ipp, lane]
+                        r = math.sqrt(d * d + 4.0 * apq * apq)
+                        h = abs(d) + r
+                        rh2 = 2.0 * r * h
+                        inv = 1.0 / math.sqrt(rh2) if rh2 > 0.0 else 0.0
+                        two_apq = 2.0 * apq if d >= 0.0 else -2.0 * apq
+                        cos[lane] = h * inv if rh2 > 0.0 else 1.0
+                        sin[lane] = two_apq * inv
+                        tan[lane] = two_apq * (2.0 * r) * (inv * inv)
+                    # A <- J^T A J changes rows and columns p and q only.
                     for k in range(m):
                         if k in (p, q):
                             continue
-                        o = k * LANES
-                        for lane in range(LANES):
-                            akp = ap[o + lane]
-                            akq = aq[o + lane]
-                            ap[o + lane] = cos[lane] * akp - sin[lane] * akq
-                            aq[o + lane] = sin[lane] * akp + cos[lane] * akq
-                        ak = a[k]
-                        for lane in range(LANES):
-                            ak[p * LANES + lane] = ap[o + lane]
-                            ak[q * LANES + lane] = aq[o + lane]
+                        ikp = min(k, p) * m + max(k, p)
+                        ikq = min(k, q) * m + max(k, q)
+                        _rotate_rows(a, ikp, ikq, cos, sin)
                     for lane in range(LANES):
-                        shift = tan[lane] * ap[q * LANES + lane]
-                        ap[p * LANES + lane] -= shift
-                        aq[q * LANES + lane] += shift
-                        ap[q * LANES + lane] = 0.0
-                        aq[p * LANES + lane] = 0.0
-                    if with_grad:
+                        shift = tan[lane] * a[ipq, lane]
+                        a[ipp, lane] -= shift
+                        a[iqq, lane] += shift
+                        a[ipq, lane] = 0.0
+                    if with_grad:  # V <- V J: columns p and q
                         for k in range(m):
-                            o = k * LANES
-                            for lane in range(LANES):
-                                vkp = vp[o + lane]
-                                vkq = vq[o + lane]
-                                vp[o + lane] = cos[lane] * vkp - sin[lane] * vkq
-                                vq[o + lane] = sin[lane] * vkp + cos[lane] * vkq
+                            _rotate_rows(v, p * m + k, q * m + k, cos, sin)
         for lane in range(lanes):
             if not finite[lane]:
                 norms[start + lane] = math.nan
@@ -177,11 +173,11 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
                 continue
             largest = 0.0
             for i in range(m):
-                largest = max(largest, a[i, i * LANES + lane])
+                largest = max(largest, a[i * m + i, lane])
             cutoff = largest * relative_tol
             total = 0.0
             for i in range(m):
-                lam = a[i, i * LANES + lane]
+                lam = a[i * m + i, lane]
                 sv[i] = math.sqrt(lam * scale[lane]) if lam > cutoff else 0.0
                 total += sv[i]
             norms[start + lane] = total
@@ -190,7 +186,7 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
             for k in range(m):  # V diag(1/s) V^T on the non-zero singular subspace
                 inv_s[k] = 1.0 / sv[k] if sv[k] > 0.0 else 0.0
                 for i in range(m):
-                    vec[i, k] = v[k, i * LANES + lane]
+                    vec[i, k] = v[k * m + i, lane]
             for i in range(m):
                 for j in range(i + 1):
                     acc = 0.0
