@@ -74,9 +74,12 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
     sv = np.empty(m)
     inv_s = np.empty(m)
     vec = np.empty((m, m))  # eigenvectors of one matrix, as columns
-    proj = np.empty((m, m))
+    # U V^T = P X sums ``width`` rows of X per pass (4 or 8 terms at once; the padding rows of
+    # x64 and columns of proj stay zero), so for M <= 8 each output row is written in one pass.
+    width = 4 if m <= 4 else 8 * ((m + 7) // 8)
+    proj = np.zeros((m, width))
     row = np.empty(n)
-    x64 = np.empty((m, n))  # one matrix in float64
+    x64 = np.zeros((width, n))  # one matrix in float64
     sweeps_run = 0
     for start in range(0, batch, LANES):
         lanes = min(LANES, batch - start)
@@ -198,20 +201,39 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
             for i in range(m):
                 for t in range(n):
                     x64[i, t] = xb[i, t]
+            out = uvt[start + lane]
             for i in range(m):  # (V diag(1/s) V^T) X, accumulated in float64
+                if width == 4:
+                    p0, p1, p2, p3 = proj[i, 0], proj[i, 1], proj[i, 2], proj[i, 3]
+                    for t in range(n):
+                        out[i, t] = (p0 * x64[0, t] + p1 * x64[1, t]) + (
+                            p2 * x64[2, t] + p3 * x64[3, t]
+                        )
+                    continue
                 for t in range(n):
                     row[t] = 0.0
-                # Four rows of X per pass over ``row``: a quarter of the loads and stores.
-                for j in range(0, m - 3, 4):
+                for j in range(0, width, 8):
                     p0, p1, p2, p3 = proj[i, j], proj[i, j + 1], proj[i, j + 2], proj[i, j + 3]
+                    p4, p5, p6, p7 = proj[i, j + 4], proj[i, j + 5], proj[i, j + 6], proj[i, j + 7]
+                    if width == 8:  # the whole sum in one pass, straight into the output
+                        for t in range(n):
+                            out[i, t] = (
+                                (p0 * x64[0, t] + p1 * x64[1, t])
+                                + (p2 * x64[2, t] + p3 * x64[3, t])
+                            ) + (
+                                (p4 * x64[4, t] + p5 * x64[5, t])
+                                + (p6 * x64[6, t] + p7 * x64[7, t])
+                            )
+                        break
                     for t in range(n):
                         row[t] += (
-                            p0 * x64[j, t] + p1 * x64[j + 1, t] + p2 * x64[j + 2, t]
-                        ) + p3 * x64[j + 3, t]
-                for j in range(m - m % 4, m):
-                    pij = proj[i, j]
+                            (p0 * x64[j, t] + p1 * x64[j + 1, t])
+                            + (p2 * x64[j + 2, t] + p3 * x64[j + 3, t])
+                        ) + (
+                            (p4 * x64[j + 4, t] + p5 * x64[j + 5, t])
+                            + (p6 * x64[j + 6, t] + p7 * x64[j + 7, t])
+                        )
+                else:
                     for t in range(n):
-                        row[t] += pij * x64[j, t]
-                for t in range(n):
-                    uvt[start + lane, i, t] = row[t]
+                        out[i, t] = row[t]
     return sweeps_run

@@ -55,6 +55,7 @@ SHAPES = [
     (6, 5, 128),  # LORAC: (N, M, d)
     (70, 8, 32),  # over the threading cut-off (split only with threads > 1: see below)
     (33, 7, 40),  # one matrix past a group of 32 Jacobi lanes
+    (5, 11, 30),  # more than 8 rows: the kernel's P X sums in two passes of 8
     (2, 3, 4, 9),  # two batch dims
     (7, 12),  # a single matrix
     (3, 9, 4),  # m > n: computed on the transpose
