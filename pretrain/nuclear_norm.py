@@ -104,7 +104,7 @@ def _block_torch(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
 def _numba_kernel():  # -> the compiled kernel, or None when numba cannot be imported
     try:
         from pretrain._jacobi import nuclear_norm_kernel
-    except ImportError as exc:  # pragma: no cover - numba is an install requirement
+    except ImportError as exc:  # numba is an install requirement; a test hides it
         warnings.warn(
             f"numba unavailable ({exc}); nuclear_norm uses the slower LAPACK path", stacklevel=3
         )

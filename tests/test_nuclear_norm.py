@@ -261,3 +261,23 @@ def test_unknown_backend_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LORAC_NUCLEAR_NORM_CPU", "magma")
     with pytest.raises(ValueError, match="LORAC_NUCLEAR_NORM_CPU='magma'"):
         nuclear_norm(torch.ones(2, 3, 4))
+
+
+def test_without_numba_falls_back_to_lapack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where numba cannot be imported, a warning names the slower path and results are the same."""
+    import sys
+
+    from pretrain import nuclear_norm as module
+
+    monkeypatch.delenv("LORAC_NUCLEAR_NORM_CPU")
+    monkeypatch.setitem(sys.modules, "pretrain._jacobi", None)  # import raises ImportError
+    module._numba_kernel.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="numba unavailable"):
+            assert cpu_backend() == "lapack"
+        x = _randn(6, 5, 32, seed=16)
+        torch.testing.assert_close(
+            value_and_grad(x)[0].double(), reference(x)[0], rtol=1e-6, atol=0
+        )
+    finally:
+        module._numba_kernel.cache_clear()
