@@ -18,7 +18,7 @@ from test_classification_probe import load_tool
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from transfer.classification.datasets import DatasetError, FashionMNIST, read_idx_gz
+from transfer.classification.datasets import DatasetError, FashionMNIST, read_idx
 from transfer.classification.knn import knn_accuracy
 from transfer.classification.knn_hook import KNNHook, module_feature_fn
 
@@ -51,15 +51,15 @@ def test_read_idx_roundtrip_and_corruption(tmp_path):
     for compress in (True, False):
         p = str(tmp_path / f"x{'.gz' if compress else ''}")
         write_idx(p, arr, compress)
-        np.testing.assert_array_equal(read_idx_gz(p), arr)
+        np.testing.assert_array_equal(read_idx(p), arr)
     with gzip.open(tmp_path / "bad.gz", "wb") as f:
         f.write(b"\x01\x02\x08\x01" + b"\0" * 8)
     with pytest.raises(DatasetError, match="bad.gz: not an idx file"):
-        read_idx_gz(str(tmp_path / "bad.gz"))
+        read_idx(str(tmp_path / "bad.gz"))
     with gzip.open(tmp_path / "short.gz", "wb") as f:
         f.write(bytes([0, 0, 8, 1]) + struct.pack(">I", 10) + b"\0" * 3)
     with pytest.raises(DatasetError, match="short.gz: idx payload has 3 bytes"):
-        read_idx_gz(str(tmp_path / "short.gz"))
+        read_idx(str(tmp_path / "short.gz"))
 
 
 def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
@@ -73,7 +73,7 @@ def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(REAL_FMNIST), reason="dataset-fashion-mnist not installed")
 def test_real_fashion_mnist_files():
-    labels = read_idx_gz(os.path.join(REAL_FMNIST, "t10k-labels-idx1-ubyte.gz"))
+    labels = read_idx(os.path.join(REAL_FMNIST, "t10k-labels-idx1-ubyte.gz"))
     assert labels.shape == (10000,) and np.bincount(labels).tolist() == [1000] * 10
     ds = FashionMNIST(REAL_FMNIST, "test", image_size=32, limit=5)
     assert len(ds) == 5 and ds[0][0].size == (32, 32)

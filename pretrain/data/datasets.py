@@ -25,7 +25,7 @@ __all__ = [
     "FashionMNISTSource",
     "ImageFolderSource",
     "read_class_list",
-    "read_idx_images",
+    "read_idx",
     "to_rgb",
 ]
 
@@ -137,24 +137,48 @@ class ImageFolderSource:
         return load_image(self.samples[index][0])
 
 
-def read_idx_images(path: str) -> np.ndarray:
-    """An IDX file (optionally gzipped) as a uint8 array (N, rows, cols) or (N,) for labels."""
+_IDX_DTYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read an IDX file (``*.gz`` or uncompressed) of the MNIST family into an array.
+
+    The format is two zero bytes, a type code, the number of dimensions, the dimensions as
+    big-endian int32 and the data in C order. Every problem raises :class:`DatasetError` naming
+    the file.
+    """
+    if not os.path.isfile(path):
+        raise DatasetError(f"{path}: no such idx file")
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise DatasetError(f"{path}: cannot read IDX file ({e})") from None
-    if len(data) < 8:
-        raise DatasetError(f"{path}: truncated IDX file")
-    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise DatasetError(f"{path}: not a uint8 IDX file")
-    dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
-        raise DatasetError(f"{path}: expected {int(np.prod(dims))} values, found {body.size}")
-    return body.reshape(dims)
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise DatasetError(f"{path}: cannot read idx file ({e})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise DatasetError(f"{path}: not an idx file (bad magic {raw[:4].hex()})")
+    dtype, ndim = _IDX_DTYPES[raw[2]], raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DatasetError(f"{path}: idx header truncated")
+    shape = struct.unpack(f">{ndim}I", raw[4:header])
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(raw) - header != expected:
+        raise DatasetError(
+            f"{path}: idx payload has {len(raw) - header} bytes, shape {shape} needs {expected}"
+        )
+    return (
+        np.frombuffer(raw, dtype=dtype, offset=header)
+        .reshape(shape)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
 class FashionMNISTSource:
@@ -180,8 +204,8 @@ class FashionMNISTSource:
                     "or point DATASETS.ROOT at a folder with the IDX files)"
                 )
             found.append(cand[0])
-        self.images = read_idx_images(found[0])
-        self.labels = read_idx_images(found[1]).astype(np.int64)
+        self.images = read_idx(found[0])
+        self.labels = read_idx(found[1]).astype(np.int64)
         if max_images:
             self.images, self.labels = self.images[:max_images], self.labels[:max_images]
         self.classes = [str(i) for i in range(10)]

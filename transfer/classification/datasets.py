@@ -1,21 +1,20 @@
 """Image datasets for the classification evaluations (ImageNet-style folders, Fashion-MNIST).
 
-* :func:`read_idx_gz` / :class:`FashionMNIST`: the idx files of Fashion-MNIST (for example the
-  Debian package ``dataset-fashion-mnist`` at ``/usr/share/datasets/fashion-mnist``), grey
-  replicated to RGB and upsampled to a configurable size so a ResNet can read them.
+* :class:`FashionMNIST`: the idx files of Fashion-MNIST, read by pretraining's ``read_idx`` (for
+  example the Debian package ``dataset-fashion-mnist`` at ``/usr/share/datasets/fashion-mnist``),
+  grey replicated to RGB and upsampled to a configurable size so a ResNet can read them.
 * :class:`ClassListImageFolder`: torchvision ``ImageFolder`` restricted to the classes of a list
   file (ImageNet-100 is ImageNet-1K restricted to 100 WordNet ids).
 * :func:`read_subset_file` / :func:`subset_indices`: the SimCLR 1% / 10% label split files (one
   ImageNet training file name per line, e.g. ``n01440764_10026.JPEG``).
 
-Every problem with the files on disk raises :class:`DatasetError` naming the path.
+Every problem with the files on disk raises :class:`DatasetError` (pretraining's, one class for
+both sides) naming the path.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import struct
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,6 +22,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
+
+from pretrain.data.datasets import DatasetError, read_idx
 
 __all__ = [
     "ClassListImageFolder",
@@ -32,57 +33,10 @@ __all__ = [
     "TransformedDataset",
     "build_image_folder",
     "read_class_list",
-    "read_idx_gz",
+    "read_idx",
     "read_subset_file",
     "subset_indices",
 ]
-
-
-class DatasetError(ValueError):
-    """Files of a dataset are missing or not in the expected layout; the message names them."""
-
-
-_IDX_DTYPES = {
-    0x08: np.dtype(np.uint8),
-    0x09: np.dtype(np.int8),
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
-}
-
-
-def read_idx_gz(path: str) -> np.ndarray:
-    """Read an idx file (``*.gz`` or uncompressed) of the MNIST family into an array.
-
-    The format is two zero bytes, a type code, the number of dimensions, the dimensions as
-    big-endian int32 and the data in C order.
-    """
-    if not os.path.isfile(path):
-        raise DatasetError(f"{path}: no such idx file")
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise DatasetError(f"{path}: cannot read idx file ({e})") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise DatasetError(f"{path}: not an idx file (bad magic {raw[:4].hex()})")
-    dtype, ndim = _IDX_DTYPES[raw[2]], raw[3]
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise DatasetError(f"{path}: idx header truncated")
-    shape = struct.unpack(f">{ndim}I", raw[4:header])
-    expected = int(np.prod(shape)) * dtype.itemsize
-    if len(raw) - header != expected:
-        raise DatasetError(
-            f"{path}: idx payload has {len(raw) - header} bytes, shape {shape} needs {expected}"
-        )
-    return (
-        np.frombuffer(raw, dtype=dtype, offset=header)
-        .reshape(shape)
-        .astype(dtype.newbyteorder("="))
-    )
 
 
 FASHION_MNIST_CLASSES = (
@@ -123,8 +77,8 @@ class FashionMNIST(Dataset):
         if not os.path.isdir(root):
             raise DatasetError(f"{root}: Fashion-MNIST root is not a directory")
         prefix = "train" if split == "train" else "t10k"
-        images = read_idx_gz(_find_idx(root, f"{prefix}-images-idx3-ubyte"))
-        labels = read_idx_gz(_find_idx(root, f"{prefix}-labels-idx1-ubyte"))
+        images = read_idx(_find_idx(root, f"{prefix}-images-idx3-ubyte"))
+        labels = read_idx(_find_idx(root, f"{prefix}-labels-idx1-ubyte"))
         if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
             raise DatasetError(
                 f"{root}: {prefix} images {images.shape} and labels {labels.shape} do not match"
