@@ -17,8 +17,8 @@ compiled by numba (a maintained JIT) and does the whole job per matrix in one pa
    round-off of zero singular values), the norm sum(s), and, if asked, the exact gradient of the
    thin SVD restricted to the non-zero singular values, U V^T = V diag(1/s) V^T X, in float64.
 
-Each group of matrices is scaled by its largest diagonal entry before the rotations, so no input
-scale can overflow or underflow the angle formula. Reassociation (``fastmath``) is allowed for the
+Each matrix is divided by its largest diagonal entry before the rotations, so no input scale can
+overflow or underflow the angle formula. Reassociation (``fastmath``) is allowed for the
 float64 dot products through numba's flags below; a matrix holding NaN or inf gets NaN.
 """
 
