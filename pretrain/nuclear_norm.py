@@ -20,7 +20,7 @@ CPU backends (``LORAC_NUCLEAR_NORM_CPU`` picks one; default ``numba`` when numba
   pass, with a Jacobi eigensolver run in SIMD lock-step across 32 matrices. LAPACK's ``syevd``
   costs ~5 us per 8 x 8 Gram matrix, mostly call overhead, and torch loops over the batch serially;
   a batched Jacobi written in torch ops was 12-17x slower still (~35 rounds of ~10 small kernels).
-  Compiled on first use (~2 s) and cached next to the module.
+  Compiled on first use (a few seconds per dtype) and cached next to the module.
 * ``lapack``: the same steps with numpy products and ``torch.linalg.eigh`` (the fallback where
   numba is unavailable).
 
