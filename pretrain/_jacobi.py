@@ -116,8 +116,10 @@ def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no c
         for i in range(m):
             for j in range(m):
                 for lane in range(LANES):
-                    a[i * m + j, lane] /= scale[lane]
                     v[i * m + j, lane] = 1.0 if i == j else 0.0
+            for j in range(i, m):  # only the upper triangle is ever set or read
+                for lane in range(LANES):
+                    a[i * m + j, lane] /= scale[lane]
         for _ in range(MAX_SWEEPS):
             converged = True
             for lane in range(LANES):
