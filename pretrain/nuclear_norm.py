@@ -131,8 +131,13 @@ def _block_numba(x: torch.Tensor, uvt: torch.Tensor | None) -> torch.Tensor:
     return torch.from_numpy(norms)
 
 
-def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Nuclear norms (...) float64 of ``x`` (..., m, n) and, if ``with_grad``, U V^T like ``x``."""
+def _decompose(
+    x: torch.Tensor, with_grad: bool, backend: str | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Nuclear norms (...) float64 of ``x`` (..., m, n) and, if ``with_grad``, U V^T like ``x``.
+
+    ``backend`` is :func:`cpu_backend` for a CPU ``x`` (ignored on other devices).
+    """
     transposed = x.shape[-2] > x.shape[-1]
     short = x.detach().mT if transposed else x.detach()  # (..., k, l), k <= l
     flat = short.reshape(-1, *short.shape[-2:])  # (B, k, l), a view where possible
@@ -140,7 +145,7 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
     batch, threads = flat.shape[0], torch.get_num_threads()
     if x.device.type != "cpu":
         values = _block_torch(flat, uvt)
-    elif cpu_backend() == "numba":
+    elif backend == "numba":
         # One thread: measured interleaved with other torch ops (benchmarks/), a second thread
         # gained <= 10% even at 4096 matrices, as torch's OpenMP workers keep spinning on the
         # other core after each parallel op.
@@ -166,18 +171,22 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
 
 class _NuclearNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        values, uvt = _decompose(x, with_grad=True)
+    def forward(ctx, x: torch.Tensor, backend: str | None) -> torch.Tensor:  # type: ignore[override]
+        values, uvt = _decompose(x, with_grad=True, backend=backend)
         ctx.save_for_backward(uvt)
         return values.to(x.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         (uvt,) = ctx.saved_tensors
-        if uvt.device.type == "cpu":  # numpy: no OpenMP fork/join for one multiply
-            return torch.from_numpy(grad_out.detach().numpy()[..., None, None] * uvt.numpy())
-        return grad_out[..., None, None] * uvt
+        if uvt.device.type != "cpu":
+            return grad_out[..., None, None] * uvt, None
+        # numpy: no OpenMP fork/join for one multiply; one (B, m * n) by (B, 1) broadcast is
+        # cheaper than numpy's (..., 1, 1) by (..., m, n) one (measured, benchmarks/).
+        u = uvt.numpy()
+        g = grad_out.detach().numpy().astype(u.dtype, copy=False).reshape(-1, 1)
+        return torch.from_numpy((u.reshape(g.shape[0], -1) * g).reshape(u.shape)), None
 
 
 def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
@@ -203,11 +212,12 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"nuclear_norm got an empty matrix shape {tuple(x.shape)}")
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
-    if (x.device.type != "cpu" or cpu_backend() != "numba") and not bool(torch.isfinite(x).all()):
+    backend = cpu_backend() if x.device.type == "cpu" else None
+    if backend != "numba" and not bool(torch.isfinite(x).all()):
         # LAPACK's eigh raises on NaN/inf; propagate NaN instead (like torch.linalg) so callers'
         # non-finite checks report the problem. The multiply keeps the autograd graph. (The numba
         # kernel checks each matrix itself, saving a pass over x, and gives NaN there too.)
         return x.sum((-2, -1)) * float("nan")
     if torch.is_grad_enabled() and x.requires_grad:
-        return _NuclearNorm.apply(x)
-    return _decompose(x, with_grad=False)[0].to(x.dtype)
+        return _NuclearNorm.apply(x, backend)
+    return _decompose(x, with_grad=False, backend=backend)[0].to(x.dtype)
