@@ -8,6 +8,11 @@ PYTEST_ARGS ?=
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
+	@# torch's CUDA build and its libraries take ~6 GiB: warn before pip fails half-way.
+	@free_mib=$$(df -Pm .venv | awk 'NR == 2 {print $$4}'); \
+	if [ "$$free_mib" -lt 8192 ]; then \
+		echo "WARNING: $$free_mib MiB free under $$(pwd)/.venv; the install needs about 8 GiB."; \
+	fi
 	$(PY) -m pip install -q --upgrade pip "setuptools<81" wheel
 	# torch/torchvision first, pinned: these two versions come from local files in under a minute.
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
