@@ -50,9 +50,16 @@ _C.LOSS.BETA_INF_EPOCHS = 0.0
 _C.LOSS.C = 3.0  # prior "constant" (L-sftmx-c)
 _C.LOSS.C0 = math.sqrt(5.0)  # prior "gaussian": centre
 _C.LOSS.SIGMA2 = 2.0  # prior "gaussian": variance
-# Which query views enter Q besides the positive key: "large" (the key-sized crops, the paper's
-# default in Sec. 5.1: small crops are outlier-prone) or "all".
+# Which views' queries enter Q besides the keys: "large" (the key-sized crops, the paper's
+# default in Sec. 5.1: small crops are outlier-prone), "all", or "queries" (every view that is a
+# query of some key crop: with one key crop, all views but it, so Q = [q_1..q_{M-1}, k] has M
+# rows exactly as in Eq. 11).
 _C.LOSS.LOWRANK_VIEWS = "large"
+# How Q is built from those queries and the keys (docs/method.md): "instance" = one Q per
+# instance, the LOWRANK_VIEWS queries and all KEY_CROPS keys (3 + 2 = 5 rows at 3x224 + 5x96, as
+# the paper's c0 = sqrt(5) implies); "per_key_crop" = for key crop j, the LOWRANK_VIEWS queries
+# other than view j and k_j (3 rows there; the earlier reading, kept for comparison).
+_C.LOSS.Q_CONSTRUCTION = "instance"
 _C.LOSS.PRIOR_M = 0  # the M normalising the prior; 0 = number of rows of Q (see docs/method.md)
 
 _C.INPUT = CN()
@@ -109,6 +116,11 @@ _C.TEST.KNN_K = 200
 _C.TEST.KNN_T = 0.07
 _C.TEST.KNN_TRAIN_IMAGES = 10000  # subset sizes for the periodic kNN
 _C.TEST.KNN_TEST_IMAGES = 2000
+# Labelled images for the kNN monitor. fashion_mnist: "" = DATASETS.ROOT (train split as the
+# references, test split as the queries). imagefolder: required, a root with train/ and val/
+# class folders (ImageNet's layout; DATASETS.CLASS_LIST applies).
+_C.TEST.KNN_ROOT = ""
+_C.TEST.KNN_BATCH_SIZE = 256
 
 _C.OUTPUT_DIR = "./output"
 _C.SEED = 0  # all data order and augmentation randomness derive from it (exact resume)
@@ -148,7 +160,7 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
-    from pretrain.losses import PRIORS
+    from pretrain.losses import PRIORS, Q_CONSTRUCTIONS
 
     loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
     _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")
@@ -157,10 +169,16 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     _need(loss.PRIOR in PRIORS, "LOSS.PRIOR", loss.PRIOR, f"must be one of {PRIORS}")
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
     _need(
-        loss.LOWRANK_VIEWS in ("large", "all"),
+        loss.LOWRANK_VIEWS in ("large", "all", "queries"),
         "LOSS.LOWRANK_VIEWS",
         loss.LOWRANK_VIEWS,
-        "must be 'large' or 'all'",
+        "must be 'large', 'all' or 'queries'",
+    )
+    _need(
+        loss.Q_CONSTRUCTION in Q_CONSTRUCTIONS,
+        "LOSS.Q_CONSTRUCTION",
+        loss.Q_CONSTRUCTION,
+        f"must be one of {Q_CONSTRUCTIONS}",
     )
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
     _need(loss.BETA_INF_EPOCHS >= 0, "LOSS.BETA_INF_EPOCHS", loss.BETA_INF_EPOCHS, "must be >= 0")
@@ -223,3 +241,13 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     )
     _need(bool(cfg.DATASETS.ROOT), "DATASETS.ROOT", cfg.DATASETS.ROOT, "must name a dataset root")
     _need(mod.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", mod.DEVICE, "cpu or cuda")
+    if cfg.TEST.KNN_PERIOD > 0:
+        _need(
+            cfg.DATASETS.TYPE != "imagefolder" or bool(cfg.TEST.KNN_ROOT),
+            "TEST.KNN_ROOT",
+            cfg.TEST.KNN_ROOT,
+            "the kNN monitor (TEST.KNN_PERIOD > 0) of an imagefolder run needs a labelled root "
+            "with train/ and val/ class folders",
+        )
+        for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE"):
+            _need(cfg.TEST[key] > 0, f"TEST.{key}", cfg.TEST[key], "must be > 0")

@@ -2,23 +2,35 @@
 
 Notation (paper Sec. 3): for instance i there are M-1 query embeddings q_{i,m} from the query
 encoder f and one positive key k_i from the momentum encoder g; K negatives come from a queue.
-The positive logit of query m is q_{i,m}.k_i / tau + log h(Q_i), where Q_i stacks the queries that
-enter the prior and the positive key (M_Q rows). The loss of instance i is the mean over its
+The positive logit of query m is q_{i,m}.k_i / tau + log h(Q_i), where Q_i stacks the views that
+enter the prior and the positive key(s) (M_Q rows). The loss of instance i is the mean over its
 queries of the cross-entropy of [positive, negatives] (Eq. 12); the batch loss is the mean over
 instances (Eq. 13).
 
-Departures from the public reference code, on purpose (the paper is the specification):
-  * the prior is divided by tau in every phase (the reference drops 1/tau once the prior is on);
-  * the prior carries the 1/M factor of Eq. (11) (the reference omits it);
-  * Q_i is built from instance i's own views (the reference builds it from other rows).
+:func:`multicrop_lorac_loss` is the whole objective of one multi-crop step (several key crops,
+one queue each, SwAV's pairing of every view with every key crop but its own); :func:`lorac_loss`
+is the single-key case of Eq. (12)-(13).
 
-Choices where the paper is silent, documented in docs/method.md:
-  * M in h(Q) is the number of rows of Q (the paper's M when every query enters Q). Pass
-    ``prior_m`` to normalise by another count (for example the total number of views).
+Departures from the public reference code, on purpose (the paper is the specification):
+  * every logit, the prior included, is divided by tau in every phase (the reference divides
+    no logit by tau once the prior is on);
+  * the prior carries the 1/M factor of Eq. (11) (the reference omits it);
+  * beta follows the paper (2 on ImageNet-100 after the beta = inf warm-up; the reference: 15).
+
+Choices where the paper is ambiguous, documented in docs/method.md:
+  * Q_i (multi-crop) stacks instance i's large-view queries and *all* its keys, one Q per
+    instance shared by every key crop: 3 + 2 = 5 rows at 3x224 + 5x96, which is what the paper's
+    constants imply (c0 = sqrt(5) is the minimum of ||Q||_* over 5 unit rows, Theorem 1).
+    ``q_construction="per_key_crop"`` keeps the other reading (for key crop j: the large queries
+    other than view j, plus k_j; 3 rows) for comparison.
+  * M in h(Q) is the number of rows of Q unless ``prior_m`` is given.
   * beta = inf disables every prior (MoCo-M), including ``gaussian`` and ``constant``, so the
     beta warm-up schedule applies to the ablation priors too; ``gaussian`` ignores finite beta.
-  * ``batchwise`` (LORAC-bs, Eq. 14) centres the queries that enter the prior (default: all of
-    them; the key is left out because Eq. 14 centres views around the query mean).
+  * ``batchwise`` (LORAC-bs, Eq. 14) centres the queries that enter the prior (the keys are left
+    out: Eq. 14 centres views around the query mean) over the whole (global) batch; its
+    normaliser is the number of rows of P.
+  * The logged instance-discrimination accuracy compares the plain similarities q.k and q.k^-
+    (without log h), so that it is comparable across the beta switch and between methods.
 """
 
 from __future__ import annotations
@@ -32,9 +44,19 @@ import torch.nn.functional as F
 
 from pretrain.nuclear_norm import nuclear_norm
 
-__all__ = ["PRIORS", "LoracStats", "lorac_loss", "lorac_loss_with_stats", "nuclear_norm"]
+__all__ = [
+    "PRIORS",
+    "Q_CONSTRUCTIONS",
+    "LoracStats",
+    "lorac_loss",
+    "lorac_loss_with_stats",
+    "multicrop_lorac_loss",
+    "multicrop_lorac_loss_with_stats",
+    "nuclear_norm",
+]
 
 PRIORS = ("laplace", "gaussian", "constant", "none", "batchwise")
+Q_CONSTRUCTIONS = ("instance", "per_key_crop")
 
 
 @dataclass(frozen=True)
@@ -43,12 +65,39 @@ class LoracStats:
 
     nuclear_norm: torch.Tensor  # mean ||Q||_* (||P||_* for batchwise), also when the prior is off
     log_prior: torch.Tensor  # mean log h(Q), () float32
-    accuracy: torch.Tensor  # instance-discrimination top-1 over all (query, instance) pairs, ()
+    # instance-discrimination top-1 over all (query, instance) pairs on the plain similarities
+    # q.k vs q.k^- (log h left out, so that it is comparable across the beta switch), ()
+    accuracy: torch.Tensor
 
 
 def _check(name: str, ok: bool, msg: str) -> None:
     if not ok:
         raise ValueError(f"lorac_loss: {name} {msg}")
+
+
+def _validate_hparams(tau, beta, prior, c, c0, sigma2, check=_check) -> None:
+    check(
+        "tau",
+        isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
+        f"must be a finite number > 0, got {tau!r}",
+    )
+    check(
+        "beta",
+        isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
+        f"must be > 0 (inf disables the prior), got {beta!r}",
+    )
+    check("prior", prior in PRIORS, f"must be one of {PRIORS}, got {prior!r}")
+    if prior == "constant":
+        check(
+            "c", c is not None and math.isfinite(c), f"is required by prior 'constant', got {c!r}"
+        )
+    if prior == "gaussian":
+        check("c0", c0 is not None and math.isfinite(c0), f"is required by 'gaussian', got {c0!r}")
+        check(
+            "sigma2",
+            sigma2 is not None and sigma2 > 0,
+            f"must be > 0 for 'gaussian', got {sigma2!r}",
+        )
 
 
 def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> None:
@@ -59,28 +108,7 @@ def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> None:
     n, d = queries.shape[1:]
     _check("key", tuple(key.shape) == (n, d), f"shape {tuple(key.shape)} != (N, d) = {(n, d)}")
     _check("negatives", negatives.shape[1] == d, f"dim {negatives.shape[1]} != d = {d}")
-    _check(
-        "tau",
-        isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
-        f"must be a finite number > 0, got {tau!r}",
-    )
-    _check(
-        "beta",
-        isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
-        f"must be > 0 (inf disables the prior), got {beta!r}",
-    )
-    _check("prior", prior in PRIORS, f"must be one of {PRIORS}, got {prior!r}")
-    if prior == "constant":
-        _check(
-            "c", c is not None and math.isfinite(c), f"is required by prior 'constant', got {c!r}"
-        )
-    if prior == "gaussian":
-        _check("c0", c0 is not None and math.isfinite(c0), f"is required by 'gaussian', got {c0!r}")
-        _check(
-            "sigma2",
-            sigma2 is not None and sigma2 > 0,
-            f"must be > 0 for 'gaussian', got {sigma2!r}",
-        )
+    _validate_hparams(tau, beta, prior, c, c0, sigma2)
 
 
 def _select(queries: torch.Tensor, lowrank_views: Sequence[int] | None) -> torch.Tensor:
@@ -103,6 +131,15 @@ def _p_matrix(low: torch.Tensor) -> torch.Tensor:
     """P of Eq. (14): every instance's prior views centred on their mean. (N * M_l, d)"""
     centred = low - low.mean(0, keepdim=True)  # a_{i,m} = q_{i,m} - mu_i
     return centred.transpose(0, 1).reshape(-1, low.shape[-1])
+
+
+def _log_h(
+    nuc: torch.Tensor, rows: int, prior: str, tau: float, beta: float, c0, sigma2
+) -> torch.Tensor:
+    """log h of a matrix with ``rows`` rows and nuclear norm ``nuc`` (laplace/gaussian/bs)."""
+    if prior == "gaussian":
+        return -((nuc - c0) ** 2) / (sigma2 * rows * tau)
+    return -nuc / (rows * beta * tau)  # laplace (Eq. 11), batchwise (Eq. 14)
 
 
 def log_prior(
@@ -135,12 +172,9 @@ def log_prior(
         p = _p_matrix(low)  # (N * M_l, d)
         rows = p.shape[0] if prior_m is None else n * prior_m
         nuc = nuclear_norm(p)
-        return (zeros - nuc / (rows * beta * tau)), zeros + nuc.detach()
+        return zeros + _log_h(nuc, rows, prior, tau, beta, c0, sigma2), zeros + nuc.detach()
     nuc = nuclear_norm(_q_matrix(low, key))  # (N,)
-    if prior == "laplace":
-        return -nuc / (m_rows * beta * tau), nuc.detach()
-    # gaussian
-    return -((nuc - c0) ** 2) / (sigma2 * m_rows * tau), nuc.detach()
+    return _log_h(nuc, m_rows, prior, tau, beta, c0, sigma2), nuc.detach()
 
 
 def _logged_nuclear_norm(q, k, lowrank_views, prior) -> torch.Tensor:
@@ -189,7 +223,9 @@ def lorac_loss_with_stats(
         # logaddexp avoids materialising the (M-1, N, 1 + K) logits.
         loss = (torch.logaddexp(l_pos, torch.logsumexp(l_neg, -1)) - l_pos).mean()
         with torch.no_grad():
-            acc = (l_pos >= l_neg.amax(-1)).float().mean() if neg.shape[0] else None
+            # plain similarities: the prior's margin alone must not move the logged accuracy
+            sim_pos = l_pos - lp
+            acc = (sim_pos >= l_neg.amax(-1)).float().mean() if neg.shape[0] else None
             prior_off = prior in ("none", "constant") or math.isinf(beta)
             logged = _logged_nuclear_norm(q, k, lowrank_views, prior) if prior_off else nuc.mean()
             stats = LoracStats(
@@ -248,6 +284,212 @@ def lorac_loss(
         c0=c0,
         sigma2=sigma2,
         prior_m=prior_m,
+    )
+    return loss
+
+
+def _view_indices(name: str, idx: Sequence[int], v: int, allow_empty: bool = False) -> list[int]:
+    out = [int(i) for i in idx]
+    _check(name, allow_empty or len(out) > 0, "must name at least one view")
+    _check(name, all(0 <= i < v for i in out), f"{out} out of range for {v} views")
+    _check(name, len(set(out)) == len(out), f"{out} repeats a view")
+    return out
+
+
+def _validate_multicrop(
+    views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior
+) -> tuple[list[int], list[int]]:
+    def check(name: str, ok: bool, msg: str) -> None:
+        if not ok:
+            raise ValueError(f"multicrop_lorac_loss: {name} {msg}")
+
+    check("views", views.dim() == 3, f"must be (V, N, d), got {tuple(views.shape)}")
+    v, n, d = views.shape
+    check("views", v >= 2, f"needs at least 2 views (a key crop and a query), got {v}")
+    check("keys", keys.dim() == 3, f"must be (J, N, d), got {tuple(keys.shape)}")
+    check("keys", tuple(keys.shape[1:]) == (n, d), f"shape {tuple(keys.shape)} != (J, {n}, {d})")
+    j = keys.shape[0]
+    check("keys", j >= 1, "needs at least one key crop")
+    check("queues", queues.dim() == 3, f"must be (J, K, d), got {tuple(queues.shape)}")
+    check(
+        "queues",
+        queues.shape[0] == j and queues.shape[2] == d,
+        f"shape {tuple(queues.shape)} != ({j}, K, {d})",
+    )
+    try:
+        kv = _view_indices("key_views", key_views, v)
+        # prior "none" reads Q only for the logged ||Q||_*, which may then be the keys alone
+        low = _view_indices("lowrank_views", lowrank_views, v, allow_empty=prior == "none")
+    except ValueError as e:
+        raise ValueError(str(e).replace("lorac_loss:", "multicrop_lorac_loss:")) from None
+    check("key_views", len(kv) == j, f"has {len(kv)} entries for {j} key crops")
+    check(
+        "q_construction",
+        q_construction in Q_CONSTRUCTIONS,
+        f"must be one of {Q_CONSTRUCTIONS}, got {q_construction!r}",
+    )
+    if global_lowrank is not None:
+        check(
+            "global_lowrank",
+            global_lowrank.dim() == 3
+            and global_lowrank.shape[0] == len(low)
+            and global_lowrank.shape[2] == d
+            and global_lowrank.shape[1] >= n,
+            f"must be ({len(low)}, N_global >= {n}, {d}), got {tuple(global_lowrank.shape)}",
+        )
+    return kv, low
+
+
+def multicrop_lorac_loss_with_stats(
+    views: torch.Tensor,
+    keys: torch.Tensor,
+    queues: torch.Tensor,
+    *,
+    key_views: Sequence[int],
+    lowrank_views: Sequence[int],
+    tau: float,
+    beta: float,
+    prior: str = "laplace",
+    c: float | None = None,
+    c0: float | None = None,
+    sigma2: float | None = None,
+    prior_m: int | None = None,
+    q_construction: str = "instance",
+    global_lowrank: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LoracStats]:
+    """:func:`multicrop_lorac_loss` plus detached statistics for logging."""
+    kv, low = _validate_multicrop(
+        views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior
+    )
+    _validate_hparams(tau, beta, prior, c, c0, sigma2)
+    with torch.autocast(device_type=views.device.type, enabled=False):
+        x, k, queues = views.float(), keys.float(), queues.float()
+        v, n, _ = x.shape
+        prior_on = prior != "none" and not math.isinf(beta)
+        # The prior of each key crop, (J, N) log h, and the nuclear norms it used (for logging).
+        if prior == "batchwise":
+            lowq = x[low] if global_lowrank is None else global_lowrank.float()
+            p = _p_matrix(lowq)  # (N_global * L, d), Eq. (14)
+            rows = p.shape[0] if prior_m is None else lowq.shape[1] * prior_m
+            if prior_on:
+                nuc = nuclear_norm(p)
+                lp = _log_h(nuc, rows, prior, tau, beta, c0, sigma2).expand(len(kv), n)
+            else:
+                with torch.no_grad():
+                    nuc = nuclear_norm(p)
+                lp = x.new_zeros(len(kv), n)
+            logged_nuc = nuc.detach()
+        else:
+            if q_construction == "instance":
+                q_mats = [torch.cat([x[low], k]).transpose(0, 1)] * len(kv)  # (N, L + J, d)
+            else:  # per_key_crop: the large queries other than view j, and k_j
+                q_mats = [
+                    torch.cat([x[[i for i in low if i != kv[j]]], k[j : j + 1]]).transpose(0, 1)
+                    for j in range(len(kv))
+                ]
+            distinct = q_mats[:1] if q_construction == "instance" else q_mats
+            needs_grad = prior_on and prior != "constant"
+            with torch.set_grad_enabled(torch.is_grad_enabled() and needs_grad):
+                nucs = [nuclear_norm(q) for q in distinct]  # each (N,)
+            logged_nuc = torch.stack(nucs).detach().mean()
+            if not prior_on:
+                lp = x.new_zeros(len(kv), n)
+            else:
+                lps = []
+                for q, nuc in zip(distinct, nucs, strict=True):
+                    m_rows = q.shape[1] if prior_m is None else prior_m
+                    if prior == "constant":
+                        lps.append(nuc.new_full((n,), -c / (m_rows * beta * tau)))
+                    else:
+                        lps.append(_log_h(nuc, m_rows, prior, tau, beta, c0, sigma2))
+                lp = torch.stack(lps).expand(len(kv), n)  # (J, N)
+        losses, correct = [], []
+        for j, key_view in enumerate(kv):
+            q = x[[i for i in range(v) if i != key_view]]  # (V-1, N, d): SwAV's pairing
+            sim_pos = torch.einsum("mnd,nd->mn", q, k[j]) / tau  # (V-1, N)
+            l_pos = sim_pos + lp[j]
+            l_neg = torch.matmul(q, queues[j].t()) / tau  # (V-1, N, K)
+            # Eq. (12)-(13) for key crop j; logaddexp avoids the (V-1, N, 1 + K) logits.
+            losses.append((torch.logaddexp(l_pos, torch.logsumexp(l_neg, -1)) - l_pos).mean())
+            with torch.no_grad():
+                if queues.shape[1]:
+                    correct.append((sim_pos >= l_neg.amax(-1)).float().mean())
+                else:
+                    correct.append(sim_pos.new_ones(()))
+        loss = torch.stack(losses).mean()
+        stats = LoracStats(
+            nuclear_norm=logged_nuc.mean(),
+            log_prior=lp.detach().mean(),
+            accuracy=torch.stack(correct).mean(),
+        )
+    return loss, stats
+
+
+def multicrop_lorac_loss(
+    views: torch.Tensor,
+    keys: torch.Tensor,
+    queues: torch.Tensor,
+    *,
+    key_views: Sequence[int],
+    lowrank_views: Sequence[int],
+    tau: float,
+    beta: float,
+    prior: str = "laplace",
+    c: float | None = None,
+    c0: float | None = None,
+    sigma2: float | None = None,
+    prior_m: int | None = None,
+    q_construction: str = "instance",
+    global_lowrank: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The whole LORAC objective of one multi-crop step (Eq. 11-14, Sec. 5.1).
+
+    Args:
+        views: (V, N, d) L2-normalised query-encoder embeddings of every view. Rows that the
+            objective never reads (a key crop's own view, when it is no other key crop's query
+            and not in ``lowrank_views``) may hold anything, e.g. zeros when f skipped them.
+        keys: (J, N, d) L2-normalised momentum-encoder embeddings of the J key crops.
+        queues: (J, K, d) L2-normalised negatives, one queue per key crop.
+        key_views: the J view indices the key crops were cut from (e.g. ``[0, 1]``).
+        lowrank_views: the view indices whose queries enter the prior (e.g. the three large
+            crops ``[0, 1, 2]``).
+        tau: temperature, > 0.
+        beta: prior scale, > 0; ``math.inf`` switches every prior off (MoCo-M).
+        prior: ``laplace`` (Eq. 11), ``gaussian``, ``constant`` (L-sftmx-c), ``none`` (MoCo-M)
+            or ``batchwise`` (LORAC-bs, Eq. 14); see :func:`lorac_loss`.
+        c, c0, sigma2: the constants of priors ``constant`` and ``gaussian``.
+        prior_m: the M that normalises the prior (default: the number of rows of Q; for
+            ``batchwise`` P has N * prior_m rows).
+        q_construction: ``instance``: Q_i stacks ``views[lowrank_views, i]`` and all J keys
+            ``keys[:, i]``, one Q per instance shared by every key crop (the paper's reading,
+            5 rows at 3x224 + 5x96); ``per_key_crop``: for key crop j, Q_i^j stacks the
+            lowrank views other than ``key_views[j]`` and ``keys[j, i]`` (3 rows there).
+        global_lowrank: for ``batchwise``, the (L, N_global, d) ``lowrank_views`` queries of
+            every instance of the global batch (gathered with gradients), so that P is shared
+            across the whole batch as Eq. (14) says; default: this call's own instances.
+
+    For key crop j the queries are every view except ``key_views[j]`` (SwAV's pairing); loss_j
+    is Eq. (13) over those V-1 queries with positive ``keys[j]`` and negatives ``queues[j]``,
+    and the result is the mean over j. Computed in float32 even under autocast.
+
+    Raises:
+        ValueError: on inconsistent shapes, indices or hyperparameters, naming the argument.
+    """
+    loss, _ = multicrop_lorac_loss_with_stats(
+        views,
+        keys,
+        queues,
+        key_views=key_views,
+        lowrank_views=lowrank_views,
+        tau=tau,
+        beta=beta,
+        prior=prior,
+        c=c,
+        c0=c0,
+        sigma2=sigma2,
+        prior_m=prior_m,
+        q_construction=q_construction,
+        global_lowrank=global_lowrank,
     )
     return loss
 

@@ -1,12 +1,13 @@
 """Multi-view momentum contrast: LORAC, MoCo-M and MoCo-v2 in one model (paper Sec. 3, Alg. 1).
 
 Per iteration, each image gives V views (multi-crop 3x224 + 5x96 for LORAC/MoCo-M; two 224 views
-for MoCo-v2). Every view goes through the query encoder f. The first J large crops are key crops:
-each goes through the momentum encoder g (with ShuffleBN) and has its own queue of K negatives.
-For key crop j, all other V-1 views are its queries and the loss is Eq. (12)-(13) with the prior
-h(Q) (Q: the query views selected by LOSS.LOWRANK_VIEWS plus the positive key). The total loss is
-the mean over key crops. MoCo-M is the same model with prior "none" (or beta = inf); MoCo-v2 is
-two 224 views (MoCo-v2 scale and jitter), one key crop, prior "none".
+for MoCo-v2). The first J large crops are key crops: each goes through the momentum encoder g
+(with ShuffleBN) and has its own queue of K negatives. The query encoder f runs on exactly the
+views the objective reads: every view that is a query of some key crop (for key crop j, all views
+but j) and, when a prior is configured, the views that enter Q. The objective is one call of
+:func:`pretrain.losses.multicrop_lorac_loss` (Q per instance from LOSS.LOWRANK_VIEWS and all keys
+by default). MoCo-M is the same model with prior "none" (or beta = inf); MoCo-v2 is two views, one
+key crop, prior "none": f then sees only the query view, as published.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ import torch
 from torch import nn
 
 from pretrain.data.sampler import sample_seed
-from pretrain.losses import lorac_loss_with_stats
+from pretrain.losses import multicrop_lorac_loss_with_stats
 from pretrain.modeling.build import META_ARCH_REGISTRY
-from pretrain.modeling.distributed import concat_all_gather, rank, world_size
+from pretrain.modeling.distributed import (
+    all_gather_with_grad,
+    concat_all_gather,
+    rank,
+    world_size,
+)
 from pretrain.modeling.encoder import Encoder, convert_norm
 
 __all__ = ["MultiViewMoCo"]
@@ -44,6 +50,7 @@ class MultiViewMoCo(nn.Module):
         beta: float,
         prior: str,
         lowrank_views: str,
+        q_construction: str,
         prior_kwargs: dict,
         prior_m: int,
         shuffle_bn: bool,
@@ -63,7 +70,16 @@ class MultiViewMoCo(nn.Module):
         self.view_sizes, self.num_key_crops, self.num_large = view_sizes, num_key_crops, num_large
         self.momentum, self.tau, self.beta = momentum, tau, beta
         self.prior, self.prior_kwargs, self.prior_m = prior, prior_kwargs, prior_m
-        self.lowrank_views = lowrank_views
+        self.q_construction = q_construction
+        self.key_views = list(range(num_key_crops))
+        self.lowrank_views = self.resolve_lowrank_views(
+            lowrank_views, len(view_sizes), num_large, num_key_crops
+        )
+        # f runs on the views the objective reads (a lone key crop is no query of its own key).
+        used = {v for j in self.key_views for v in range(len(view_sizes)) if v != j}
+        if prior != "none":
+            used |= set(self.lowrank_views)
+        self.query_views = sorted(used)
         self.shuffle_bn, self.key_bn_splits = shuffle_bn, key_bn_splits
         self.color_augment, self.color_on_device = color_augment, color_on_device
         self.channels_last, self.seed = channels_last, seed
@@ -99,6 +115,7 @@ class MultiViewMoCo(nn.Module):
             "beta": float(loss.BETA),
             "prior": loss.PRIOR,
             "lowrank_views": loss.LOWRANK_VIEWS,
+            "q_construction": loss.Q_CONSTRUCTION,
             "prior_kwargs": {"c": loss.C, "c0": loss.C0, "sigma2": loss.SIGMA2},
             "prior_m": loss.PRIOR_M,
             "shuffle_bn": mod.SHUFFLE_BN,
@@ -109,6 +126,24 @@ class MultiViewMoCo(nn.Module):
             "channels_last": mod.CHANNELS_LAST,
             "seed": cfg.SEED,
         }
+
+    @staticmethod
+    def resolve_lowrank_views(spec: str, num_views: int, num_large: int, num_keys: int) -> list:
+        """View indices of LOSS.LOWRANK_VIEWS ("large", "all" or "queries")."""
+        if spec == "large":
+            return list(range(num_large))
+        if spec == "all":
+            return list(range(num_views))
+        if spec == "queries":  # views that are a query of some key crop
+            return [v for v in range(num_views) if num_keys > 1 or v != 0]
+        raise ValueError(f"LOSS.LOWRANK_VIEWS = {spec!r}: expected large, all or queries")
+
+    @property
+    def q_rows(self) -> int:
+        """Rows of each instance's Q (the M of h(Q) unless LOSS.PRIOR_M is set)."""
+        if self.q_construction == "instance":
+            return len(self.lowrank_views) + self.num_key_crops
+        return len([v for v in self.lowrank_views if v != self.key_views[0]]) + 1
 
     # -- hooks' entry points -------------------------------------------------------------
     def set_beta(self, beta: float) -> None:
@@ -137,12 +172,13 @@ class MultiViewMoCo(nn.Module):
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         return views
 
-    def _encode_queries(self, views: list[torch.Tensor]) -> list[torch.Tensor]:
-        """f on every view, one forward per resolution (BN statistics over same-size crops)."""
+    def _encode_queries(self, views: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """f on the views the objective reads, one forward per resolution (BN statistics over
+        same-size crops); None for the others."""
         groups: dict[tuple, list[int]] = defaultdict(list)
-        for i, v in enumerate(views):
-            groups[tuple(v.shape[-2:])].append(i)
-        out: list[torch.Tensor] = [None] * len(views)  # type: ignore[list-item]
+        for i in self.query_views:
+            groups[tuple(views[i].shape[-2:])].append(i)
+        out: list[torch.Tensor | None] = [None] * len(views)
         for idx in groups.values():
             emb = self.encoder_q(torch.cat([views[i] for i in idx]))
             for i, e in zip(idx, emb.chunk(len(idx)), strict=True):
@@ -171,12 +207,6 @@ class MultiViewMoCo(nn.Module):
         keys[perm] = k_perm
         return keys
 
-    def _lowrank_indices(self, key_crop: int) -> list[int] | None:
-        if self.lowrank_views == "all":
-            return None
-        others = [v for v in range(len(self.view_sizes)) if v != key_crop]
-        return [i for i, v in enumerate(others) if v < self.num_large]
-
     @torch.no_grad()
     def _enqueue(self, crop: int, keys: torch.Tensor) -> None:
         k = self.queues.shape[1]
@@ -191,33 +221,37 @@ class MultiViewMoCo(nn.Module):
         views = self._prepare(batch)
         b = views[0].shape[0]
         iteration = int(batch.get("iteration", 0))
-        queries = self._encode_queries(views)
+        encoded = self._encode_queries(views)
+        ref = encoded[self.query_views[0]]
+        # (V, B, d); a view f skipped is never read by the objective
+        q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
         global_keys = [self._encode_keys(views[j], iteration, j) for j in range(self.num_key_crops)]
         r = rank()
-        losses, nuc, acc = [], [], []
-        for j in range(self.num_key_crops):
-            key = global_keys[j][r * b : (r + 1) * b]
-            q = torch.stack([queries[v] for v in range(len(views)) if v != j])  # (V-1, B, d)
-            loss, stats = lorac_loss_with_stats(
-                q,
-                key,
-                self.queues[j].clone().detach(),
-                tau=self.tau,
-                beta=self.beta,
-                prior=self.prior,
-                lowrank_views=self._lowrank_indices(j),
-                prior_m=self.prior_m or None,
-                **self.prior_kwargs,
-            )
-            losses.append(loss)
-            nuc.append(stats.nuclear_norm)
-            acc.append(stats.accuracy)
+        keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
+        global_lowrank = None
+        if self.prior == "batchwise":  # Eq. (14): one P over the global batch
+            global_lowrank = all_gather_with_grad(q[self.lowrank_views], dim=1)
+        loss, stats = multicrop_lorac_loss_with_stats(
+            q,
+            keys,
+            self.queues.clone().detach(),
+            key_views=self.key_views,
+            lowrank_views=[v for v in self.lowrank_views if encoded[v] is not None],
+            tau=self.tau,
+            beta=self.beta,
+            prior=self.prior,
+            prior_m=self.prior_m or None,
+            q_construction=self.q_construction,
+            global_lowrank=global_lowrank,
+            **self.prior_kwargs,
+        )
         if self.training:
             for j in range(self.num_key_crops):
                 self._enqueue(j, global_keys[j])
         metrics = {
-            "nuclear_norm": torch.stack(nuc).mean().item(),
-            "inst_acc": torch.stack(acc).mean().item(),
+            "nuclear_norm": stats.nuclear_norm.item(),
+            "log_prior": stats.log_prior.item(),
+            "inst_acc": stats.accuracy.item(),
             "beta": self.beta if math.isfinite(self.beta) else float("inf"),
         }
-        return {"loss_contrastive": torch.stack(losses).mean(), "metrics": metrics}
+        return {"loss_contrastive": loss, "metrics": metrics}
