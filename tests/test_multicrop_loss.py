@@ -58,7 +58,8 @@ def reference(views, keys, queues, key_views, low, tau, beta, prior, constructio
             if prior == "batchwise":
                 lh = 0.0 if off else shared
             elif construction == "instance":
-                q_mat = torch.stack([views[v, i] for v in low] + [keys[t, i] for t in range(len(key_views))])
+                all_keys = [keys[t, i] for t in range(len(key_views))]
+                q_mat = torch.stack([views[v, i] for v in low] + all_keys)
                 lh = log_h(q_mat)
             else:
                 q_mat = torch.stack([views[v, i] for v in low if v != kv] + [keys[j, i]])
@@ -67,7 +68,9 @@ def reference(views, keys, queues, key_views, low, tau, beta, prior, constructio
             li = 0.0
             for v in queries:
                 pos = torch.exp(views[v, i] @ keys[j, i] / tau + lh)
-                negs = sum(torch.exp(views[v, i] @ queues[j, t] / tau) for t in range(queues.shape[1]))
+                negs = sum(
+                    torch.exp(views[v, i] @ queues[j, t] / tau) for t in range(queues.shape[1])
+                )
                 li = li - torch.log(pos / (pos + negs))
             loss_j = loss_j + li / len(queries)
         total = total + loss_j / n
