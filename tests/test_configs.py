@@ -65,3 +65,103 @@ def test_paper_values_in_the_main_configs():
         50,
     )
     assert in100.DATASETS.CLASS_LIST == "imagenet100"
+
+
+LORAC_CONFIGS = [
+    "in1k_r50_lorac_200ep.yaml",
+    "in100_r18_lorac_beta2.yaml",
+    "in100_r18_lorac_beta0.5.yaml",
+    "in100_r18_gaussian.yaml",
+    "in100_r18_lsftmx_c3.yaml",
+]
+
+
+@pytest.mark.parametrize("name", LORAC_CONFIGS)
+def test_shipped_lorac_models_have_five_row_q(name):
+    """Q as the paper's constants imply (issue 12): the three 224 queries and both keys."""
+    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    model = build_model(
+        load_config(str(root / name), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"])
+    )
+    assert model.q_rows == 5
+    assert model.lowrank_views == [0, 1, 2] and model.key_views == [0, 1]
+
+
+def test_forward_of_shipped_in100_model_hands_five_row_q_to_the_prior(monkeypatch):
+    """Reads Q's shape where the prior receives it, in a forward of the shipped IN-100 model
+    (only image sizes, batch, queue and head shrunk: the view layout and loss are as shipped)."""
+    import torch
+
+    import pretrain.losses as losses
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    opts = [
+        "MODEL.DEVICE",
+        "cpu",
+        "DATASETS.ROOT",
+        "/x",
+        "INPUT.LARGE_SIZE",
+        32,
+        "INPUT.SMALL_SIZE",
+        16,
+    ]
+    opts += [
+        "SOLVER.IMS_PER_BATCH",
+        4,
+        "MODEL.QUEUE_SIZE",
+        8,
+        "MODEL.HEAD_HIDDEN_DIM",
+        16,
+        "MODEL.HEAD_OUT_DIM",
+        8,
+    ]
+    model = build_model(load_config(str(root / "in100_r18_lorac_beta2.yaml"), opts))
+    model.set_beta(2.0)
+    shapes = []
+    real = losses.nuclear_norm
+    monkeypatch.setattr(losses, "nuclear_norm", lambda x: shapes.append(tuple(x.shape)) or real(x))
+    views = [torch.randint(0, 255, (4, 3, s, s), dtype=torch.uint8) for s in model.view_sizes]
+    out = model({"views": views, "seeds": torch.arange(4), "iteration": 0})
+    assert torch.isfinite(out["loss_contrastive"])
+    assert shapes == [(4, 5, 8)]  # (N, rows, d): one 5-row Q per instance
+
+
+def test_per_key_crop_ablation_keeps_three_row_q():
+    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    model = build_model(
+        load_config(
+            str(root / "in100_r18_lorac_qperkey.yaml"),
+            ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"],
+        )
+    )
+    assert model.q_construction == "per_key_crop" and model.q_rows == 3
+
+
+@pytest.mark.parametrize("m", [3, 4, 5, 6, 8])
+def test_m_ablation_q_has_m_rows(m):
+    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    model = build_model(
+        load_config(
+            str(root / f"in100_r18_lorac_M{m}.yaml"), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"]
+        )
+    )
+    assert model.q_rows == m
+
+
+def test_mocov2_as_published():
+    """Per-GPU BN, f on the query view only, and Sec. 5.4's lr 0.1 / wd 1e-4 on ImageNet-100."""
+    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    for name in ("in100_r18_mocov2.yaml", "in1k_r50_mocov2_200ep.yaml"):
+        cfg = load_config(str(root / name), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"])
+        assert cfg.MODEL.NORM == "BN"
+        model = build_model(cfg, world_size=2)
+        assert model.query_views == [1]  # view 0 is the key crop: g only
+        assert not any("SyncBatchNorm" in type(m).__name__ for m in model.encoder_q.modules())
+    in100 = load_config(
+        str(root / "in100_r18_mocov2.yaml"), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"]
+    )
+    assert (in100.SOLVER.OPTIMIZER, in100.SOLVER.BASE_LR, in100.SOLVER.WEIGHT_DECAY) == (
+        "SGD",
+        0.1,
+        1e-4,
+    )
