@@ -1,0 +1,1 @@
+"""Evaluation used while pretraining and after it: the one weighted-kNN implementation."""
