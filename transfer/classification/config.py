@@ -99,7 +99,7 @@ def semi_supervised_defaults() -> CN:
 
 
 def transfer_defaults() -> CN:
-    """The 12-dataset linear transfer protocol of Sec. 5.1 on cached frozen features."""
+    """The 12-dataset linear transfer protocol of Sec. 5.1 (cached features by default)."""
     c = CN()
     _common(c)
     c.INPUT = CN()
