@@ -80,6 +80,12 @@ def test_transfer_recipe_matches_paper():
         "pets",
     }
     assert transfer_defaults().TRANSFER.BUDGET == t.BUDGET  # defaults are the paper's too
+    assert t.PROTOCOL == transfer_defaults().TRANSFER.PROTOCOL == "cached_features"
+    aug = _load("transfer_linear_augmented.yaml", transfer_defaults()).TRANSFER
+    assert aug.PROTOCOL == "augmented"
+    assert {k: v for k, v in aug.items() if k != "PROTOCOL"} == {
+        k: v for k, v in t.items() if k != "PROTOCOL"
+    }  # the augmented variant changes the pre-processing only
 
 
 def test_semi_recipes_match_paper():

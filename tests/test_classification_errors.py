@@ -182,3 +182,7 @@ def test_config_errors_name_file_and_key(tmp_path):
         load_config(transfer_defaults(), "", ["TRANSFER.DATASETS", "['imagenet']"])
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(transfer_defaults(), str(tmp_path / "missing.yaml"))
+    bad.write_text("TRANSFER:\n  PROTOCOL: augmneted\n")
+    msg = r"typo.yaml: TRANSFER.PROTOCOL = 'augmneted'.*\['cached_features', 'augmented'\]"
+    with pytest.raises(ConfigError, match=msg):
+        load_config(transfer_defaults(), str(bad))

@@ -1,13 +1,17 @@
 #!/usr/bin/env python
-"""Linear transfer to 12 classification datasets on cached frozen features (paper Table 2).
+"""Linear transfer to 12 classification datasets (paper Table 2).
 
   python tools/transfer_linear.py --config-file configs/eval/transfer_linear.yaml \
       --checkpoint lorac_200ep.pth --name LORAC --data-root /data/transfer \
       --output-dir out/transfer_lorac --table-dir out/tables
   python tools/transfer_linear.py ... --datasets cifar10,dtd        # a subset
+  python tools/transfer_linear.py --config-file configs/eval/transfer_linear_augmented.yaml ...
+
+TRANSFER.PROTOCOL: cached_features (default: centre-crop features computed once and cached) or
+augmented (the paper's random-resized-crop + flip images through the frozen backbone every step).
 
 Each dataset is read from <data-root>/<key> (or TRANSFER.ROOTS.<KEY>) in its published layout.
-See docs/evaluation.md for layouts, validation splits, caching and budgets.
+See docs/evaluation.md for layouts, validation splits, protocols, their costs and budgets.
 """
 
 import argparse

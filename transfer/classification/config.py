@@ -17,6 +17,7 @@ from fvcore.common.config import CfgNode as CN
 from .transfer_datasets import DATASET_NAMES
 
 __all__ = [
+    "TRANSFER_PROTOCOLS",
     "ConfigError",
     "linear_probe_defaults",
     "load_config",
@@ -24,6 +25,10 @@ __all__ = [
     "setup_run",
     "transfer_defaults",
 ]
+
+
+# TRANSFER.PROTOCOL values; see transfer.classification.transfer and docs/evaluation.md.
+TRANSFER_PROTOCOLS = ("cached_features", "augmented")
 
 
 class ConfigError(ValueError):
@@ -94,7 +99,7 @@ def semi_supervised_defaults() -> CN:
 
 
 def transfer_defaults() -> CN:
-    """The 12-dataset linear transfer protocol of Sec. 5.1 on cached frozen features."""
+    """The 12-dataset linear transfer protocol of Sec. 5.1 (cached features by default)."""
     c = CN()
     _common(c)
     c.INPUT = CN()
@@ -106,6 +111,9 @@ def transfer_defaults() -> CN:
     c.FEATURES.DTYPE = "float32"  # or "float16" to halve the cache (Places365: 1.8M x 2048)
     c.FEATURES.CACHE_DIR = ""  # "" -> <OUTPUT_DIR>/feature_cache
     c.TRANSFER = CN()
+    # "cached_features": centre-crop features computed once and cached (FEATURES.*);
+    # "augmented": the paper's RandomResizedCrop + flip through the frozen backbone every step.
+    c.TRANSFER.PROTOCOL = "cached_features"
     c.TRANSFER.DATASETS = list(DATASET_NAMES)
     c.TRANSFER.DATA_ROOT = ""  # each dataset at <DATA_ROOT>/<key> unless ROOTS.<KEY> is set
     c.TRANSFER.ROOTS = CN({k.upper(): "" for k in DATASET_NAMES})
@@ -197,6 +205,12 @@ def _validate(cfg: CN, src: str) -> None:
         )
     if "TRANSFER" in cfg:
         t = cfg.TRANSFER
+        need(
+            t.PROTOCOL in TRANSFER_PROTOCOLS,
+            "TRANSFER.PROTOCOL",
+            t.PROTOCOL,
+            f"choose from {list(TRANSFER_PROTOCOLS)}",
+        )
         bad = [d for d in t.DATASETS if d not in DATASET_NAMES]
         need(not bad, "TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
         need(0 < t.VAL_FRACTION < 1, "TRANSFER.VAL_FRACTION", t.VAL_FRACTION, "in (0, 1)")

@@ -161,14 +161,18 @@ def run_training(
     checkpoint_model: nn.Module | None = None,
     resume: bool = False,
     output_dir: str = "",
+    eval_period: int | None = None,
 ) -> dict[str, float]:
     """Train ``model`` (returns a loss dict) for ``max_iter`` steps; returns the last eval.
 
     ``checkpoint_model`` (e.g. only the linear head) is saved with the optimizer and scheduler
     every ``SOLVER.CHECKPOINT_PERIOD`` iterations and at the end; ``resume`` continues from the
-    last checkpoint in ``output_dir``.
+    last checkpoint in ``output_dir``. ``eval_fn`` runs every ``eval_period`` iterations
+    (default ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
     """
     output_dir = output_dir or cfg.OUTPUT_DIR
+    if eval_period is None:
+        eval_period = cfg.TEST.EVAL_PERIOD
     scheduler = LRMultiplier(optimizer, schedule, max_iter)
     trainer = SimpleTrainer(model, batches, optimizer)
     results: dict[str, float] = {}
@@ -189,7 +193,7 @@ def run_training(
         )
         period = cfg.SOLVER.get("CHECKPOINT_PERIOD", 0) or max_iter
         hook_list.append(hooks.PeriodicCheckpointer(checkpointer, period, max_iter=max_iter))
-    hook_list.append(hooks.EvalHook(cfg.TEST.EVAL_PERIOD, _eval))
+    hook_list.append(hooks.EvalHook(eval_period, _eval))
     if comm.is_main_process():
         writers = [
             CommonMetricPrinter(max_iter),

@@ -51,16 +51,28 @@ def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Da
 
 
 class LinearProbe(nn.Module):
-    """Frozen backbone + linear layer; ``forward((images, labels))`` returns the loss dict."""
+    """Frozen backbone + linear layer; ``forward((images, labels))`` returns the loss dict.
 
-    def __init__(self, backbone: nn.Module, feature_dim: int, num_classes: int, device):
+    ``classifier`` replaces the default MoCo-initialised ``nn.Linear(feature_dim, num_classes)``
+    (the transfer harness passes one head per learning rate, see :mod:`.augmented`).
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        feature_dim: int,
+        num_classes: int,
+        device,
+        classifier: nn.Module | None = None,
+    ):
         super().__init__()
         self.device = torch.device(device)
         self.backbone = backbone.requires_grad_(False).to(self.device)
-        head = nn.Linear(feature_dim, num_classes)
-        head.weight.data.normal_(0.0, 0.01)  # MoCo main_lincls.py initialisation
-        head.bias.data.zero_()
-        self.classifier = head.to(self.device)
+        if classifier is None:
+            classifier = nn.Linear(feature_dim, num_classes)
+            classifier.weight.data.normal_(0.0, 0.01)  # MoCo main_lincls.py initialisation
+            classifier.bias.data.zero_()
+        self.classifier = classifier.to(self.device)
         self.head = wrap_ddp(self.classifier, self.device)  # DDP on the linear layer only
 
     def train(self, mode: bool = True) -> LinearProbe:

@@ -6,21 +6,30 @@ values in [0.1, 100]) on ``train``, pick the best by the dataset's metric on ``v
 that lr on ``train + val`` and report the metric on ``test``. SGD, batch 256, momentum 0.9, no
 weight decay, cosine decay, the paper's per-dataset budgets (configurable).
 
-Augmentation: features are those of the evaluation pipeline (resize 256, centre crop 224)
-without any training augmentation, as in the linear-transfer protocols of Kornblith et al. and
-SimCLR; this is what lets the whole sweep cost one backbone pass per image.
+Two protocols (``TRANSFER.PROTOCOL``), the same sweep, selection, retraining and budgets:
+
+* ``cached_features`` (default): features are those of the evaluation pipeline (resize 256,
+  centre crop 224) without any training augmentation, as in the linear-transfer protocols of
+  Kornblith et al. and SimCLR; the whole sweep costs one backbone pass per image.
+* ``augmented`` (the paper's wording, :mod:`.augmented`): the classifiers train on
+  RandomResizedCrop + flip images passed through the frozen backbone at every step, nothing is
+  cached; val and test are scored on centre crops. One backbone pass per training image drawn.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 from fvcore.common.config import CfgNode
+from torch import nn
 
+from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
+from .config import TRANSFER_PROTOCOLS
 from .datasets import TransformedDataset
 from .features import FeatureCache, extract_features
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
@@ -35,7 +44,14 @@ from .transfer_datasets import (
 )
 from .transforms import eval_transform
 
-__all__ = ["DatasetResult", "dataset_root", "run_transfer", "transfer_dataset", "write_tables"]
+__all__ = [
+    "DatasetResult",
+    "dataset_root",
+    "run_transfer",
+    "table_row_name",
+    "transfer_dataset",
+    "write_tables",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +62,7 @@ class DatasetResult:
     name: str
     metric: str
     val_protocol: str
+    protocol: str  # TRANSFER.PROTOCOL: "cached_features" or "augmented"
     num_classes: int
     n_train: int
     n_val: int
@@ -104,17 +121,34 @@ def _gather(feats, parts) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs), torch.cat(ys)
 
 
-def transfer_dataset(
-    data: TransferData, backbone: EvalBackbone, cfg: CfgNode, cache: FeatureCache, device
-) -> DatasetResult:
-    """Sweep, select on val, retrain on train+val, score test for one dataset."""
+# train(splits, lrs, iters, desc) -> one head per lr; evaluate(split) -> (features, labels)
+TrainFn = Callable[[Sequence[str], Sequence[float], int, str], list[nn.Linear]]
+EvalFn = Callable[[str], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _protocol(
+    data: TransferData, backbone: EvalBackbone, cfg: CfgNode, cache: FeatureCache | None, device
+) -> tuple[TrainFn, EvalFn]:
+    """How classifiers are trained and which features they are scored on, per protocol."""
     t = cfg.TRANSFER
+    if t.PROTOCOL == "augmented":
+
+        def train_augmented(splits, lrs, iters, desc):
+            out = os.path.join(cfg.OUTPUT_DIR, "augmented", data.key, "+".join(splits))
+            logger.info("%s (augmented images)", desc)
+            return train_heads_augmented(data, splits, backbone, cfg, lrs, iters, device, out)
+
+        def centre_crops(split):
+            return centre_crop_features(data, split, backbone, cfg, device)
+
+        return train_augmented, centre_crops
+    if t.PROTOCOL != "cached_features":
+        raise ValueError(
+            f"TRANSFER.PROTOCOL = {t.PROTOCOL!r}: choose from {list(TRANSFER_PROTOCOLS)}"
+        )
+    if cache is None:
+        raise ValueError("the cached_features protocol needs a FeatureCache")
     feats = _features(data, backbone, cfg, cache, device)
-    x_tr, y_tr = _gather(feats, data.splits["train"])
-    x_va, y_va = _gather(feats, data.splits["val"])
-    x_te, y_te = _gather(feats, data.splits["test"])
-    budget = t.BUDGET[data.key.upper()]
-    lrs = log_spaced(t.LR_RANGE[0], t.LR_RANGE[1], t.NUM_LRS)
     common = dict(
         batch_size=t.BATCH_SIZE,
         momentum=t.MOMENTUM,
@@ -122,22 +156,47 @@ def transfer_dataset(
         seed=cfg.SEED,
         device=device,
     )
-    iters = iterations_for(budget.ITERS, budget.EPOCHS, len(y_tr), t.BATCH_SIZE)
-    desc = f"{data.key} sweep ({len(lrs)} lrs)"
-    heads = train_linear_heads(x_tr, y_tr, data.num_classes, lrs, iters, **common, desc=desc)
+
+    def train_cached(splits, lrs, iters, desc):
+        x, y = _gather(feats, [part for split in splits for part in data.splits[split]])
+        return train_linear_heads(x, y, data.num_classes, lrs, iters, **common, desc=desc)
+
+    def cached(split):
+        return _gather(feats, data.splits[split])
+
+    return train_cached, cached
+
+
+def transfer_dataset(
+    data: TransferData,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    cache: FeatureCache | None,
+    device,
+) -> DatasetResult:
+    """Sweep, select on val, retrain on train+val, score test for one dataset.
+
+    ``cache`` is used by the ``cached_features`` protocol only (``None`` for ``augmented``).
+    """
+    t = cfg.TRANSFER
+    train, evaluate = _protocol(data, backbone, cfg, cache, device)
+    n_train, n_val = data.split_size("train"), data.split_size("val")
+    budget = t.BUDGET[data.key.upper()]
+    lrs = log_spaced(t.LR_RANGE[0], t.LR_RANGE[1], t.NUM_LRS)
+    iters = iterations_for(budget.ITERS, budget.EPOCHS, n_train, t.BATCH_SIZE)
+    heads = train(["train"], lrs, iters, f"{data.key} sweep ({len(lrs)} lrs)")
+    x_va, y_va = evaluate("val")
     val_scores = [score(data.metric, predict(h, x_va), y_va) for h in heads]
     best_lr = lrs[best_index(val_scores)]
-    x_tv, y_tv = torch.cat([x_tr, x_va]), torch.cat([y_tr, y_va])
-    iters_final = iterations_for(budget.ITERS, budget.EPOCHS, len(y_tv), t.BATCH_SIZE)
-    desc = f"{data.key} final lr={best_lr:.3g}"
-    (head,) = train_linear_heads(
-        x_tv, y_tv, data.num_classes, [best_lr], iters_final, **common, desc=desc
-    )
+    iters_final = iterations_for(budget.ITERS, budget.EPOCHS, n_train + n_val, t.BATCH_SIZE)
+    (head,) = train(["train", "val"], [best_lr], iters_final, f"{data.key} final lr={best_lr:.3g}")
+    x_te, y_te = evaluate("test")
     test = score(data.metric, predict(head, x_te), y_te)
     val_txt = ", ".join(f"{lr:.3g}: {100 * v:.1f}" for lr, v in zip(lrs, val_scores, strict=True))
     logger.info(
-        "%s: val %s by lr {%s} -> lr %.4g; test %.2f%%",
+        "%s (%s): val %s by lr {%s} -> lr %.4g; test %.2f%%",
         data.name,
+        t.PROTOCOL,
         data.metric,
         val_txt,
         best_lr,
@@ -148,9 +207,10 @@ def transfer_dataset(
         name=data.name,
         metric=data.metric,
         val_protocol=data.val_protocol,
+        protocol=t.PROTOCOL,
         num_classes=data.num_classes,
-        n_train=len(y_tr),
-        n_val=len(y_va),
+        n_train=n_train,
+        n_val=n_val,
         n_test=len(y_te),
         iters_sweep=iters,
         iters_final=iters_final,
@@ -164,9 +224,15 @@ def transfer_dataset(
 def run_transfer(
     cfg: CfgNode, backbone: EvalBackbone, device: torch.device | str = "cpu"
 ) -> list[DatasetResult]:
-    """Run every dataset of ``cfg.TRANSFER.DATASETS``; missing roots fail before any work."""
+    """Run every dataset of ``cfg.TRANSFER.DATASETS``; missing roots fail before any work.
+
+    The ``augmented`` protocol stores no features (the cache directory still receives
+    Birdsnap's list of decodable images, which is not a feature file).
+    """
     cache_dir = cfg.FEATURES.CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "feature_cache")
-    cache = FeatureCache(cache_dir, cfg.FEATURES.DTYPE)
+    cache = None
+    if cfg.TRANSFER.PROTOCOL == "cached_features":
+        cache = FeatureCache(cache_dir, cfg.FEATURES.DTYPE)
     ctx = BuildContext(cfg.SEED, cfg.TRANSFER.VAL_FRACTION, cache_dir)
     # Build (read the split files of) every dataset first so a bad root fails in seconds.
     datas = [build_transfer_dataset(k, dataset_root(cfg, k), ctx) for k in cfg.TRANSFER.DATASETS]
@@ -174,24 +240,33 @@ def run_transfer(
     return [transfer_dataset(d, backbone, cfg, cache, device) for d in datas]
 
 
-def write_tables(output_dir: str, model_name: str, results: list[DatasetResult]) -> str:
-    """Update ``table2_transfer.{csv,md,png}`` (row ``model_name``) and write the details CSV.
+def table_row_name(model_name: str, protocol: str) -> str:
+    """The Table 2 row of a model: its name for the default protocol, ``name (protocol)``
+    otherwise, so both protocols of one model sit side by side."""
+    return model_name if protocol == "cached_features" else f"{model_name} ({protocol})"
 
-    Returns the Markdown table path.
+
+def write_tables(output_dir: str, model_name: str, results: list[DatasetResult]) -> str:
+    """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`, with a Protocol
+    column) and write the details CSV. Returns the Markdown table path.
     """
+    protocols = sorted({r.protocol for r in results})
+    if len(protocols) != 1:
+        raise ValueError(f"results must come from one protocol, got {protocols}")
+    name = table_row_name(model_name, protocols[0])
     names = list(DATASET_NAMES.values())
-    row: dict[str, object] = {"Model": model_name}
+    row: dict[str, object] = {"Model": name, "Protocol": protocols[0]}
     row.update({r.name: pct(r.test_score) for r in results})
     csv_path = os.path.join(output_dir, "table2_transfer.csv")
     # Average over the datasets present in the (merged) row; the count says how many.
     rows = update_table(csv_path, transfer_columns(names), row)
-    mine = next(r for r in rows if r["Model"] == model_name)
+    mine = next(r for r in rows if r["Model"] == name)
     present = [float(mine[n]) for n in names if mine.get(n)]
     avg = {"Average": f"{sum(present) / len(present):.2f}", "n_datasets": str(len(present))}
     rows = update_table(
         csv_path,
         transfer_columns(names),
-        {"Model": model_name, **avg},
+        {"Model": name, **avg},
         title="Linear classification on other tasks (paper Table 2)",
     )
     plot_transfer_bars(os.path.join(output_dir, "table2_transfer.png"), rows, names)
@@ -201,5 +276,5 @@ def write_tables(output_dir: str, model_name: str, results: list[DatasetResult])
         d["lrs"] = " ".join(f"{x:.4g}" for x in r.lrs)
         d["val_scores"] = " ".join(pct(x) for x in r.val_scores)
         d["test_score"] = pct(r.test_score)
-        update_table(details, ["run", *d], {"run": f"{model_name}/{r.key}", **d})
+        update_table(details, ["run", *d], {"run": f"{name}/{r.key}", **d})
     return os.path.splitext(csv_path)[0] + ".md"

@@ -1,0 +1,158 @@
+"""The paper's linear-transfer pre-processing: classifiers trained on augmented images.
+
+``TRANSFER.PROTOCOL augmented`` (Table 2 as the paper describes it, "the same pre-processing as
+the linear evaluation on ImageNet-1K"): no feature cache; every training step draws a batch of
+images through the ImageNet linear-evaluation training pipeline (RandomResizedCrop(INPUT.CROP) +
+horizontal flip, :func:`.transforms.train_transform`), passes it through the frozen backbone
+(eval mode, no gradients) and updates the linear classifiers. This is the ImageNet linear probe's
+model (:class:`.probe.LinearProbe`) on its engine (:func:`.engine.run_training`, detectron2's
+``SimpleTrainer``), with one head per learning rate of the sweep.
+
+The sweep is kept as in the cached protocol: its heads (identically initialised) share each
+augmented batch and its one backbone pass; their losses are summed, and since each loss depends
+only on its own head, each head equals a classifier trained alone with its lr on the same
+batches. Validation and test images are scored on centre crops (:func:`.transforms.eval_transform`),
+one backbone pass per image, never stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from fvcore.common.config import CfgNode
+from fvcore.common.param_scheduler import CosineParamScheduler
+from torch import nn
+from torch.utils.data import ConcatDataset, Dataset
+
+from .backbone import EvalBackbone
+from .datasets import TransformedDataset
+from .engine import infinite_batches, run_training
+from .features import extract_features
+from .probe import LinearProbe
+from .transfer_datasets import TransferData
+from .transforms import eval_transform, train_transform
+
+__all__ = [
+    "LinearHeads",
+    "SweepProbe",
+    "centre_crop_features",
+    "split_images",
+    "train_heads_augmented",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class LinearHeads(nn.ModuleList):
+    """``num_heads`` ``nn.Linear(feature_dim, num_classes)`` with the same N(0, 0.01) weights
+    and zero biases (drawn with ``seed``, as :func:`.linear.train_linear_heads` does);
+    ``forward`` stacks their logits."""
+
+    def __init__(self, feature_dim: int, num_classes: int, num_heads: int, seed: int = 0):
+        if num_heads < 1:
+            raise ValueError(f"need at least one head, got {num_heads}")
+        init = nn.Linear(feature_dim, num_classes)
+        with torch.no_grad():
+            init.weight.normal_(0.0, 0.01, generator=torch.Generator().manual_seed(seed))
+            init.bias.zero_()
+        super().__init__([copy.deepcopy(init) for _ in range(num_heads)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([head(x) for head in self])  # (H, B, C)
+
+
+class SweepProbe(LinearProbe):
+    """:class:`.probe.LinearProbe` with :class:`LinearHeads`; the loss is the sum over heads."""
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        images, labels = batch
+        logits = self.head(self.features(images))  # (H, B, C)
+        labels = labels.to(self.device)
+        return {"loss_cls": sum(F.cross_entropy(z, labels) for z in logits)}
+
+
+def split_images(
+    data: TransferData, splits: Sequence[str], transform
+) -> tuple[Dataset, torch.Tensor]:
+    """The images of ``splits`` (e.g. ``("train", "val")``) with ``transform``, and their labels."""
+    parts = [(src, idx) for split in splits for src, idx in data.splits[split]]
+    sets = [TransformedDataset(data.sources[src], transform, idx.tolist()) for src, idx in parts]
+    labels = np.concatenate([data.labels[src][idx] for src, idx in parts])
+    dataset = sets[0] if len(sets) == 1 else ConcatDataset(sets)
+    return dataset, torch.as_tensor(labels, dtype=torch.int64)
+
+
+def centre_crop_features(
+    data: TransferData, split: str, backbone: EvalBackbone, cfg: CfgNode, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (N, D) and labels (N,) of ``split`` on the evaluation pipeline, not cached."""
+    transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
+    dataset, expected = split_images(data, [split], transform)
+    feats, labels = extract_features(
+        backbone.model,
+        dataset,
+        device,
+        cfg.FEATURES.BATCH_SIZE,
+        cfg.FEATURES.NUM_WORKERS,
+        desc=f"{data.key}/{split} centre crops",
+    )
+    if not torch.equal(labels, expected):
+        raise RuntimeError(f"{data.key}/{split}: labels from the loader differ from the index")
+    return feats, labels
+
+
+def train_heads_augmented(
+    data: TransferData,
+    splits: Sequence[str],
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    lrs: Sequence[float],
+    iters: int,
+    device,
+    output_dir: str,
+) -> list[nn.Linear]:
+    """One linear head per lr trained for ``iters`` steps of ``TRANSFER.BATCH_SIZE`` augmented
+    images of ``splits``: SGD (``TRANSFER.MOMENTUM``, ``TRANSFER.WEIGHT_DECAY``), cosine decay
+    to 0, as the cached protocol. Logs (``metrics.json``) go to ``output_dir``."""
+    t = cfg.TRANSFER
+    dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
+    heads = LinearHeads(backbone.feature_dim, data.num_classes, len(lrs), cfg.SEED)
+    model = SweepProbe(
+        backbone.model, backbone.feature_dim, data.num_classes, device, classifier=heads
+    )
+    optimizer = torch.optim.SGD(
+        [{"params": h.parameters(), "lr": lr} for h, lr in zip(model.classifier, lrs, strict=True)],
+        lr=float(lrs[0]),
+        momentum=t.MOMENTUM,
+        weight_decay=t.WEIGHT_DECAY,
+    )
+    logger.info(
+        "%s: %d heads (lrs %s) on %d augmented %s images, %d iterations of batch %d",
+        data.key,
+        len(lrs),
+        ", ".join(f"{lr:.3g}" for lr in lrs),
+        len(dataset),
+        "+".join(splits),
+        iters,
+        t.BATCH_SIZE,
+    )
+    os.makedirs(output_dir, exist_ok=True)
+    batches = infinite_batches(dataset, t.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED)
+    run_training(
+        model,
+        optimizer,
+        batches,
+        iters,
+        CosineParamScheduler(1.0, 0.0),
+        cfg,
+        dict,  # nothing to evaluate while training: val / test are scored by the caller
+        output_dir=output_dir,
+        eval_period=0,
+    )
+    return [h.eval() for h in model.classifier]
