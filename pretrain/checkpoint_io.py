@@ -99,7 +99,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 def _numpy_to_torch(obj):
     if isinstance(obj, np.ndarray) and obj.dtype != object:
-        return torch.from_numpy(np.ascontiguousarray(obj))
+        # not np.ascontiguousarray: it turns 0-d arrays (num_batches_tracked) into shape (1,)
+        return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())
     if isinstance(obj, dict):
         return {k: _numpy_to_torch(v) for k, v in obj.items()}
     return obj
