@@ -468,3 +468,18 @@ def test_converter_cli_refuses_in_one_line(kind, net, other, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0]
     assert ("ambiguous" if kind == "ambiguous" else "known layout") in lines[0]
+
+
+def test_analysis_names_the_layout_of_a_backbone_only_release(net, other, tmp_path):
+    """The nuclear-norm analysis needs a LORAC run's full model: a release is refused, named."""
+    from pretrain.analysis import AnalysisError
+    from pretrain.analysis.models import load_pretrained
+    from pretrain.config import get_cfg
+
+    cfg = get_cfg()
+    cfg.DATASETS.ROOT = str(tmp_path)
+    (tmp_path / "config.yaml").write_text(cfg.dump())
+    path = tmp_path / "swav_800ep.pth.tar"
+    _write(path, CASES["swav"][2](net, other))
+    with pytest.raises(AnalysisError, match=r"swav_800ep\.pth\.tar: a swav-layout backbone.*knn"):
+        load_pretrained(str(path))
