@@ -1,28 +1,30 @@
-"""Read a ResNet backbone out of a checkpoint, whatever tool wrote it.
+"""Read a ResNet backbone out of a checkpoint, whatever tool or release wrote it.
 
-Three layouts are understood, detected from the keys (never guessed by partial matching):
-
-* ``lorac``: this project's pretraining checkpoints (fvcore ``Checkpointer`` format): a dict with
-  ``model`` whose keys are ``encoder_q.backbone.<torchvision key>``; ``encoder_q.head.*``,
-  ``encoder_k.*`` and the queues are dropped on purpose.
-* ``moco``: the public LORAC / MoCo release layout: a dict with ``state_dict`` whose keys are
-  ``module.encoder_q.<torchvision key>``, the MLP head under ``module.encoder_q.fc.*``, the key
-  encoder under ``module.encoder_k.*`` and ``module.queue*`` buffers; all but the backbone dropped.
-* ``torchvision``: a plain torchvision ResNet ``state_dict`` (the supervised baseline); the
-  classifier ``fc.*`` is dropped.
+The layouts understood (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn, VISSL,
+converted SimCLR and BYOL, detectron2) are the table :data:`pretrain.checkpoint_layouts.LAYOUTS`,
+documented in ``docs/checkpoints.md``; each is recognised from its keys, never by fuzzy matching.
+When several layouts match and give different tensors the file is refused as ambiguous, naming
+the candidates; when none matches the error names the file and every known layout.
 
 The result always has exactly the keys of a torchvision ResNet without ``fc`` (verified against
 the architecture inferred from the weights); anything missing or left over raises
-:class:`CheckpointError` naming the keys. Files are read with ``torch.load(weights_only=True)``.
+:class:`CheckpointError` naming the keys. ``.pkl`` files (detectron2) are read by a restricted
+unpickler that builds only numpy arrays; everything else with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import pickle
+import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torchvision
+
+from pretrain.checkpoint_layouts import LAYOUTS, find_matches
 
 __all__ = [
     "BackboneWeights",
@@ -31,6 +33,7 @@ __all__ = [
     "infer_resnet_arch",
     "load_backbone",
     "load_checkpoint_file",
+    "load_pickle_weights",
 ]
 
 _DEPTHS = {  # blocks per stage -> (arch, bottleneck?)
@@ -55,34 +58,102 @@ class BackboneWeights:
     source_format: str
     dropped: list[str] = field(default_factory=list)  # input keys dropped on purpose
     path: str = ""
+    filled: list[str] = field(default_factory=list)  # keys absent from the file, set to 0
+
+    @property
+    def layout(self) -> str:
+        """Name of the layout in :data:`pretrain.checkpoint_layouts.LAYOUTS` that was found."""
+        return self.source_format
+
+    def describe(self) -> str:
+        """One line for logs: ``file: <layout> layout, <arch>``."""
+        return f"{self.path}: {self.source_format} layout, {self.arch}"
+
+
+# Globals a restricted unpickler may build: numpy arrays and dtypes (detectron2's .pkl files).
+_PICKLE_SAFE = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("collections", "OrderedDict"),
+    ("_codecs", "encode"),  # bytes in protocol-2 pickles written by Python 3
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Builds only :data:`_PICKLE_SAFE` globals, so loading never runs code from the file.
+
+    Issue 13 adds a restricted loader on the detection side (``transfer/detection/weights.py``);
+    this one sits here because ``pretrain`` must not import ``transfer``. The two should become
+    one, in this bottom layer.
+    """
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in _PICKLE_SAFE:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def _numpy_to_torch(obj):
+    if isinstance(obj, np.ndarray) and obj.dtype != object:
+        # not np.ascontiguousarray: it turns 0-d arrays (num_batches_tracked) into shape (1,)
+        return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())
+    if isinstance(obj, dict):
+        return {k: _numpy_to_torch(v) for k, v in obj.items()}
+    return obj
+
+
+def load_pickle_weights(path: str) -> dict:
+    """A detectron2-style ``.pkl`` (numpy arrays), read without running code; arrays -> tensors."""
+    try:
+        with open(path, "rb") as f:
+            obj = _RestrictedUnpickler(f, encoding="latin1").load()
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path}: not a readable weights pickle ({e})") from None
+    except Exception as e:  # noqa: BLE001 - pickle raises many types on garbage input
+        raise CheckpointError(
+            f"{path}: not a readable weights pickle ({type(e).__name__})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
+    return _numpy_to_torch(obj)
+
+
+_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
 def load_checkpoint_file(path: str) -> dict:
-    """``torch.load(path, weights_only=True)`` with one-line errors instead of tracebacks."""
+    """Read a checkpoint without running code from it; one-line errors instead of tracebacks.
+
+    ``torch.load(weights_only=True)``, allowing also ``argparse.Namespace`` (DINO pickles its
+    ``args``; a Namespace only sets attributes); ``.pkl`` files go to :func:`load_pickle_weights`.
+    """
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such checkpoint file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: file is empty, not a checkpoint")
+    if path.endswith(".pkl"):
+        return load_pickle_weights(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types on garbage input
-        # Only the type: torch's own text advises weights_only=False, which would run pickled code.
-        raise CheckpointError(
-            f"{path}: not a readable PyTorch checkpoint ({type(e).__name__})"
-        ) from None
+        # Not torch's own text: it advises weights_only=False, which would run pickled code.
+        m = _UNSUPPORTED_GLOBAL.search(str(e))
+        why = (
+            f"it pickles {m.group(1)}, which weights-only loading refuses; re-save just its "
+            "state dict (e.g. torch.save({'state_dict': ckpt['state_dict']}, ...)) in a trusted "
+            "environment"
+            if m
+            else type(e).__name__
+        )
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({why})") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
     return obj
-
-
-def _tensor_items(d: dict) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
-
-
-def _split(sd: dict[str, torch.Tensor], prefix: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    kept = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
-    dropped = sorted(k for k in sd if not k.startswith(prefix))
-    return kept, dropped
 
 
 def infer_resnet_arch(sd: dict[str, torch.Tensor]) -> str:
@@ -101,51 +172,69 @@ def infer_resnet_arch(sd: dict[str, torch.Tensor]) -> str:
     return arch
 
 
+def known_layouts() -> str:
+    """The layout names, for error messages."""
+    return ", ".join(layout.name for layout in LAYOUTS)
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a
+    )
+
+
 def extract_backbone(obj: dict, path: str = "<state>") -> BackboneWeights:
-    """Find the backbone in a loaded checkpoint dict (see the module docstring for layouts)."""
-    if isinstance(obj.get("model"), dict) and any(
-        k.startswith("encoder_q.backbone.") for k in obj["model"]
-    ):
-        fmt, (sd, dropped) = "lorac", _split(_tensor_items(obj["model"]), "encoder_q.backbone.")
-    elif isinstance(obj.get("state_dict"), dict) and any(
-        k.startswith("module.encoder_q.") for k in obj["state_dict"]
-    ):
-        sd, dropped = _split(_tensor_items(obj["state_dict"]), "module.encoder_q.")
-        head = sorted(k for k in sd if k.startswith("fc."))
-        sd = {k: v for k, v in sd.items() if not k.startswith("fc.")}
-        fmt, dropped = "moco", sorted(dropped + ["module.encoder_q." + k for k in head])
-    elif "conv1.weight" in obj and "layer1.0.conv1.weight" in obj:
-        sd, dropped = _tensor_items(obj), []
-        dropped = sorted(k for k in sd if k.startswith("fc."))
-        sd = {k: v for k, v in sd.items() if not k.startswith("fc.")}
-        fmt = "torchvision"
-    else:
-        keys = sorted(obj)[:6]
+    """Find the backbone in a loaded checkpoint dict (layouts: ``docs/checkpoints.md``)."""
+    matches = find_matches(obj)
+    if not matches:
         raise CheckpointError(
-            f"{path}: no ResNet backbone found (expected 'model' with 'encoder_q.backbone.*', "
-            f"'state_dict' with 'module.encoder_q.*', or torchvision ResNet keys); top-level keys: "
-            f"{keys}"
+            f"{path}: no ResNet backbone in a known layout (known: {known_layouts()}; see "
+            f"docs/checkpoints.md); top-level keys: {sorted(map(str, obj))[:6]}"
         )
+    distinct = [m for i, m in enumerate(matches) if not any(
+        _same(m.state_dict, o.state_dict) for o in matches[:i]
+    )]  # fmt: skip
+    if len(distinct) > 1:
+        where = ", ".join(
+            f"{m.layout.name} ({'/'.join(m.place[0]) or 'top level'}: {m.place[1] or 'no prefix'})"
+            for m in distinct
+        )
+        raise CheckpointError(
+            f"{path}: ambiguous checkpoint: layouts {where} all match with different weights; "
+            "save the one backbone you mean on its own"
+        )
+    found = matches[0]
+    if found.layout.refuse:
+        raise CheckpointError(f"{path}: {found.layout.name} layout: {found.layout.refuse}")
+    fmt, sd, dropped = found.layout.name, dict(found.state_dict), list(found.dropped)
+    filled = []
+    if found.layout.naming == "detectron2":
+        # detectron2's FrozenBatchNorm2d has no num_batches_tracked; it is unused in eval mode.
+        for key in [k for k in sd if k.endswith(".running_var")]:
+            counter = key[: -len("running_var")] + "num_batches_tracked"
+            if counter not in sd:
+                sd[counter] = torch.tensor(0, dtype=torch.long)
+                filled.append(counter)
     try:
         arch = infer_resnet_arch(sd)
     except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        raise CheckpointError(f"{path}: {fmt} layout: {e} (known: {known_layouts()})") from None
     reference = torchvision.models.__dict__[arch]().state_dict()
     expected = {k for k in reference if not k.startswith("fc.")}
     missing, unused = sorted(expected - set(sd)), sorted(set(sd) - expected)
     if missing or unused:
         raise CheckpointError(
-            f"{path}: backbone keys do not match torchvision {arch}: missing {missing[:10]}"
-            f"{' ...' if len(missing) > 10 else ''}, unmapped {unused[:10]}"
-            f"{' ...' if len(unused) > 10 else ''}"
+            f"{path}: {fmt} layout: backbone keys do not match torchvision {arch}: missing "
+            f"{missing[:10]}{' ...' if len(missing) > 10 else ''}, unmapped {unused[:10]}"
+            f"{' ...' if len(unused) > 10 else ''} (known layouts: {known_layouts()})"
         )
     bad = [k for k in expected if tuple(sd[k].shape) != tuple(reference[k].shape)]
     if bad:
         raise CheckpointError(
-            f"{path}: shape mismatch vs torchvision {arch} for {bad[:5]}: "
+            f"{path}: {fmt} layout: shape mismatch vs torchvision {arch} for {bad[:5]}: "
             + ", ".join(f"{k} {tuple(sd[k].shape)} != {tuple(reference[k].shape)}" for k in bad[:3])
         )
-    return BackboneWeights(dict(sd), arch, fmt, dropped, path)
+    return BackboneWeights(dict(sd), arch, fmt, dropped, path, sorted(filled))
 
 
 def load_backbone(path: str) -> BackboneWeights:

@@ -14,6 +14,7 @@ from test_classification_fakes import (  # noqa: F401
     single_thread,
 )
 from test_classification_probe import load_tool, make_imagenet
+from torchvision.models import resnet18
 
 from pretrain.checkpoint_io import CheckpointError
 from transfer.classification.backbone import load_eval_backbone
@@ -126,12 +127,22 @@ def test_checkpoint_without_backbone_is_named(tmp_path):
         load_eval_backbone()
 
 
+@pytest.mark.parametrize("kind", ["no_backbone", "ambiguous"])
 @pytest.mark.parametrize("tool_name", ["linear_probe", "transfer_linear", "knn_eval"])
-def test_tools_report_bad_checkpoint_in_one_line(tool_name, tmp_path, capsys):
+def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, capsys):
     """Proves each tool exits with status 2 and an ``error:`` line naming the file (no
-    traceback, no training on random weights)."""
+    traceback, no training on random weights), for a file in no known layout and for one in
+    two layouts with different weights."""
     bad = str(tmp_path / "not_a_backbone.pth")
-    torch.save({"model": {"encoder_q.head.0.weight": torch.zeros(2, 2)}}, bad)
+    if kind == "no_backbone":
+        torch.save({"model": {"encoder_q.head.0.weight": torch.zeros(2, 2)}}, bad)
+        expected = "not_a_backbone.pth: no ResNet backbone in a known layout (known: lorac, moco"
+    else:
+        sd = {k: v for k, v in resnet18().state_dict().items() if not k.startswith("fc.")}
+        torch.save({"teacher": {f"backbone.{k}": v for k, v in sd.items()}, "resnet": {
+            k: v + 1 if v.is_floating_point() else v for k, v in sd.items()
+        }}, bad)  # fmt: skip
+        expected = "not_a_backbone.pth: ambiguous checkpoint: layouts dino"
     data = make_imagenet(str(tmp_path / "imagenet"))
     tool = load_tool(tool_name)
     argv = ["--checkpoint", bad, "--output-dir", str(tmp_path / "o"), "--data-root", data]
@@ -145,7 +156,7 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "not_a_backbone.pth: no ResNet backbone" in last
+    assert last.startswith("error: ") and expected in last
     assert "checkpoint_io.py" not in err  # no traceback through the reader
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Convert a ResNet-50 (or 18/34/101/152) backbone checkpoint into a detectron2 weights file.
 
-Accepts this project's pretraining checkpoints, the public LORAC/MoCo release layout and plain
-torchvision state dicts (see pretrain/checkpoint_io.py). Heads, the key encoder and the queues
-are dropped on purpose and listed. The output (.pkl or .pth) loads into the configs in configs/
-with exact names (no matching heuristics):
+Accepts every checkpoint layout of docs/checkpoints.md (this project's, MoCo/LORAC, torchvision,
+SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, detectron2). Heads, key/momentum encoders
+and queues are dropped on purpose and listed. The output (.pkl or .pth) loads into the configs
+in configs/ with exact names (no matching heuristics):
 
     python tools/convert_to_d2.py output/pretrain/model_final.pth pretrained/lorac_r50.pkl
 """

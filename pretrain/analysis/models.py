@@ -16,6 +16,7 @@ import torch
 
 from pretrain.analysis.csv_io import AnalysisError
 from pretrain.checkpoint_io import load_checkpoint_file
+from pretrain.checkpoint_layouts import find_matches
 from pretrain.config import load_config
 
 __all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
@@ -90,9 +91,14 @@ def load_pretrained(path: str, label: str = "", device: str = "cpu") -> Pretrain
     cfg = load_config(config_path, ["MODEL.DEVICE", device])
     obj = load_checkpoint_file(ckpt_path)
     state = obj.get("model")
-    if not isinstance(state, dict):
+    if not isinstance(state, dict) or not any(k.startswith("encoder_q.") for k in state):
+        # A release of another method holds a backbone only; say which, and where it does work.
+        layouts = [m.layout.name for m in find_matches(obj)]
+        kind = f"a {'/'.join(layouts)}-layout backbone" if layouts else "no LORAC model"
         raise AnalysisError(
-            f"{ckpt_path}: no 'model' state dict (top-level keys {sorted(obj)[:6]})"
+            f"{ckpt_path}: {kind} (top-level keys {sorted(map(str, obj))[:6]}); this analysis "
+            "needs a LORAC run's full model (projection head) and config.yaml; evaluate other "
+            "checkpoints with tools/knn_eval.py or tools/linear_probe.py"
         )
     model = build_model(cfg)
     try:

@@ -1,8 +1,9 @@
 """The backbone every classification tool evaluates: a checkpoint or a random initialisation.
 
-Checkpoints go through :func:`pretrain.checkpoint_io.load_backbone`, so this project's
-checkpoints, the public LORAC / MoCo release layout and torchvision state dicts all work and a
-file without a backbone raises ``CheckpointError`` naming it. ``identity`` (the SHA-256 of the
+Checkpoints go through :func:`pretrain.checkpoint_io.load_backbone`, so every layout of
+``docs/checkpoints.md`` works (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn,
+VISSL, converted SimCLR/BYOL, detectron2) and a file without a backbone in a known layout raises
+``CheckpointError`` naming it. ``identity`` (the SHA-256 of the
 checkpoint file, or ``random-init:<arch>:seed<seed>``) keys the feature cache.
 """
 

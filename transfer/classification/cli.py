@@ -32,8 +32,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--checkpoint",
-        help="pretrained weights: this project's checkpoint, the public LORAC/MoCo release "
-        "layout ({'state_dict': {'module.encoder_q.*'}}) or a torchvision state dict",
+        help="pretrained ResNet weights in any layout of docs/checkpoints.md: this project's, "
+        "MoCo/LORAC, torchvision, SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, "
+        "detectron2 .pkl",
     )
     which.add_argument("--random-init", choices=list(ARCHS), help="random baseline of this arch")
     parser.add_argument("--init-seed", type=int, default=0, help="seed of --random-init")
@@ -54,7 +55,11 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def model_from_args(args: argparse.Namespace) -> EvalBackbone:
-    return load_eval_backbone(args.checkpoint, args.random_init, args.init_seed)
+    """The backbone of ``--checkpoint`` / ``--random-init``; prints which layout was read."""
+    backbone = load_eval_backbone(args.checkpoint, args.random_init, args.init_seed)
+    if comm.is_main_process():
+        print(f"backbone: {backbone.description}")
+    return backbone
 
 
 def model_name(args: argparse.Namespace) -> str:

@@ -1,14 +1,9 @@
 """Convert a ResNet backbone (any layout :mod:`pretrain.checkpoint_io` reads) to detectron2 names.
 
-torchvision and detectron2 name the same ResNet differently::
-
-    conv1.weight / bn1.*                      -> stem.conv1.weight / stem.conv1.norm.*
-    layer{i}.{j}.conv{k}.weight / bn{k}.*     -> res{i+1}.{j}.conv{k}.weight / .conv{k}.norm.*
-    layer{i}.{j}.downsample.0.weight / .1.*   -> res{i+1}.{j}.shortcut.weight / .shortcut.norm.*
-
-This holds for bottleneck (R50/101/152: conv1..conv3) and basic-block (R18/34: conv1, conv2)
-ResNets alike. Every input key must map and every key of the inferred torchvision architecture
-must be present, otherwise :class:`ConversionError` names the keys; nothing relies on
+The names map as in :mod:`pretrain.resnet_names` (which also holds the reverse direction the
+checkpoint reader uses for detectron2 files), for bottleneck (R50/101/152) and basic-block
+(R18/34) ResNets alike. Every input key must map and every key of the inferred torchvision
+architecture must be present, otherwise :class:`ConversionError` names the keys; nothing relies on
 detectron2's name-matching heuristics.
 
 Files are written for exact loading (``matching_heuristics: False``), so the names carry the
@@ -21,13 +16,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 from dataclasses import dataclass, field
 
 import torch
 import torchvision
 
 from pretrain.checkpoint_io import BackboneWeights, load_backbone
+from pretrain.resnet_names import torchvision_to_d2_name
 
 __all__ = [
     "FPN_PREFIX",
@@ -40,15 +35,6 @@ __all__ = [
 
 # Where detectron2's build_resnet_fpn_backbone keeps the ResNet inside GeneralizedRCNN.
 FPN_PREFIX = "backbone.bottom_up."
-
-_BN_SUFFIXES = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
-_STEM = {"conv1.weight": "stem.conv1.weight"} | {
-    f"bn1.{s}": f"stem.conv1.norm.{s}" for s in _BN_SUFFIXES
-}
-_BLOCK = re.compile(r"^layer([1-4])\.(\d+)\.(.+)$")
-_CONV = re.compile(r"^conv([1-3])\.weight$")
-_BN = re.compile(r"^bn([1-3])\.(" + "|".join(_BN_SUFFIXES) + r")$")
-_DOWN = re.compile(r"^downsample\.(0\.weight|1\.(" + "|".join(_BN_SUFFIXES) + r"))$")
 
 
 class ConversionError(ValueError):
@@ -66,28 +52,6 @@ class ConversionReport:
     num_converted: int
     prefix: str
     dropped: list[str] = field(default_factory=list)  # input keys dropped on purpose
-
-
-def torchvision_to_d2_name(key: str) -> str | None:
-    """detectron2 ResNet name of a torchvision ResNet key, or ``None`` if it has none."""
-    if key in _STEM:
-        return _STEM[key]
-    m = _BLOCK.match(key)
-    if m is None:
-        return None
-    stage, block, rest = int(m.group(1)) + 1, m.group(2), m.group(3)
-    base = f"res{stage}.{block}"
-    if c := _CONV.match(rest):
-        return f"{base}.conv{c.group(1)}.weight"
-    if b := _BN.match(rest):
-        return f"{base}.conv{b.group(1)}.norm.{b.group(2)}"
-    if d := _DOWN.match(rest):
-        return (
-            f"{base}.shortcut.weight"
-            if d.group(2) is None
-            else f"{base}.shortcut.norm.{d.group(2)}"
-        )
-    return None
 
 
 def _listing(keys: list[str], limit: int = 8) -> str:

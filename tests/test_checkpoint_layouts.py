@@ -1,0 +1,485 @@
+"""Every checkpoint layout of docs/checkpoints.md: read back bit-exactly, and converted exactly.
+
+For each layout a tiny synthetic file is written from a seeded torchvision ResNet-18 (random BN
+statistics, so a mis-mapped BN shows) with that release's extra keys (heads, momentum encoders,
+optimizer state). Reading it must give tensors ``torch.equal`` to the original backbone, and the
+converter's detectron2 weights, loaded into detectron2's own ResNet, must reproduce torchvision's
+res2..res5 features. Unknown and ambiguous files are refused with one line naming the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from detectron2.config import get_cfg
+from detectron2.layers import ShapeSpec
+from detectron2.modeling.backbone import build_resnet_backbone
+
+from pretrain.checkpoint_io import CheckpointError, load_backbone
+from pretrain.checkpoint_layouts import LAYOUTS, layouts_table
+from pretrain.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
+from transfer.detection.convert import convert_checkpoint, convert_to_d2
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                n = m.num_features
+                m.weight.copy_(torch.rand(n, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.2)
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.2)
+                m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
+                m.num_batches_tracked.fill_(7)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def net() -> torchvision.models.ResNet:
+    torch.manual_seed(0)
+    return _randomise(torchvision.models.resnet18(), seed=1)
+
+
+@pytest.fixture(scope="module")
+def other() -> torchvision.models.ResNet:
+    """Different weights of the same shape (a student, a second candidate)."""
+    torch.manual_seed(5)
+    return _randomise(torchvision.models.resnet18(), seed=6)
+
+
+def _bb(model) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("fc.")}
+
+
+def _pre(prefix: str, sd: dict) -> dict:
+    return {prefix + k: v for k, v in sd.items()}
+
+
+def _d2_names(sd: dict, prefix: str = "") -> dict:
+    """detectron2 names as ``convert-torchvision-to-d2.py`` writes them, re-done by string
+    replacement (independent of pretrain.resnet_names), numpy values, its ``stem.fc.*`` kept."""
+    out = {}
+    for k, v in sd.items():
+        n = k if "layer" in k else "stem." + k
+        for t in (1, 2, 3, 4):
+            n = n.replace(f"layer{t}", f"res{t + 1}")
+        for t in (1, 2, 3):
+            n = n.replace(f"bn{t}", f"conv{t}.norm")
+        n = n.replace("downsample.0", "shortcut").replace("downsample.1", "shortcut.norm")
+        out[prefix + n] = v.numpy()
+    return out
+
+
+def _sequential(model) -> dict:
+    """sthalles/PyTorch-BYOL's encoder: ``nn.Sequential(*list(resnet.children())[:-1])``."""
+    return torch.nn.Sequential(*list(model.children())[:-1]).state_dict()
+
+
+# layout -> (file suffix, builder(net, other) -> object to save)
+Builder = Callable[[torch.nn.Module, torch.nn.Module], dict]
+CASES: dict[str, tuple[str, str, Builder]] = {
+    "lorac": (
+        "lorac",
+        ".pth",
+        lambda n, o: {
+            "model": _pre("encoder_q.backbone.", _bb(n))
+            | _pre("encoder_k.backbone.", _bb(o))
+            | {"encoder_q.head.0.weight": torch.randn(8, 512), "queues": torch.randn(2, 8, 16)},
+            "iteration": 3,
+        },
+    ),
+    "moco": (
+        "moco",
+        ".pth.tar",
+        lambda n, o: {
+            "state_dict": _pre("module.encoder_q.", n.state_dict())
+            | _pre("module.encoder_k.", o.state_dict())
+            | {"module.queue": torch.randn(8, 16), "module.queue_ptr": torch.zeros(1)},
+            "epoch": 200,
+            "arch": "resnet18",
+        },
+    ),
+    "torchvision": ("torchvision", ".pth", lambda n, o: n.state_dict()),
+    "barlowtwins-no-fc": ("torchvision", ".pth", lambda n, o: _bb(n)),
+    "swav": (
+        "swav",
+        ".pth.tar",
+        lambda n, o: _pre(
+            "module.",
+            _bb(n)
+            | {"projection_head.0.weight": torch.randn(16, 512)}
+            | {"prototypes.weight": torch.randn(30, 16)},
+        ),
+    ),
+    "dino-ddp": (
+        "dino",
+        ".pth",
+        lambda n, o: {
+            "teacher": _pre("module.backbone.", _bb(n))
+            | {"module.head.mlp.0.weight": torch.randn(16, 512)},
+            "student": _pre("module.backbone.", _bb(o))
+            | {"module.head.mlp.0.weight": torch.randn(16, 512)},
+            "epoch": 5,
+            "args": argparse.Namespace(arch="resnet50", out_dim=60000),  # as main_dino.py saves
+            "dino_loss": {"center": torch.zeros(1, 16)},
+        },
+    ),
+    "dino-plain": (
+        "dino",
+        ".pth",
+        lambda n, o: {"teacher": _pre("backbone.", _bb(n)), "student": _pre("backbone.", _bb(o))},
+    ),
+    "solo-learn": (
+        "solo-learn",
+        ".ckpt",
+        lambda n, o: {
+            "state_dict": _pre("backbone.", _bb(n))
+            | _pre("momentum_backbone.", _bb(o))
+            | {
+                "projector.0.weight": torch.randn(16, 512),
+                "classifier.weight": torch.randn(3, 512),
+            },
+            "epoch": 399,
+            "global_step": 1000,
+            "pytorch-lightning_version": "1.9.0",
+        },
+    ),
+    "solo-learn-old": (
+        "solo-learn",
+        ".ckpt",
+        lambda n, o: {
+            "state_dict": _pre("encoder.", _bb(n)) | {"projector.0.weight": torch.ones(2)}
+        },
+    ),
+    "vissl": (
+        "vissl",
+        ".torch",
+        lambda n, o: {
+            "type": "consolidated",
+            "classy_state_dict": {
+                "base_model": {
+                    "model": {
+                        "trunk": _pre("_feature_blocks.", _bb(n)),
+                        "heads": {"0.clf.0.weight": torch.randn(16, 512)},
+                    }
+                },
+                "train_phase_idx": 999,
+            },
+        },
+    ),
+    "simclr-state_dict": (
+        "simclr-converted",
+        ".pth",
+        lambda n, o: {"state_dict": n.state_dict()},
+    ),
+    "simclr-resnet": (
+        "simclr-converted",
+        ".pth",
+        lambda n, o: {"resnet": n.state_dict(), "head": {"0.weight": torch.randn(16, 512)}},
+    ),
+    "byol-sthalles": (
+        "byol",
+        ".pth",
+        lambda n, o: {
+            "online_network_state_dict": _pre("encoder.", _sequential(n))
+            | {"projetion.net.0.weight": torch.randn(16, 512)},
+            "target_network_state_dict": _pre("encoder.", _sequential(o)),
+            "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+        },
+    ),
+    "byol-online-encoder": (
+        "byol-torchvision",
+        ".pth",
+        lambda n, o: (
+            _pre("online_network.encoder.", _bb(n)) | _pre("target_network.encoder.", _bb(o))
+        ),
+    ),
+    "byol-backbone": (
+        "byol-torchvision",
+        ".pth",
+        lambda n, o: _pre("backbone.", _bb(n)) | {"neck.mlp.0.weight": torch.randn(4, 4)},
+    ),
+    "d2-torchvision-script": (
+        "detectron2",
+        ".pkl",
+        lambda n, o: {
+            "model": _d2_names(n.state_dict()),
+            "__author__": "torchvision",
+            "matching_heuristics": True,
+        },
+    ),
+    "d2-fpn-pkl": (
+        "detectron2",
+        ".pkl",
+        lambda n, o: {
+            "model": _d2_names(_bb(n), "backbone.bottom_up.")
+            | {"backbone.fpn_lateral2.weight": np.zeros((4, 64, 1, 1), np.float32)},
+            "__author__": "lorac",
+            "matching_heuristics": False,
+        },
+    ),
+}
+
+
+def _write(path: Path, obj: dict) -> None:
+    if path.suffix == ".pkl":
+        with open(path, "wb") as f:
+            pickle.dump(obj, f)
+    else:
+        torch.save(obj, path)
+
+
+def _d2_resnet18() -> torch.nn.Module:
+    cfg = get_cfg()
+    cfg.MODEL.RESNETS.DEPTH = 18
+    cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64
+    cfg.MODEL.RESNETS.NORM = "BN"
+    cfg.MODEL.RESNETS.STRIDE_IN_1X1 = False
+    cfg.MODEL.RESNETS.OUT_FEATURES = ["res2", "res3", "res4", "res5"]
+    cfg.MODEL.BACKBONE.FREEZE_AT = 0
+    return build_resnet_backbone(cfg, ShapeSpec(channels=3)).eval()
+
+
+def _tv_features(model, x) -> list[torch.Tensor]:
+    with torch.no_grad():
+        x = model.maxpool(model.relu(model.bn1(model.conv1(x))))
+        feats = []
+        for layer in (model.layer1, model.layer2, model.layer3, model.layer4):
+            x = layer(x)
+            feats.append(x)
+    return feats
+
+
+def test_every_layout_has_a_case():
+    """The table and the cases below cover each other (a new layout needs a test)."""
+    covered = {layout for layout, _, _ in CASES.values()}
+    assert covered | {"detectron2-caffe2"} == {layout.name for layout in LAYOUTS}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layout_reads_back_exactly_and_converts(case, net, other, tmp_path):
+    layout, suffix, build = CASES[case]
+    path = tmp_path / f"{case}{suffix}"
+    _write(path, build(net, other))
+    weights = load_backbone(str(path))
+    assert weights.layout == layout and weights.arch == "resnet18"
+    expected = _bb(net)
+    assert sorted(weights.state_dict) == sorted(expected)
+    for k, v in expected.items():
+        assert torch.equal(weights.state_dict[k], v), k
+    # the converter's detectron2 weights reproduce torchvision's features
+    d2 = _d2_resnet18()
+    d2.load_state_dict(convert_to_d2(weights), strict=True)
+    x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = d2(x)
+    for i, e in enumerate(_tv_features(net, x)):
+        g = got[f"res{i + 2}"]
+        assert float((g - e).norm() / e.norm()) < 1e-5, f"{case}: res{i + 2}"
+
+
+def test_dino_reads_the_teacher(net, other, tmp_path):
+    """teacher and student differ: the teacher is read, the student listed as dropped."""
+    path = tmp_path / "dino.pth"
+    _write(path, CASES["dino-ddp"][2](net, other))
+    weights = load_backbone(str(path))
+    assert torch.equal(
+        weights.state_dict["layer4.1.bn2.running_var"], net.layer4[1].bn2.running_var
+    )
+    assert "module.head.mlp.0.weight" in weights.dropped
+
+
+def test_dropped_keys_are_listed(net, other, tmp_path):
+    path = tmp_path / "swav.pth"
+    _write(path, CASES["swav"][2](net, other))
+    dropped = set(load_backbone(str(path)).dropped)
+    assert {"module.projection_head.0.weight", "module.prototypes.weight"} <= dropped
+
+
+def test_d2_pkl_round_trip_through_converter(net, tmp_path):
+    """torchvision -> converter .pkl -> reader gives the original tensors (both directions)."""
+    src, out = tmp_path / "tv.pth", tmp_path / "d2.pkl"
+    torch.save(net.state_dict(), src)
+    convert_checkpoint(str(src), str(out))
+    back = load_backbone(str(out))
+    assert back.layout == "detectron2" and back.filled == []
+    assert all(torch.equal(back.state_dict[k], v) for k, v in _bb(net).items())
+
+
+def test_d2_frozen_bn_without_counters_is_filled(net, tmp_path):
+    """detectron2's FrozenBatchNorm2d has no num_batches_tracked: filled with 0 and listed."""
+    model = {k: v for k, v in _d2_names(_bb(net)).items() if "num_batches_tracked" not in k}
+    path = tmp_path / "frozen.pkl"
+    _write(path, {"model": model})
+    weights = load_backbone(str(path))
+    assert "bn1.num_batches_tracked" in weights.filled
+    assert int(weights.state_dict["layer1.0.bn1.num_batches_tracked"]) == 0
+
+
+def test_trained_d2_model_names_map_back(net, tmp_path):
+    """Names from detectron2's own ResNet (not our mapping) inside a trained-model .pth."""
+    d2 = _d2_resnet18()
+    d2.load_state_dict(convert_to_d2(load_backbone_from(net, tmp_path)), strict=True)
+    model = _pre("backbone.bottom_up.", d2.state_dict())
+    model |= {"backbone.fpn_lateral2.weight": torch.zeros(4, 64, 1, 1)}
+    model |= {"roi_heads.box_predictor.cls_score.weight": torch.zeros(3, 8)}
+    path = tmp_path / "model_final.pth"
+    torch.save({"model": model, "iteration": 90000}, path)
+    weights = load_backbone(str(path))
+    assert weights.layout == "detectron2"
+    assert all(torch.equal(weights.state_dict[k], v) for k, v in _bb(net).items())
+    assert "roi_heads.box_predictor.cls_score.weight" in weights.dropped
+
+
+def load_backbone_from(model, tmp_path):
+    path = tmp_path / "plain.pth"
+    torch.save(model.state_dict(), path)
+    return load_backbone(str(path))
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_name_mapping_is_one_mapping_two_directions(arch):
+    tv = [k for k in getattr(torchvision.models, arch)().state_dict() if not k.startswith("fc.")]
+    assert all(d2_to_torchvision_name(torchvision_to_d2_name(k)) == k for k in tv)
+    cfg = get_cfg()
+    cfg.MODEL.RESNETS.DEPTH = int(arch[len("resnet") :])
+    cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 64 if arch == "resnet18" else 256
+    cfg.MODEL.RESNETS.NORM = "BN"
+    cfg.MODEL.RESNETS.OUT_FEATURES = ["res2", "res3", "res4", "res5"]
+    d2_keys = build_resnet_backbone(cfg, ShapeSpec(channels=3)).state_dict()
+    assert sorted(d2_to_torchvision_name(k) for k in d2_keys) == sorted(tv)
+    assert d2_to_torchvision_name("res2.0.conv4.weight") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals: one line naming the file
+
+
+def test_unknown_layout_names_file_and_known_layouts(net, tmp_path):
+    path = tmp_path / "mystery.pth"
+    torch.save({"weights": _pre("net.", _bb(net))}, path)
+    with pytest.raises(CheckpointError) as e:
+        load_backbone(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and "no ResNet backbone in a known layout" in msg
+    assert all(layout.name in msg for layout in LAYOUTS)
+
+
+def test_ambiguous_layouts_are_refused(net, other, tmp_path):
+    path = tmp_path / "both.pth"
+    obj = {"teacher": _pre("backbone.", _bb(net))}
+    obj["state_dict"] = _pre("module.encoder_q.", _bb(other))
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError) as e:
+        load_backbone(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and "ambiguous" in msg
+    assert "moco" in msg and "dino" in msg
+
+
+def test_two_layouts_with_the_same_weights_are_not_ambiguous(net, tmp_path):
+    path = tmp_path / "same.pth"
+    torch.save({"teacher": _pre("backbone.", _bb(net)), "state_dict": _bb(net)}, path)
+    assert load_backbone(str(path)).layout == "dino"  # the first in the table
+
+
+def test_incomplete_backbone_names_layout_and_key(net, tmp_path):
+    sd = _pre("backbone.", _bb(net))
+    del sd["backbone.layer3.1.bn2.running_var"]
+    path = tmp_path / "partial.ckpt"
+    torch.save({"state_dict": sd}, path)
+    with pytest.raises(CheckpointError, match=r"partial\.ckpt: solo-learn layout.*layer3\.1\.bn2"):
+        load_backbone(str(path))
+
+
+def test_caffe2_msra_is_refused_with_reason(tmp_path):
+    path = tmp_path / "R-50.pkl"
+    blobs = {"conv1_w": np.zeros((64, 3, 7, 7), np.float32)}
+    blobs |= {"res2_0_branch2a_w": np.zeros((64, 64, 1, 1), np.float32)}
+    _write(path, {"blobs": blobs})
+    with pytest.raises(CheckpointError, match=r"R-50\.pkl: detectron2-caffe2 layout.*1x1"):
+        load_backbone(str(path))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.getpid, ())
+
+
+def test_pickle_with_code_is_refused_without_running_it(tmp_path):
+    path = tmp_path / "evil.pkl"
+    with open(path, "wb") as f:
+        pickle.dump({"model": {"x": _Evil()}}, f)
+    with pytest.raises(CheckpointError, match=r"evil\.pkl: .*refusing to load global"):
+        load_backbone(str(path))
+
+
+class Config:  # stands in for a Lightning AttributeDict / omegaconf object in hyper_parameters
+    def __init__(self):
+        self.lr = 0.1
+
+
+def test_weights_only_refusal_names_the_global(net, tmp_path):
+    path = tmp_path / "lightning.ckpt"
+    torch.save({"state_dict": _pre("backbone.", _bb(net)), "hyper_parameters": Config()}, path)
+    with pytest.raises(CheckpointError, match=r"lightning\.ckpt: .*pickles .*Config.*weights-only"):
+        load_backbone(str(path))
+
+
+def test_docs_table_is_generated_from_the_layouts():
+    text = (REPO / "docs" / "checkpoints.md").read_text()
+    assert layouts_table() in text, "regenerate with: python -m pretrain.checkpoint_layouts"
+    assert "docs/checkpoints.md" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.parametrize("kind", ["unknown", "ambiguous"])
+def test_converter_cli_refuses_in_one_line(kind, net, other, tmp_path):
+    path = tmp_path / f"{kind}.pth"
+    if kind == "unknown":
+        torch.save({"weights": _bb(net)}, path)
+    else:
+        torch.save({"resnet": _bb(net), "state_dict": _pre("backbone.", _bb(other))}, path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "convert_to_d2.py"),
+            str(path),
+            str(tmp_path / "o.pkl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0]
+    assert ("ambiguous" if kind == "ambiguous" else "known layout") in lines[0]
+
+
+def test_analysis_names_the_layout_of_a_backbone_only_release(net, other, tmp_path):
+    """The nuclear-norm analysis needs a LORAC run's full model: a release is refused, named."""
+    from pretrain.analysis import AnalysisError
+    from pretrain.analysis.models import load_pretrained
+    from pretrain.config import get_cfg
+
+    cfg = get_cfg()
+    cfg.DATASETS.ROOT = str(tmp_path)
+    (tmp_path / "config.yaml").write_text(cfg.dump())
+    path = tmp_path / "swav_800ep.pth.tar"
+    _write(path, CASES["swav"][2](net, other))
+    with pytest.raises(AnalysisError, match=r"swav_800ep\.pth\.tar: a swav-layout backbone.*knn"):
+        load_pretrained(str(path))
