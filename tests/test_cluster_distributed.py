@@ -95,6 +95,24 @@ def test_two_processes_equal_one_process_with_matching_key_bn_groups(torchrun_ru
     assert _losses(other) != pytest.approx(two, rel=1e-3)
 
 
+def test_batchwise_prior_two_processes_equal_one_process(data, tmp_path):
+    """LORAC-bs under DDP: P (Eq. 14) spans both processes' instances, gathered with gradients
+    (the gather's backward runs an all_reduce inside DDP's backward), so 2 processes train
+    exactly like 1 process with the whole batch."""
+    opts = {**BASE, "LOSS.PRIOR": "batchwise", "SOLVER.MAX_ITER": 4}
+    out = tmp_path / "two"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(ROOT / "tools" / "train_pretrain.py"), "--config-file", DEMO_CONFIG,
+           *tiny_opts(data, out, **opts)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = _train(tiny_opts(data, tmp_path / "one", **opts, **{"MODEL.KEY_BN_SPLITS": 2}))
+    assert _losses(tmp_path / "one") == pytest.approx(_losses(out), rel=1e-4)
+    a, b = _trained_state(_model(out)), _trained_state(one.model.state_dict())
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=2e-4, msg=k)
+
+
 def test_signal_on_one_rank_stops_both_and_the_job_resumes(
     torchrun_run, data, tmp_path, monkeypatch
 ):
