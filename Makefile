@@ -29,7 +29,7 @@ $(FASHION_MNIST):
 demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
 
-# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (about 1.5 h on 2 cores); resumes if
+# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (about 1.5-2 h on 2 cores); resumes if
 # interrupted. Writes docs/results.md and docs/results.png.
 study: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --output-dir output/study --results docs/results.md

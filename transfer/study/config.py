@@ -57,7 +57,7 @@ class StudyOptions:
     methods: Sequence[str] = tuple(METHODS)
     knn_train: int = 10000  # kNN reference images (Fashion-MNIST train split)
     knn_test: int = 10000  # kNN test images
-    nuclear_images: int = 1000  # test images of the ||Q_hat||_* statistic, spread over the split
+    nuclear_images: int = 500  # test images of the ||Q_hat||_* statistic, spread over the split
     nuclear_views: int = 32  # augmented views per image (paper: 32)
     nuclear_seed: int = 0  # the views' seed: the same views for every model
     probe_config: str = LINEAR_PROBE_CONFIG
