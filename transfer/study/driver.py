@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import time
@@ -93,6 +94,9 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         with run_log(run.dir):
             train = pretrain_run(cfg, run)
             metrics = evaluate_run(cfg, run, opt)
+        # The trainers' hooks form reference cycles that keep their data loaders, and so their
+        # (persistent) worker processes, alive until a collection: free them before the next run.
+        gc.collect()
         seconds = time.perf_counter() - start
         result = {
             "method": run.method,
