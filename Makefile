@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format bench test-slurm clean-venv
+.PHONY: venv demo study test lint format bench test-slurm clean-venv
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -28,6 +28,11 @@ $(FASHION_MNIST):
 
 demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
+
+# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (about 1.5-2 h on 2 cores); resumes if
+# interrupted. Writes docs/results.md and docs/results.png.
+study: venv $(FASHION_MNIST)
+	$(PY) tools/study.py --output-dir output/study --results docs/results.md
 
 lint: venv
 	$(PY) -m ruff check .

@@ -26,6 +26,7 @@ __all__ = [
     "plot_accuracy_vs_nuclear",
     "plot_curves",
     "plot_histograms",
+    "plot_seed_spread",
     "plot_vs_beta",
 ]
 
@@ -209,5 +210,40 @@ def plot_curves(
     ax.set_title(title)
     if series:
         ax.legend(fontsize="small")
+    _save(fig, path)
+    return drawn
+
+
+def plot_seed_spread(
+    panels: Mapping[str, Mapping[str, Sequence[float]]], path: str, *, title: str = ""
+) -> dict[str, int]:
+    """One panel per metric (``{metric: {method: per-seed values}}``): each seed's value as a
+    dot, the method's mean as a bar with +- its sample standard deviation (ddof = 1; none for a
+    single seed). Returns the number of dots drawn per metric."""
+    if not panels or not any(len(v) for m in panels.values() for v in m.values()):
+        raise ValueError("plot_seed_spread: no values to plot")
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.6), squeeze=False)
+    drawn = {}
+    for ax, (metric, by_method) in zip(axes[0], panels.items(), strict=True):
+        drawn[metric] = 0
+        for i, values in enumerate(by_method.values()):
+            v = np.asarray(values, dtype=float)
+            if not len(v):
+                continue
+            offsets = np.linspace(-0.12, 0.12, len(v)) if len(v) > 1 else np.zeros(1)
+            ax.scatter(i + offsets, v, color=f"C{i}", s=18, alpha=0.7, zorder=3)
+            std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            ax.errorbar(
+                [i + 0.3], [v.mean()], yerr=[std], fmt="_", ms=14, color="k", capsize=4, zorder=4
+            )
+            drawn[metric] += len(v)
+        ax.set_xticks(range(len(by_method)))
+        ax.set_xticklabels(list(by_method), rotation=20)
+        ax.set_xlim(-0.6, len(by_method) - 0.3)
+        ax.set_title(metric, fontsize="medium")
+        ax.margins(y=0.2)
+    fig.suptitle(
+        title or "per-seed values (dots), mean \u00b1 sample std (bars)", fontsize="medium"
+    )
     _save(fig, path)
     return drawn

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "LINEAR_COLUMNS",
     "SEMI_COLUMNS",
+    "markdown_table",
     "plot_transfer_bars",
     "transfer_columns",
     "update_table",
@@ -69,14 +70,20 @@ def update_table(
     return rows
 
 
+def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> list[str]:
+    """The lines of a Markdown table: first column left-aligned, the others right; empty -> "-"."""
+    lines = ["| " + " | ".join(columns) + " |"]
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, "")) or "-" for c in columns) + " |")
+    return lines
+
+
 def write_markdown(
     md_path: str, columns: Sequence[str], rows: Sequence[Mapping[str, str]], title: str = ""
 ) -> None:
     lines = [f"# {title}", ""] if title else []
-    lines.append("| " + " | ".join(columns) + " |")
-    lines.append("|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")) or "-" for c in columns) + " |")
+    lines += markdown_table(columns, rows)
     with open(md_path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -1,0 +1,119 @@
+"""The study's methods, options and the checks made before anything runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fvcore.common.config import CfgNode
+
+from pretrain.config import load_config
+
+__all__ = [
+    "LINEAR_PROBE_CONFIG",
+    "METHODS",
+    "PROBE_DEFAULT_OPTS",
+    "Method",
+    "StudyError",
+    "StudyOptions",
+    "load_method_configs",
+]
+
+_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "configs")
+LINEAR_PROBE_CONFIG = os.path.join(_CONFIGS, "eval", "linear_fashion_mnist.yaml")
+# The cheap probe setting: 2 epochs of the project's Fashion-MNIST recipe (cosine from lr 1.2,
+# batch 256) instead of its 10. The image size is set to the pretraining crop size (see
+# ``probe_overrides``); ``--probe-opt KEY=VALUE`` options come after these and win.
+PROBE_DEFAULT_OPTS = ("SOLVER.EPOCHS", "2")
+
+
+class StudyError(ValueError):
+    """An invalid study set-up; the message names the option, file or key and the value."""
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str  # as in the tables: LORAC, MoCo-M, MoCo-v2
+    config: str  # pretraining config (inherits the demo config)
+
+
+METHODS: dict[str, Method] = {
+    "lorac": Method("LORAC", os.path.join(_CONFIGS, "pretrain", "demo_fashion_mnist_r18.yaml")),
+    "mocom": Method(
+        "MoCo-M", os.path.join(_CONFIGS, "pretrain", "demo_fashion_mnist_r18_mocom.yaml")
+    ),
+    "mocov2": Method(
+        "MoCo-v2", os.path.join(_CONFIGS, "pretrain", "demo_fashion_mnist_r18_mocov2.yaml")
+    ),
+}
+
+
+@dataclass
+class StudyOptions:
+    output_dir: str = "output/study"
+    results: str = "docs/results.md"
+    seeds: Sequence[int] = (0, 1, 2)
+    methods: Sequence[str] = tuple(METHODS)
+    knn_train: int = 10000  # kNN reference images (Fashion-MNIST train split)
+    knn_test: int = 10000  # kNN test images
+    nuclear_images: int = 500  # test images of the ||Q_hat||_* statistic, spread over the split
+    nuclear_views: int = 32  # augmented views per image (paper: 32)
+    nuclear_seed: int = 0  # the views' seed: the same views for every model
+    probe_config: str = LINEAR_PROBE_CONFIG
+    probe_opts: Sequence[str] = ()  # KEY VALUE ... after PROBE_DEFAULT_OPTS
+    opts: Sequence[str] = ()  # pretraining overrides KEY VALUE ..., applied to every method
+    command: str = ""  # the command line, for the report
+    method_table: Mapping[str, Method] = field(default_factory=lambda: dict(METHODS))
+
+    def eval_settings(self) -> dict[str, object]:
+        """What a study.json's numbers depend on besides the checkpoint (compared on resume)."""
+        return {
+            "knn_train": self.knn_train,
+            "knn_test": self.knn_test,
+            "nuclear_images": self.nuclear_images,
+            "nuclear_views": self.nuclear_views,
+            "nuclear_seed": self.nuclear_seed,
+            "probe_config": os.path.abspath(self.probe_config),
+            "probe_opts": [*PROBE_DEFAULT_OPTS, *self.probe_opts],
+        }
+
+
+def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
+    """``{method key: config with the overrides}`` (seed and output directory not yet set).
+
+    Raises :class:`StudyError` for an unknown method, no seeds, a non-Fashion-MNIST dataset, a
+    missing dataset root, or methods whose training lengths differ (the study compares methods
+    at equal epochs).
+    """
+    unknown = [m for m in opt.methods if m not in opt.method_table]
+    if unknown or not opt.methods:
+        raise StudyError(
+            f"--methods {' '.join(opt.methods) or '(none)'}: choose from {list(opt.method_table)}"
+        )
+    if not opt.seeds or len(set(opt.seeds)) != len(opt.seeds):
+        raise StudyError(f"--seeds {list(opt.seeds)}: give one or more distinct seeds")
+    for name in ("knn_train", "knn_test", "nuclear_images"):
+        if getattr(opt, name) < 1:
+            raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
+    cfgs = {m: load_config(opt.method_table[m].config, list(opt.opts)) for m in opt.methods}
+    for m, cfg in cfgs.items():
+        where = f"{opt.method_table[m].config} (method {m})"
+        if cfg.DATASETS.TYPE != "fashion_mnist":
+            raise StudyError(
+                f"{where}: DATASETS.TYPE = {cfg.DATASETS.TYPE!r}: the study evaluates on "
+                "Fashion-MNIST's test split; it needs 'fashion_mnist'"
+            )
+        if not os.path.isdir(cfg.DATASETS.ROOT):
+            raise StudyError(
+                f"{where}: DATASETS.ROOT = {cfg.DATASETS.ROOT!r} is not a directory (install "
+                "Debian's dataset-fashion-mnist or override DATASETS.ROOT)"
+            )
+    lengths = {m: (float(c.SOLVER.EPOCHS), int(c.SOLVER.MAX_ITER)) for m, c in cfgs.items()}
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{m}: EPOCHS {e:g}, MAX_ITER {i}" for m, (e, i) in lengths.items())
+        raise StudyError(
+            f"SOLVER.EPOCHS / SOLVER.MAX_ITER differ between the methods' configs ({listed}); "
+            "the study compares methods at equal epochs"
+        )
+    return cfgs

@@ -1,0 +1,245 @@
+"""The study's report: mean +- sample std per method and metric, per-seed rows, budget, hardware,
+wall time, a sentence on LORAC vs MoCo-M computed from the numbers, and a plot beside it."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pretrain.engine.checkpoint import atomic_write_bytes
+from transfer.classification.report import markdown_table
+
+from .config import StudyOptions
+
+__all__ = ["METRICS", "MethodSummary", "hardware", "summarize", "verdict", "write_report"]
+
+# study.json key -> (column title, digits)
+METRICS = {
+    "knn_top1": ("kNN top-1 (%)", 2),
+    "linear_top1": ("linear top-1 (%)", 2),
+    "nuclear_mean": ("test ‖Q̂‖∗", 3),
+}
+
+
+@dataclass
+class MethodSummary:
+    key: str
+    label: str
+    seeds: list[int]
+    values: dict[str, list[float]]  # metric -> per-seed values, in seed order
+
+    def mean(self, metric: str) -> float:
+        return float(np.mean(self.values[metric]))
+
+    def std(self, metric: str) -> float:
+        """Sample standard deviation (ddof = 1); NaN for a single seed."""
+        v = self.values[metric]
+        return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
+
+
+def summarize(results: Sequence[Mapping], methods: Sequence[str]) -> list[MethodSummary]:
+    out = []
+    for m in methods:
+        rows = sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
+        if rows:
+            values = {k: [float(r[k]) for r in rows] for k in METRICS}
+            out.append(MethodSummary(m, rows[0]["label"], [r["seed"] for r in rows], values))
+    return out
+
+
+def _mean_std(s: MethodSummary, metric: str) -> str:
+    digits = METRICS[metric][1]
+    std = s.std(metric)
+    std_text = "n/a" if math.isnan(std) else f"{std:.{digits}f}"
+    return f"{s.mean(metric):.{digits}f} ± {std_text}"
+
+
+def verdict(summaries: Sequence[MethodSummary]) -> str:
+    """One sentence: does LORAC's kNN (and linear) mean beat MoCo-M's by more than the larger
+    of their two seed standard deviations, or is the difference within the seed spread?"""
+    by = {s.key: s for s in summaries}
+    if "lorac" not in by or "mocom" not in by:
+        return "LORAC and MoCo-M were not both run, so there is no LORAC vs MoCo-M comparison."
+    lorac, mocom = by["lorac"], by["mocom"]
+    if min(len(lorac.seeds), len(mocom.seeds)) < 2:
+        return (
+            "With a single seed per method there is no seed spread, so this study cannot say "
+            "whether LORAC beats MoCo-M."
+        )
+    parts = []
+    for metric, name in (("knn_top1", "kNN"), ("linear_top1", "linear-probe")):
+        diff = lorac.mean(metric) - mocom.mean(metric)
+        spread = max(lorac.std(metric), mocom.std(metric))
+        if diff > spread:
+            what = "LORAC beats MoCo-M"
+        elif diff < -spread:
+            what = "MoCo-M beats LORAC"
+        else:
+            what = "within the seed spread"
+        parts.append(
+            f"on {name} top-1 LORAC's mean is {abs(diff):.2f} points "
+            f"{'above' if diff >= 0 else 'below'} MoCo-M's against a seed spread of "
+            f"{spread:.2f} points ({what})"
+        )
+    return (
+        f"Here {parts[0]}, and {parts[1]}, the seed spread being the larger of the two methods' "
+        f"sample standard deviations over {len(lorac.seeds)} and {len(mocom.seeds)} seeds."
+    )
+
+
+def hardware() -> dict[str, str]:
+    import torch
+
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "CPU cores (nproc)": str(cores),
+        "CPU model": model,
+        "torch": f"{torch.__version__} ({torch.get_num_threads()} threads)",
+        "GPU": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none used",
+    }
+
+
+def _fmt(value, digits: int = 1, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value / scale:.{digits}f}"
+
+
+def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, png: str) -> str:
+    summaries = summarize(results, opt.methods)
+    seeds = " ".join(str(s) for s in opt.seeds)
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    lines = [
+        "# CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
+        "",
+        f"Generated {stamp} by `tools/study.py` (`make study`) from {len(results)} runs "
+        f"(seeds {seeds}).",
+        "",
+        verdict(summaries),
+        "",
+        "## Mean ± sample standard deviation over seeds (ddof = 1)",
+        "",
+    ]
+    cols = ["Method", "seeds", *(title for title, _ in METRICS.values())]
+    rows = [
+        {
+            "Method": s.label,
+            "seeds": len(s.seeds),
+            **{METRICS[k][0]: _mean_std(s, k) for k in METRICS},
+        }
+        for s in summaries
+    ]
+    lines += markdown_table(cols, rows)
+    lines += [
+        "",
+        f"![per-seed values and mean ± std]({os.path.basename(png)})",
+        "",
+        "‖Q̂‖∗: nuclear norm of the L2-normalised query-encoder embeddings of "
+        f"{opt.nuclear_views} augmented views of a test image (paper Fig. 4c), averaged over "
+        f"{opt.nuclear_images} test images spread over the split; the same views for every model "
+        f"(seed {opt.nuclear_seed}). Its minimum is √{opt.nuclear_views} = "
+        f"{math.sqrt(opt.nuclear_views):.3f} (identical views).",
+        "",
+        "## Per seed",
+        "",
+    ]
+    cols = [
+        "Method",
+        "seed",
+        "kNN top-1 (%)",
+        "linear top-1 (%)",
+        "‖Q̂‖∗ mean",
+        "‖Q̂‖∗ std over images",
+        "pretraining (min)",
+        "images/s",
+        "evaluation (min)",
+    ]
+    rows = []
+    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
+        resumed = f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""
+        rows.append(
+            {
+                "Method": r["label"],
+                "seed": r["seed"],
+                "kNN top-1 (%)": f"{r['knn_top1']:.2f}",
+                "linear top-1 (%)": f"{r['linear_top1']:.2f}",
+                "‖Q̂‖∗ mean": f"{r['nuclear_mean']:.3f}",
+                "‖Q̂‖∗ std over images": f"{r['nuclear_std']:.3f}",
+                "pretraining (min)": _fmt(r["train_seconds"], 1, 60.0) + resumed,
+                "images/s": _fmt(r["images_per_sec"], 0),
+                "evaluation (min)": _fmt(r["eval_seconds"], 1, 60.0),
+            }
+        )
+    lines += markdown_table(cols, rows)
+    lines += ["", "## Command", "", "```", opt.command or "make study", "```", ""]
+    lines += ["Pretraining configs (overrides applied to every method: "]
+    lines[-1] += f"`{' '.join(opt.opts)}`)" if opt.opts else "none)"
+    lines[-1] += ":"
+    lines += [""] + [
+        f"- {opt.method_table[m].label}: `{os.path.relpath(opt.method_table[m].config)}`"
+        for m in opt.methods
+    ]
+    lines += ["", "## Budget", ""]
+    for s in summaries:
+        r = next(r for r in results if r["method"] == s.key)
+        speeds = [x["images_per_sec"] for x in results if x["method"] == s.key]
+        speeds = [v for v in speeds if v is not None]
+        speed = f", {np.mean(speeds):.0f} images/s" if speeds else ""
+        epochs = r["max_iter"] * r["ims_per_batch"] / r["train_images"]
+        lines.append(
+            f"- {s.label}: {r['max_iter']} iterations of {r['ims_per_batch']} images = "
+            f"{epochs:.2f} epochs of {r['train_images']} training images (SOLVER.EPOCHS "
+            f"{r['epochs']:g}), {r['views']} views per image{speed}."
+        )
+    r = results[0]
+    lines += [
+        f"- kNN: weighted k = 200, T = 0.07 on pooled backbone features, {opt.knn_train} "
+        f"reference (train) and {opt.knn_test} test images, at the pretraining crop size.",
+        f"- Linear probe (the project's, `{os.path.relpath(opt.probe_config)}` with overrides "
+        f"`{' '.join(r['eval_settings']['probe_opts'])}`): {r['probe_iters']} iterations of "
+        f"batch {r['probe_batch']} ({r['probe_epochs']:.2f} epochs) at {r['probe_image_size']} "
+        "px on frozen features, top-1 on {r['probe_test_images']} test images; the probe's seed is "
+        "the run's.",
+        f"- Nuclear norm: {opt.nuclear_views} views x {opt.nuclear_images} test images.",
+        "",
+        "## Hardware and wall time",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in hardware().items()]
+    # A run whose train_stats.json was lost has no pretraining time: counted as 0 (shown "-")
+    per_run = [(r["train_seconds"] or 0.0) + r["eval_seconds"] for r in results]
+    lines += [
+        f"- Wall time per run (pretraining + evaluation): mean {np.mean(per_run) / 60:.1f} min, "
+        f"total {sum(per_run) / 60:.1f} min over {len(results)} runs.",
+        f"- This invocation of the study: {wall_seconds / 60:.1f} min (runs already done are "
+        "skipped, so a resumed study takes less).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float) -> str:
+    """Write ``opt.results`` (Markdown) and the plot beside it (same name, ``.png``)."""
+    from pretrain.analysis.plots import plot_seed_spread
+
+    png = os.path.splitext(opt.results)[0] + ".png"
+    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
+    summaries = summarize(results, opt.methods)
+    plot_seed_spread(
+        {title: {s.label: s.values[k] for s in summaries} for k, (title, _) in METRICS.items()},
+        png,
+        title=f"{len(results)} runs: per-seed values (dots), mean ± sample std (bars)",
+    )
+    atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png).encode())
+    return png
