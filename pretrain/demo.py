@@ -15,7 +15,7 @@ from pretrain.config import load_config
 from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.modeling import build_model
 
-__all__ = ["DEMO_CONFIG", "DemoResult", "knn_top1", "run_demo"]
+__all__ = ["DEMO_CONFIG", "DemoResult", "knn_features", "knn_top1", "run_demo"]
 
 DEMO_CONFIG = os.path.join(
     os.path.dirname(os.path.dirname(__file__)), "configs", "pretrain", "demo_fashion_mnist_r18.yaml"
@@ -53,6 +53,24 @@ def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: i
     return Subset(ds, train), Subset(ds, test)
 
 
+def knn_features(
+    backbone: torch.nn.Module,
+    root: str,
+    size: int,
+    n_train: int,
+    n_test: int,
+    dataset_type: str = "fashion_mnist",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``backbone``'s pooled features and labels of the kNN reference and test images:
+    ``(f_train, y_train, f_test, y_test)``."""
+    from transfer.classification.features import extract_features
+
+    train, test = _knn_splits(dataset_type, root, size, n_train, n_test)
+    f_train, y_train = extract_features(backbone, train, desc="kNN train features")
+    f_test, y_test = extract_features(backbone, test, desc="kNN test features")
+    return f_train, y_train, f_test, y_test
+
+
 def knn_top1(
     backbone: torch.nn.Module,
     root: str,
@@ -62,12 +80,11 @@ def knn_top1(
     dataset_type: str = "fashion_mnist",
 ) -> float:
     """Weighted kNN (k = 200, T = 0.07) top-1 of ``backbone``'s pooled features."""
-    from transfer.classification.features import extract_features
-    from transfer.classification.knn import knn_accuracy
+    from pretrain.evaluation.knn import knn_accuracy
 
-    train, test = _knn_splits(dataset_type, root, size, n_train, n_test)
-    f_train, y_train = extract_features(backbone, train, desc="kNN train features")
-    f_test, y_test = extract_features(backbone, test, desc="kNN test features")
+    f_train, y_train, f_test, y_test = knn_features(
+        backbone, root, size, n_train, n_test, dataset_type
+    )
     num_classes = int(max(y_train.max(), y_test.max())) + 1
     return knn_accuracy(f_train, y_train, f_test, y_test, num_classes=num_classes)
 

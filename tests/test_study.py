@@ -19,9 +19,6 @@ from transfer.study.report import MethodSummary, verdict
 
 study_main = load_tool("study").main
 
-PROBE = ["SOLVER.MAX_ITER", "2", "SOLVER.BATCH_SIZE", "8", "DATA.NUM_WORKERS", "0"]
-PROBE += ["TEST.BATCH_SIZE", "32"]
-
 
 def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
     overrides = {"DATASETS.TYPE": "fashion_mnist", "INPUT.LARGE_SIZE": 16, "SOLVER.MAX_ITER": 2}
@@ -34,7 +31,8 @@ def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
         knn_train=40,
         knn_test=20,
         nuclear_images=4,
-        probe_opts=PROBE,
+        probe_epochs=2,
+        probe_heldout_per_class=1,
         opts=opts,
         command="python tools/study.py (test)",
     )
@@ -64,7 +62,9 @@ def test_study_runs_reports_and_resumes(tmp_path):
         assert 0 <= r["knn_top1"] <= 100 and 0 <= r["linear_top1"] <= 100
         # ||Q_hat||_* of 32 unit vectors lies in [sqrt(32), sqrt(32 * rank)]
         assert np.sqrt(32) - 1e-3 <= r["nuclear_mean"] <= 32, r["nuclear_mean"]
-        assert r["nuclear_count"] == 4 and r["probe_iters"] == 2
+        assert r["nuclear_count"] == 4 and r["probe_iters"] >= 1
+        # the probe's lr was chosen among 7 on held-out references, then retrained on all 40
+        assert len(r["probe_val_top1"]) == 7 and r["probe_train_images"] == 40
     assert runs[("mocov2", 0)]["views"] == 2 and runs[("lorac", 0)]["views"] == 3
 
     md = results.read_text()
@@ -126,7 +126,6 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
     (outcome,) = run_study(opt)
     assert outcome.status == "done" and outcome.result["resumed_from_iter"] == 1
     assert (run / "model_final.pth").is_file() and (run / "study.json").is_file()
-    assert len(list(run.glob("linear_probe_*"))) == 2  # a new checkpoint gets its own probe
     assert "(resumed at it. 1)" in (tmp_path / "results.md").read_text()
 
 

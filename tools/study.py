@@ -20,7 +20,6 @@ from pretrain.analysis import AnalysisError  # noqa: E402
 from pretrain.checkpoint_io import CheckpointError  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.data.datasets import DatasetError  # noqa: E402
-from transfer.classification.cli import key_value  # noqa: E402
 from transfer.classification.config import ConfigError as ProbeConfigError  # noqa: E402
 from transfer.classification.datasets import DatasetError as ProbeDatasetError  # noqa: E402
 from transfer.study import METHODS, StudyError, StudyOptions, run_study  # noqa: E402
@@ -50,14 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--nuclear-images", type=int, default=d.nuclear_images, help="test images for ||Q_hat||_*"
     )
-    p.add_argument(
-        "--probe-opt",
-        action="append",
-        default=[],
-        type=key_value,
-        metavar="KEY=VALUE",
-        help="linear-probe config override (after the study's SOLVER.EPOCHS=2), repeatable",
-    )
+    p.add_argument("--probe-epochs", type=int, default=d.probe_epochs, help="linear-probe epochs")
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
     return p.parse_args(argv)
 
@@ -72,7 +64,7 @@ def main(argv=None) -> int:
         knn_train=args.knn_train,
         knn_test=args.knn_test,
         nuclear_images=args.nuclear_images,
-        probe_opts=[x for kv in args.probe_opt for x in kv],
+        probe_epochs=args.probe_epochs,
         opts=args.opts,
         command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
     )

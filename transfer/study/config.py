@@ -11,9 +11,7 @@ from fvcore.common.config import CfgNode
 from pretrain.config import load_config
 
 __all__ = [
-    "LINEAR_PROBE_CONFIG",
     "METHODS",
-    "PROBE_DEFAULT_OPTS",
     "Method",
     "StudyError",
     "StudyOptions",
@@ -21,11 +19,6 @@ __all__ = [
 ]
 
 _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "configs")
-LINEAR_PROBE_CONFIG = os.path.join(_CONFIGS, "eval", "linear_fashion_mnist.yaml")
-# The cheap probe setting: 2 epochs of the project's Fashion-MNIST recipe (cosine from lr 1.2,
-# batch 256) instead of its 10. The image size is set to the pretraining crop size (see
-# ``probe_overrides``); ``--probe-opt KEY=VALUE`` options come after these and win.
-PROBE_DEFAULT_OPTS = ("SOLVER.EPOCHS", "2")
 
 
 class StudyError(ValueError):
@@ -60,8 +53,13 @@ class StudyOptions:
     nuclear_images: int = 500  # test images of the ||Q_hat||_* statistic, spread over the split
     nuclear_views: int = 32  # augmented views per image (paper: 32)
     nuclear_seed: int = 0  # the views' seed: the same views for every model
-    probe_config: str = LINEAR_PROBE_CONFIG
-    probe_opts: Sequence[str] = ()  # KEY VALUE ... after PROBE_DEFAULT_OPTS
+    # Linear probe on the kNN's frozen features (transfer's cached-feature classifier, Table 2):
+    # PROBE_LRS log-spaced lrs chosen on PROBE_HELDOUT reference images per class, then one
+    # classifier retrained on all references with the best lr, scored on the test images.
+    probe_epochs: int = 30
+    probe_lr_range: tuple[float, float] = (0.01, 10.0)
+    probe_num_lrs: int = 7
+    probe_heldout_per_class: int = 100
     opts: Sequence[str] = ()  # pretraining overrides KEY VALUE ..., applied to every method
     command: str = ""  # the command line, for the report
     method_table: Mapping[str, Method] = field(default_factory=lambda: dict(METHODS))
@@ -74,8 +72,10 @@ class StudyOptions:
             "nuclear_images": self.nuclear_images,
             "nuclear_views": self.nuclear_views,
             "nuclear_seed": self.nuclear_seed,
-            "probe_config": os.path.abspath(self.probe_config),
-            "probe_opts": [*PROBE_DEFAULT_OPTS, *self.probe_opts],
+            "probe_epochs": self.probe_epochs,
+            "probe_lr_range": list(self.probe_lr_range),
+            "probe_num_lrs": self.probe_num_lrs,
+            "probe_heldout_per_class": self.probe_heldout_per_class,
         }
 
 
@@ -93,7 +93,7 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
         )
     if not opt.seeds or len(set(opt.seeds)) != len(opt.seeds):
         raise StudyError(f"--seeds {list(opt.seeds)}: give one or more distinct seeds")
-    for name in ("knn_train", "knn_test", "nuclear_images"):
+    for name in ("knn_train", "knn_test", "nuclear_images", "probe_epochs", "probe_num_lrs"):
         if getattr(opt, name) < 1:
             raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
     cfgs = {m: load_config(opt.method_table[m].config, list(opt.opts)) for m in opt.methods}

@@ -206,11 +206,12 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
     lines += [
         f"- kNN: weighted k = 200, T = 0.07 on pooled backbone features, {opt.knn_train} "
         f"reference (train) and {opt.knn_test} test images, at the pretraining crop size.",
-        f"- Linear probe (the project's, `{os.path.relpath(opt.probe_config)}` with overrides "
-        f"`{' '.join(r['eval_settings']['probe_opts'])}`): {r['probe_iters']} iterations of "
-        f"batch {r['probe_batch']} ({r['probe_epochs']:.2f} epochs) at {r['probe_image_size']} "
-        "px on frozen features, top-1 on {r['probe_test_images']} test images; the probe's seed is "
-        "the run's.",
+        "- Linear probe on the same frozen features (the transfer harness's cached-feature "
+        f"classifier, SGD, cosine, batch 256, {opt.probe_epochs} epochs): lr chosen among "
+        f"{opt.probe_num_lrs} log-spaced values in {list(opt.probe_lr_range)} on "
+        f"{opt.probe_heldout_per_class} held-out reference images per class (seeded by the run), "
+        f"then retrained on all {r['probe_train_images']} references; top-1 on "
+        f"{r['probe_test_images']} test images.",
         f"- Nuclear norm: {opt.nuclear_views} views x {opt.nuclear_images} test images.",
         "",
         "## Hardware and wall time",

@@ -2,9 +2,8 @@
 
 Files in the run directory ``<output-dir>/<method>_seed<k>/``: the engine's checkpoints, logs and
 metrics; ``train_stats.json`` (written when pretraining finishes: its wall time and throughput, so
-that a re-evaluation keeps them); ``linear_probe_<checkpoint hash>/`` (the probe's head and logs,
-keyed by the checkpoint so a retrained model never reuses a stale head); ``study.json`` (all
-numbers of the run, written last: its presence marks the run done).
+that a re-evaluation keeps them); ``study.json`` (all numbers of the run, written last: its
+presence marks the run done).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from fvcore.common.config import CfgNode
 
 from pretrain.engine.checkpoint import atomic_write_bytes
 
-from .config import PROBE_DEFAULT_OPTS, StudyOptions
+from .config import StudyOptions
 
 __all__ = ["RunPaths", "evaluate_run", "pretrain_run", "read_json", "write_json"]
 
@@ -114,22 +113,52 @@ def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
     return stats
 
 
-def probe_overrides(cfg: CfgNode, opt: StudyOptions, seed: int, out: str) -> list[str]:
-    """The probe config's overrides: Fashion-MNIST at the pretraining crop size, the run's seed."""
-    size = str(cfg.INPUT.LARGE_SIZE)
-    return [
-        *("DATA.NAME", "fashion-mnist", "DATA.IMAGE_SIZE", size, "INPUT.TRAIN_CROP", size),
-        *("INPUT.TEST_RESIZE", size, "INPUT.TEST_CROP", size, "SEED", str(seed)),
-        *("DEVICE", cfg.MODEL.DEVICE, "OUTPUT_DIR", out),
-        *PROBE_DEFAULT_OPTS,
-        *opt.probe_opts,
+def linear_probe(f_train, y_train, f_test, y_test, opt: StudyOptions, seed: int) -> dict:
+    """Top-1 of a linear classifier on frozen features, with the transfer harness's classifier
+    (:func:`transfer.classification.linear.train_linear_heads`, SGD, cosine, batch 256): the lr
+    is chosen among ``probe_num_lrs`` log-spaced values on ``probe_heldout_per_class`` seeded
+    reference images per class, then one classifier is retrained on every reference image."""
+    import torch
+
+    from transfer.classification.linear import (
+        best_index,
+        iterations_for,
+        log_spaced,
+        predict,
+        train_linear_heads,
+    )
+    from transfer.classification.semi import heldout_indices
+
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    held = heldout_indices(y_train.tolist(), set(), opt.probe_heldout_per_class, seed)
+    mask = torch.ones(len(y_train), dtype=torch.bool)
+    mask[held] = False
+    lrs = log_spaced(*opt.probe_lr_range, opt.probe_num_lrs)
+    iters = iterations_for(0, opt.probe_epochs, int(mask.sum()), 256)
+    heads = train_linear_heads(
+        f_train[mask], y_train[mask], num_classes, lrs, iters, seed=seed, desc="probe lr sweep"
+    )
+    val = [
+        float((predict(h, f_train[held]).argmax(1) == y_train[held]).float().mean()) for h in heads
     ]
+    best = lrs[best_index(val)]
+    iters_final = iterations_for(0, opt.probe_epochs, len(y_train), 256)
+    (head,) = train_linear_heads(
+        f_train, y_train, num_classes, [best], iters_final, seed=seed, desc="probe final"
+    )
+    top1 = float((predict(head, f_test).argmax(1) == y_test).float().mean())
+    return {
+        "linear_top1": 100.0 * top1,
+        "probe_lr": best,
+        "probe_val_top1": {f"{lr:.4g}": 100.0 * v for lr, v in zip(lrs, val, strict=True)},
+        "probe_iters": iters_final,
+        "probe_train_images": len(y_train),
+        "probe_test_images": len(y_test),
+    }
 
 
 def evaluate_run(cfg: CfgNode, run: RunPaths, opt: StudyOptions) -> dict:
     """kNN top-1, linear-probe top-1 and the test nuclear-norm statistic of the final checkpoint."""
-    from detectron2.utils.env import seed_all_rng
-
     from pretrain.analysis.models import load_pretrained
     from pretrain.analysis.nuclear_norm_stats import (
         augmented_nuclear_norms,
@@ -137,43 +166,25 @@ def evaluate_run(cfg: CfgNode, run: RunPaths, opt: StudyOptions) -> dict:
         open_split,
         view_spec,
     )
-    from pretrain.demo import knn_top1
+    from pretrain.demo import knn_features
+    from pretrain.evaluation.knn import knn_accuracy
     from transfer.classification.backbone import load_eval_backbone
-    from transfer.classification.config import linear_probe_defaults
-    from transfer.classification.config import load_config as load_probe_config
-    from transfer.classification.engine import resolve_device
-    from transfer.classification.probe import run_linear_probe
 
     root, device, out = cfg.DATASETS.ROOT, cfg.MODEL.DEVICE, {}
 
+    # one feature extraction serves the kNN and the linear probe
     t = time.perf_counter()
     backbone = load_eval_backbone(run.checkpoint)
-    knn = knn_top1(backbone.model, root, cfg.INPUT.LARGE_SIZE, opt.knn_train, opt.knn_test)
-    out.update(knn_top1=100.0 * knn, knn_seconds=time.perf_counter() - t)
+    f_train, y_train, f_test, y_test = knn_features(
+        backbone.model, root, cfg.INPUT.LARGE_SIZE, opt.knn_train, opt.knn_test
+    )
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    knn = knn_accuracy(f_train, y_train, f_test, y_test, num_classes=num_classes)
+    out.update(knn_top1=100.0 * knn)
     logger.info("%s: kNN top-1 %.2f%%", run.dir, out["knn_top1"])
-
-    t = time.perf_counter()
-    backbone = load_eval_backbone(run.checkpoint)  # a fresh copy: the probe moves and freezes it
-    probe_dir = os.path.join(run.dir, f"linear_probe_{backbone.identity.split(':')[-1][:12]}")
-    pcfg = load_probe_config(
-        linear_probe_defaults(), opt.probe_config, probe_overrides(cfg, opt, run.seed, probe_dir)
-    )
-    os.makedirs(probe_dir, exist_ok=True)
-    with open(os.path.join(probe_dir, "config.yaml"), "w") as f:
-        f.write(pcfg.dump())
-    seed_all_rng(pcfg.SEED)
-    probe = run_linear_probe(pcfg, backbone, root, resolve_device(pcfg.DEVICE), resume=True)
-    out.update(
-        linear_top1=100.0 * probe.top1,
-        linear_top5=100.0 * probe.top5,
-        probe_iters=probe.max_iter,
-        probe_batch=int(pcfg.SOLVER.BATCH_SIZE),
-        probe_epochs=probe.max_iter * pcfg.SOLVER.BATCH_SIZE / probe.num_train,
-        probe_image_size=int(pcfg.DATA.IMAGE_SIZE),
-        probe_test_images=probe.num_val,
-        probe_seconds=time.perf_counter() - t,
-    )
-    logger.info("%s: linear top-1 %.2f%%", run.dir, out["linear_top1"])
+    out.update(linear_probe(f_train, y_train, f_test, y_test, opt, run.seed))
+    out.update(knn_probe_seconds=time.perf_counter() - t)
+    logger.info("%s: linear top-1 %.2f%% (lr %.3g)", run.dir, out["linear_top1"], out["probe_lr"])
 
     t = time.perf_counter()
     model = load_pretrained(run.dir, device=device)
