@@ -116,9 +116,10 @@ def test_batchwise_prior_two_processes_equal_one_process(data, tmp_path):
 def test_signal_on_one_rank_stops_both_and_the_job_resumes(
     torchrun_run, data, tmp_path, monkeypatch
 ):
-    """submitit LocalExecutor, 2 tasks. SIGUSR1 reaches rank 1 only, before iteration 2: both
-    ranks stop after iteration 2 (the all-reduced flag), rank 0 alone saves and requeues. The
-    resubmitted job resumes at iteration 3 and ends where the uninterrupted torchrun run did."""
+    """submitit LocalExecutor, 2 tasks. SIGUSR1 reaches rank 1 only, before iteration 3 (before
+    its batch is fetched: the boundary): both ranks stop after iteration 2 (the all-reduced
+    flag), rank 0 alone saves and requeues. The resubmitted job resumes at iteration 3 and ends
+    where the uninterrupted torchrun run did."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {fake}/calls\n')
@@ -129,7 +130,7 @@ def test_signal_on_one_rank_stops_both_and_the_job_resumes(
     out = tmp_path / "local"
     req = JobRequest(config_file=DEMO_CONFIG, args=tiny_opts(data, out, **BASE), gpus_per_node=0,
                      tasks_per_node=2, job_dir=str(tmp_path / "submitit"),
-                     extra_hooks=[SignalAt(2, rank=1, sig=signal.SIGUSR1)])  # fmt: skip
+                     extra_hooks=[SignalAt(3, rank=1, sig=signal.SIGUSR1)])  # fmt: skip
     job = submit(req, local=True)
     with pytest.raises(Exception, match="stopped after iteration 2"):
         job.result()  # the tasks exit with Preempted: no result, as for submitit's own requeues

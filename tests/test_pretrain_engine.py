@@ -233,3 +233,58 @@ def test_bf16_autocast_and_channels_last_train(tmp_path, image_folder):
     losses = [m["total_loss"] for m in _metrics(out) if "total_loss" in m]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
     assert trainer.amp_dtype == torch.bfloat16
+
+
+def test_skipped_files_and_warnings_continue_across_resume(tmp_path, caplog):
+    """The warned set and data/skipped_files are in the checkpoint: a resumed run neither warns
+    again about a file warned before the checkpoint nor restarts the count at 0."""
+    root = make_image_folder(tmp_path / "data", classes=2, per_class=10)
+    (root / "class0" / "zero.jpg").write_bytes(b"")
+    (root / "class0" / "notes.txt").write_text("not an image")
+    (root / "class1" / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(200))
+    out = tmp_path / "run"
+    opts = tiny_opts(root, out, **{"SOLVER.MAX_ITER": 8, "SOLVER.CHECKPOINT_PERIOD": 3})
+
+    def warned() -> list[str]:
+        msgs = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        return [m.split(": ", 1)[1] for m in msgs if "skipped unreadable image" in m]
+
+    with caplog.at_level("WARNING"), pytest.raises(RuntimeError, match="simulated"):
+        _train(opts, [_Crash(3)])  # iterations 0-2 done and checkpointed
+    before = warned()
+    ckpt = torch.load(out / "model_0000002.pth", weights_only=True)
+    assert sorted(ckpt["trainer"]["skipped_files"]) == sorted(before)
+    assert before  # 3 x 8 samples, 23 files: the first epoch met some bad files
+    counts = {
+        m["iteration"]: m["data/skipped_files"] for m in _metrics(out) if "data/skipped_files" in m
+    }
+    count_at_2 = counts[2]
+    assert count_at_2 == len(before)
+    with caplog.at_level("WARNING"):
+        _train(opts)  # the next epochs meet every bad file again
+    after = warned()
+    assert not set(before) & set(after), "warned again after the resume"
+    assert len(before) + len(after) == 3
+    counts = {
+        m["iteration"]: m["data/skipped_files"] for m in _metrics(out) if "data/skipped_files" in m
+    }
+    assert counts[3] >= count_at_2  # continued, not restarted
+    assert counts[7] == 3.0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_files_written_get_the_mode_open_gives_under_the_umask(tmp_path, image_folder, umask):
+    """Checkpoints (written through a temporary file), last_checkpoint, metrics and the config
+    dump all get 0o666 & ~umask, as open() gives: 0o644 under 022, not mkstemp's 0o600."""
+    out = tmp_path / "r"
+    old = os.umask(umask)
+    try:
+        _train(tiny_opts(image_folder, out))
+    finally:
+        os.umask(old)
+    files = [p for p in out.iterdir() if p.is_file()]
+    names = {p.name for p in files}
+    assert {"model_0000002.pth", "model_final.pth", "last_checkpoint", "metrics.json"} <= names
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes

@@ -10,10 +10,28 @@ Signals and what they mean on SLURM:
   ``scancel --signal=USR1``: we save *and* requeue the job, which then resumes from the save.
 
 The handler only records the signal: saving from inside it would interrupt the step (or a
-checkpoint write) at an arbitrary point. After every step the ranks all-reduce (MAX) what they
-received, so they all stop after the same iteration even if the signal reached them at
-different moments; the checkpointer writes on rank 0 only, the others wait for it, and the
-requeue (``scontrol requeue``) comes from rank 0 once the checkpoint is on disk.
+checkpoint write) at an arbitrary point. The trainer calls :meth:`StopOnSignal.at_boundary` at
+the start of every step, once the step's batch is fetched and before anything changes: the ranks
+all-reduce (MAX) what they received, so they all stop after the same iteration even if the
+signal reached them at different moments; the checkpointer writes on rank 0 only, the others
+wait for it, and the requeue (``scontrol requeue``) comes from rank 0 once the checkpoint is on
+disk. The process then exits with status 0 (:class:`Preempted`).
+
+SLURM signals *every* process of a job step (preemption, ``scancel``, requeue), data-loader
+workers included, so the design has to survive the whole process group being signalled:
+
+* Data-loader workers (:func:`shield_data_worker`, their ``worker_init_fn``) take the stop
+  signals on a thread with ``sigwaitinfo``: a SIGTERM from their parent (the orderly shutdown,
+  ``multiprocessing``'s ``terminate()``) ends them at once, as torch's own worker handler does;
+  any other sender's is ignored, so the workers keep serving the main process until it stops at
+  the iteration boundary and shuts them down itself (the trainer does, before restoring the
+  signal handlers). Plain ``SIG_IGN`` would not do: ``multiprocessing`` could then not stop its
+  daemon children and every process would hang at exit.
+* A worker can still die of the signal (one killed before it installed the filter, or by another
+  process's hand). On the first stop signal the main process therefore stops listening to
+  SIGCHLD (torch's handler would raise "DataLoader worker ... is killed by signal" at any
+  bytecode, e.g. in the middle of the checkpoint write), and a batch that cannot be fetched
+  while a stop is pending is not an error: it is the stop, after the last completed iteration.
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping
 
@@ -30,7 +49,7 @@ import torch.distributed as dist
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-__all__ = ["Preempted", "StopOnSignal", "requeue_slurm_job", "slurm_job_id"]
+__all__ = ["Preempted", "StopOnSignal", "requeue_slurm_job", "shield_data_worker", "slurm_job_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +59,18 @@ NONE, STOP, STOP_AND_REQUEUE = 0, 1, 2
 class Preempted(SystemExit):
     """Training stopped at an iteration boundary after a signal, with a checkpoint on disk.
 
-    A ``SystemExit`` so that it ends the process (exit status 1, the message on stderr) without
-    detectron2 logging it as a training failure, and without submitit writing a result file for
-    a job that is going to run again.
+    A ``SystemExit`` with status 0: the process ends without detectron2 logging a training
+    failure, without a traceback, and without submitit writing a result file for a job that is
+    going to run again (SLURM's requeue decides whether it does; exit statuses do not matter to
+    it). ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
     """
+
+    def __init__(self, message: str):
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def slurm_job_id(environ: Mapping[str, str] | None = None) -> str | None:
@@ -77,13 +104,47 @@ def _default_signals() -> dict[int, int]:
     return sigs
 
 
+def shield_data_worker(worker_id: int) -> None:
+    """``worker_init_fn`` of data loaders: survive stop signals meant for the main process.
+
+    Blocks the stop signals (SIGTERM, SIGUSR1, SIGUSR2, submitit's) in this worker and takes
+    them on a daemon thread with ``sigwaitinfo``, which tells the sender: SIGTERM from the parent
+    process (the data loader's or ``multiprocessing``'s shutdown) exits at once with status 0,
+    like torch's own worker handler; everything else is ignored (the main process stops at an
+    iteration boundary and then shuts the workers down). SIGKILL still ends a worker, and a
+    worker whose parent died exits on its own (torch's watchdog).
+    """
+    del worker_id
+    if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep torch's behaviour
+        return
+    sigs = set(_default_signals())
+    parent = os.getppid()
+    # Block first: threads started later (the waiter included) inherit the mask, and a blocked
+    # signal waits for sigwaitinfo instead of running torch's SIGTERM handler.
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+
+    def wait() -> None:
+        while True:
+            info = signal.sigwaitinfo(sigs)
+            if info.si_signo == signal.SIGTERM and info.si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, name="lorac-worker-signals", daemon=True).start()
+
+
+def _ignore_child(signum: int, frame) -> None:
+    """SIGCHLD while stopping: a worker that died is noticed when its batch is missing."""
+
+
 class StopOnSignal(HookBase):
-    """After the first step that ends with a signal received (by any rank), save
-    ``model_<iteration>.pth``, requeue when asked to, and raise :class:`Preempted`.
+    """At the first iteration boundary after a signal received (by any rank), save
+    ``model_<last completed iteration>.pth``, requeue when asked to, and raise
+    :class:`Preempted`.
 
     Handlers are installed for the duration of ``train()`` only (and only from the main thread,
     where Python delivers signals); the previous ones (submitit's, or the defaults) come back in
-    ``after_train``. A signal during the last iteration just lets the run finish.
+    ``after_train``, SIGCHLD's included (the trainer shuts its data-loader workers down first).
+    A signal during the last iteration just lets the run finish.
     """
 
     def __init__(
@@ -97,13 +158,23 @@ class StopOnSignal(HookBase):
         self._signal_name = ""
         self._previous: dict[int, object] = {}
 
+    @property
+    def pending(self) -> bool:
+        """Whether this process received a stop signal during this ``train()``."""
+        return self._received != NONE
+
     def _on_signal(self, signum: int, frame) -> None:
         # Runs between two bytecodes of the training loop: record only (see module docstring).
         action = self._signals.get(signum, STOP)
         if action > self._received:
             self._received, self._signal_name = action, signal.Signals(signum).name
+        if signal.SIGCHLD not in self._previous:
+            # torch's SIGCHLD handler raises when a worker died of a signal, wherever the main
+            # process is; from now on a dead worker only shows as a batch that cannot be fetched
+            self._previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, _ignore_child)
 
     def before_train(self) -> None:
+        self._received, self._signal_name = NONE, ""
         if threading.current_thread() is not threading.main_thread():
             logger.warning("training outside the main thread: no preemption signal handling")
             return
@@ -123,20 +194,42 @@ class StopOnSignal(HookBase):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return int(flag.item())
 
-    def after_step(self) -> None:
+    def at_boundary(self, fetch_error: Exception | None = None) -> None:
+        """Stop here, after iteration ``trainer.iter - 1``, if any rank received a signal.
+
+        The trainer calls this on every rank at the start of each step, once the step's batch is
+        fetched and before anything changes. ``fetch_error``: why the batch could not be
+        fetched; with a stop signal pending (a worker killed by it) that is the stop, otherwise
+        it is raised.
+        """
+        if fetch_error is not None and not self.pending:
+            raise fetch_error
         action = self._agreed_action()
-        trainer = self.trainer
-        if action == NONE or trainer.iter + 1 >= trainer.max_iter:
+        if action == NONE:
             return
-        it = trainer.iter
-        name = f"model_{it:07d}"
+        trainer = self.trainer
         why = self._signal_name or "a signal on another rank"
-        logger.warning(f"{why}: stopping after iteration {it}, saving {name}.pth")
-        trainer.checkpointer.save(name, iteration=it)  # a no-op on ranks other than 0
+        if fetch_error is not None:
+            logger.warning(
+                f"{why}: the batch of iteration {trainer.iter} could not be fetched "
+                f"({type(fetch_error).__name__}: {fetch_error}); stopping before it"
+            )
+        last = trainer.iter - 1
+        trainer.iter = last  # the state saved (and the one after_train sees) is that of `last`
+        if last < trainer.start_iter:
+            where = "its last checkpoint" if last >= 0 else "the start"
+            logger.warning(f"{why}: stopping before any iteration of this run")
+            message = f"stopped before iteration {last + 1} ({why}); resumes from {where}"
+        else:
+            name = f"model_{last:07d}"
+            logger.warning(f"{why}: stopping after iteration {last}, saving {name}.pth")
+            trainer.checkpointer.save(name, iteration=last)  # a no-op on ranks other than 0
+            where = os.path.join(trainer.checkpointer.save_dir, f"{name}.pth")
+            message = f"stopped after iteration {last} ({why}); resumes from {where}"
         comm.synchronize()  # nobody exits (and nothing requeues) before the file is complete
         requeue = action == STOP_AND_REQUEUE
         if requeue and comm.is_main_process():
             self._requeue()
-        where = os.path.join(trainer.checkpointer.save_dir, f"{name}.pth")
-        then = "once requeued" if requeue else "when restarted"
-        raise Preempted(f"stopped after iteration {it} ({why}); resumes from {where} {then}")
+        message += " once requeued" if requeue else " when restarted"
+        print(message, file=sys.stderr, flush=True)
+        raise Preempted(message)

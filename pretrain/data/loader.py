@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pretrain.cluster.preemption import shield_data_worker
 from pretrain.data.color import ColorParams, sample_color_params
 from pretrain.data.datasets import BadImageError, DatasetError, build_source
 from pretrain.data.sampler import IterationBatchSampler
@@ -132,4 +133,6 @@ def build_pretrain_loader(
         pin_memory=cfg.MODEL.DEVICE == "cuda",
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
+        # SLURM signals every process of the job: the workers leave the stop to the main process
+        worker_init_fn=shield_data_worker if workers > 0 else None,
     )

@@ -2,14 +2,16 @@
 
 Writes go to a temporary file in the same directory, are fsync'ed and atomically renamed, and only
 then does ``last_checkpoint`` (itself replaced atomically) point at them: a kill at any instant
-leaves the previous checkpoint loadable and the pointer valid. Loads use
-``torch.load(weights_only=True)``; everything in a checkpoint besides tensors is plain types.
+leaves the previous checkpoint loadable and the pointer valid. The files get the permissions a
+plain ``open(path, "w")`` would give (``0o666`` less the umask), not ``mkstemp``'s private
+``0o600``: on a shared file system other users must be able to read ``model_final.pth``. Loads
+use ``torch.load(weights_only=True)``; everything in a checkpoint besides tensors is plain types.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from typing import Any
 
 import torch
@@ -26,9 +28,25 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _create_temporary(folder: str, prefix: str) -> tuple[int, str]:
+    """A new file ``folder/<prefix><random>``, created as ``open()`` creates files.
+
+    ``tempfile.mkstemp`` would give mode 0o600 whatever the umask; ``os.open`` with 0o666 lets
+    the kernel apply the umask (and a directory's default ACL) exactly as for any other file.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = os.path.join(folder, prefix + secrets.token_hex(6))
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name starting with {prefix!r}")
+
+
 def _atomic_replace(final: str, write) -> None:
     folder = os.path.dirname(os.path.abspath(final))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(final) + "-")
+    fd, tmp = _create_temporary(folder, ".tmp-" + os.path.basename(final) + "-")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

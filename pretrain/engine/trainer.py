@@ -12,7 +12,7 @@ import torch
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
-from detectron2.utils.events import get_event_storage
+from detectron2.utils.events import CommonMetricPrinter, get_event_storage
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.cluster.preemption import StopOnSignal
@@ -24,7 +24,7 @@ from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
 from pretrain.solver import build_lr_scheduler, build_optimizer
 
-__all__ = ["PretrainTrainer", "schedule_lengths"]
+__all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +41,34 @@ def schedule_lengths(cfg, num_images: int) -> tuple[int, int, int]:
     return ipe, max_iter, int(round(cfg.LOSS.BETA_INF_EPOCHS * ipe))
 
 
+class MetricPrinter(CommonMetricPrinter):
+    """detectron2's console printer, printing each iteration once.
+
+    After a stop at an iteration boundary, ``after_train`` writes again the iteration the
+    periodic write has just printed; in the first iterations of a run (no ``time`` history yet)
+    detectron2's ETA estimate then divides by the zero iterations in between.
+    """
+
+    def __init__(self, max_iter: int | None = None, window_size: int = 20):
+        super().__init__(max_iter, window_size)
+        self._printed: int | None = None
+
+    def write(self) -> None:
+        iteration = get_event_storage().iter
+        if iteration != self._printed:
+            self._printed = iteration
+            super().write()
+
+
 class PretrainTrainer(SimpleTrainer):
     """Builds everything from a config and runs ``run_step`` with autocast and a finite check.
 
     The model returns ``{"loss_*": tensor, "metrics": {name: float}}``; losses are summed and
     back-propagated, metrics go to the event storage (console with ETA, metrics.json,
     TensorBoard). Checkpoints hold the model (both encoders, queues), optimizer, LR scheduler,
-    iteration and RNG states; data order and augmentation depend only on (SEED, iteration), so a
-    resumed run continues exactly where it stopped.
+    iteration and RNG states, and the unreadable files met so far (on any rank); data order and
+    augmentation depend only on (SEED, iteration), so a resumed run continues exactly where it
+    stopped.
     """
 
     def __init__(self, cfg):
@@ -105,11 +125,13 @@ class PretrainTrainer(SimpleTrainer):
                     max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
-            writers = default_writers(cfg.OUTPUT_DIR, self.max_iter)
+            # detectron2's console printer first, as default_writers has it
+            writers = [MetricPrinter(self.max_iter), *default_writers(cfg.OUTPUT_DIR)[1:]]
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
-        # last, on every rank: after a preemption/time-limit signal, save and stop (all ranks at
-        # the same iteration); see pretrain/cluster/preemption.py
-        ret.append(StopOnSignal())
+        # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
+        # same iteration boundary, checked in run_step); see pretrain/cluster/preemption.py
+        self.stop_on_signal = StopOnSignal()
+        ret.append(self.stop_on_signal)
         return ret
 
     def extra_hooks(self) -> list:
@@ -142,6 +164,23 @@ class PretrainTrainer(SimpleTrainer):
         )
         super().train(self.start_iter, self.max_iter)
 
+    def after_train(self) -> None:
+        # The workers go first, while StopOnSignal still ignores SIGCHLD (torch's handler would
+        # raise for a worker the stop signal killed), and in order: they finish on their "done"
+        # event rather than at interpreter exit.
+        self.close_data_loader()
+        super().after_train()
+
+    def close_data_loader(self) -> None:
+        """Shut the data loader's workers down now (the next ``train()`` builds a new loader)."""
+        it, self._data_loader_iter_obj = self._data_loader_iter_obj, None
+        # what the iterator's __del__ calls; a persistent-workers DataLoader keeps a reference
+        # to its iterator, so dropping ours would not run it
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self.data_loader = None
+
     # -- checkpointed state -----------------------------------------------------------------
     def state_dict(self) -> dict:
         ret = super().state_dict()
@@ -156,6 +195,9 @@ class PretrainTrainer(SimpleTrainer):
         }
         if self.grad_scaler is not None:
             ret["grad_scaler"] = self.grad_scaler.state_dict()
+        # the unreadable files already warned about: a resumed run neither warns about them
+        # again nor restarts data/skipped_files at 0
+        ret["skipped_files"] = sorted(self._skipped)
         return ret
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -166,6 +208,7 @@ class PretrainTrainer(SimpleTrainer):
             py = rng["python"]
             random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
             np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), 624, 0, 0.0))
+        self._skipped = set(state_dict.get("skipped_files", []))
         if self.grad_scaler is not None and "grad_scaler" in state_dict:
             self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
 
@@ -173,7 +216,12 @@ class PretrainTrainer(SimpleTrainer):
     def run_step(self) -> None:
         assert self.model.training, "PretrainTrainer: model was changed to eval mode"
         start = time.perf_counter()
-        data = next(self._data_loader_iter)
+        try:
+            data, fetch_error = next(self._data_loader_iter), None
+        except Exception as e:  # noqa: BLE001 - raised again unless a stop signal explains it
+            data, fetch_error = None, e
+        # the boundary between iterations iter - 1 and iter: stop here after a signal
+        self.stop_on_signal.at_boundary(fetch_error)
         data_time = time.perf_counter() - start
         with torch.autocast(
             self.device_type,
@@ -204,7 +252,10 @@ class PretrainTrainer(SimpleTrainer):
         storage = get_event_storage()
         metrics = dict(out.get("metrics", {}))
         metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(step_time, 1e-9)
-        for path in data.get("skipped_files", []):
+        skipped = data.get("skipped_files", [])
+        if comm.get_world_size() > 1:  # every rank (and rank 0's checkpoint) keeps the union
+            skipped = [p for on_rank in comm.all_gather(skipped) for p in on_rank]
+        for path in skipped:
             if path not in self._skipped:
                 self._skipped.add(path)
                 logger.warning(f"skipped unreadable image: {path}")
