@@ -25,6 +25,7 @@ import torch
 import torchvision
 
 from pretrain.checkpoint_layouts import LAYOUTS, find_matches
+from pretrain.safe_pickle import UnsafePickleError, load_safe_pickle
 
 __all__ = [
     "BackboneWeights",
@@ -70,33 +71,6 @@ class BackboneWeights:
         return f"{self.path}: {self.source_format} layout, {self.arch}"
 
 
-# Globals a restricted unpickler may build: numpy arrays and dtypes (detectron2's .pkl files).
-_PICKLE_SAFE = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("collections", "OrderedDict"),
-    ("_codecs", "encode"),  # bytes in protocol-2 pickles written by Python 3
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Builds only :data:`_PICKLE_SAFE` globals, so loading never runs code from the file.
-
-    Issue 13 adds a restricted loader on the detection side (``transfer/detection/weights.py``);
-    this one sits here because ``pretrain`` must not import ``transfer``. The two should become
-    one, in this bottom layer.
-    """
-
-    def find_class(self, module: str, name: str):
-        if (module, name) in _PICKLE_SAFE:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-
-
 def _numpy_to_torch(obj):
     if isinstance(obj, np.ndarray) and obj.dtype != object:
         # not np.ascontiguousarray: it turns 0-d arrays (num_batches_tracked) into shape (1,)
@@ -109,8 +83,9 @@ def _numpy_to_torch(obj):
 def load_pickle_weights(path: str) -> dict:
     """A detectron2-style ``.pkl`` (numpy arrays), read without running code; arrays -> tensors."""
     try:
-        with open(path, "rb") as f:
-            obj = _RestrictedUnpickler(f, encoding="latin1").load()
+        obj = load_safe_pickle(path)
+    except UnsafePickleError as e:
+        raise CheckpointError(str(e)) from None
     except pickle.UnpicklingError as e:
         raise CheckpointError(f"{path}: not a readable weights pickle ({e})") from None
     except Exception as e:  # noqa: BLE001 - pickle raises many types on garbage input

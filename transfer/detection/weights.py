@@ -6,24 +6,22 @@ compares the file's names and shapes with ``model.state_dict()`` and raises
 :class:`DetectionSetupError` naming the keys instead.
 
 detectron2 ``.pkl`` weights are pickles, and unpickling runs whatever callables the file names.
-:func:`load_d2_pickle` reads them with an unpickler that resolves only the few globals a weights
-file needs (numpy's array and scalar reconstruction, ``numpy.dtype``, ``OrderedDict``, and
-``_codecs.encode``, which protocol-2 pickles use for bytes), and refuses anything else with an
-error naming the file and the global, before anything runs. ``.pth`` files are read with
-``torch.load(weights_only=True)``, as everywhere else in the project.
+:func:`load_d2_pickle` reads them with the project's restricted unpickler
+(:mod:`pretrain.safe_pickle`), which resolves only the few globals a weights file needs and
+refuses anything else with an error naming the file and the global, before anything runs.
+``.pth`` files are read with ``torch.load(weights_only=True)``, as everywhere else.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import pickle
-from typing import Any
 
-import numpy as np
 import torch
 from detectron2.utils.file_io import PathManager
 from torch import nn
+
+from pretrain.safe_pickle import UnsafePickleError as SafePickleRefusal
+from pretrain.safe_pickle import load_safe_pickle
 
 from .config import DetectionSetupError
 
@@ -35,41 +33,8 @@ _IGNORED = ("pixel_mean", "pixel_std", "anchor_generator.cell_anchors")
 
 
 class UnsafePickleError(DetectionSetupError):
-    """A ``.pkl`` that names a global outside :data:`SAFE_PICKLE_GLOBALS` (nothing was run)."""
-
-
-# Everything a detectron2 weights pickle (model zoo, tools/convert_to_d2.py, Python 2 era files)
-# needs beyond dicts, lists, tuples, strings and numbers. numpy 2 moved numpy.core to numpy._core.
-SAFE_PICKLE_GLOBALS = frozenset(
-    [
-        *((core, name) for core in ("numpy.core.multiarray", "numpy._core.multiarray")
-          for name in ("_reconstruct", "scalar")),
-        *((core, "_frombuffer") for core in ("numpy.core.numeric", "numpy._core.numeric")),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("collections", "OrderedDict"),
-        ("_codecs", "encode"),
-    ]
-)  # fmt: skip
-
-
-class _WeightsUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str):
-        super().__init__(file, encoding="latin1")  # Python 2 pickles hold numpy data as str
-        self.path = path
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in SAFE_PICKLE_GLOBALS:
-            raise UnsafePickleError(
-                f"{self.path}: refusing to unpickle {module}.{name}: a weights .pkl may only "
-                "hold dicts, lists, tuples, strings, numbers and numpy arrays"
-            )
-        # files written under numpy 1 name numpy.core, under numpy 2 numpy._core: read both
-        numpy2 = int(np.__version__.split(".")[0]) >= 2
-        old, new = ("numpy.core.", "numpy._core.") if numpy2 else ("numpy._core.", "numpy.core.")
-        if module.startswith(old):
-            module = new + module[len(old) :]
-        return getattr(importlib.import_module(module), name)
+    """A ``.pkl`` that names a global outside ``pretrain.safe_pickle.SAFE_PICKLE_GLOBALS``
+    (nothing was run)."""
 
 
 def load_d2_pickle(path: str) -> dict:
@@ -83,10 +48,9 @@ def load_d2_pickle(path: str) -> dict:
     if not os.path.isfile(path):
         raise DetectionSetupError(f"{path}: no such file")
     try:
-        with open(path, "rb") as f:
-            data = _WeightsUnpickler(f, path).load()
-    except UnsafePickleError:
-        raise
+        data = load_safe_pickle(path)
+    except SafePickleRefusal as e:
+        raise UnsafePickleError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - pickle raises many types on bad files
         raise DetectionSetupError(
             f"{path}: not a readable weights pickle ({type(e).__name__}: {e})"
