@@ -60,6 +60,7 @@ class BackboneWeights:
     dropped: list[str] = field(default_factory=list)  # input keys dropped on purpose
     path: str = ""
     filled: list[str] = field(default_factory=list)  # keys absent from the file, set to 0
+    stem: str = "imagenet"  # "small": 3x3 stride-1 conv1, no max-pool (pretrain.modeling.encoder)
 
     @property
     def layout(self) -> str:
@@ -98,6 +99,15 @@ def load_pickle_weights(path: str) -> dict:
 
 
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def _reference_backbone(arch: str, stem: str) -> torch.nn.Module:
+    """An untrained torchvision ``arch`` with ``stem``, its ``fc`` replaced by ``Identity``."""
+    from pretrain.modeling.encoder import set_stem
+
+    model = set_stem(torchvision.models.__dict__[arch](), stem)
+    model.fc = torch.nn.Identity()
+    return model
 
 
 def load_checkpoint_file(path: str) -> dict:
@@ -194,8 +204,12 @@ def extract_backbone(obj: dict, path: str = "<state>") -> BackboneWeights:
         arch = infer_resnet_arch(sd)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {fmt} layout: {e} (known: {known_layouts()})") from None
-    reference = torchvision.models.__dict__[arch]().state_dict()
-    expected = {k for k in reference if not k.startswith("fc.")}
+    # The stem is read off conv1's kernel: 3x3 is the small stem, anything else is checked
+    # against torchvision's 7x7 below.
+    conv1 = sd.get("conv1.weight")
+    stem = "small" if conv1 is not None and tuple(conv1.shape[-2:]) == (3, 3) else "imagenet"
+    reference = _reference_backbone(arch, stem).state_dict()
+    expected = set(reference)
     missing, unused = sorted(expected - set(sd)), sorted(set(sd) - expected)
     if missing or unused:
         raise CheckpointError(
@@ -209,7 +223,7 @@ def extract_backbone(obj: dict, path: str = "<state>") -> BackboneWeights:
             f"{path}: {fmt} layout: shape mismatch vs torchvision {arch} for {bad[:5]}: "
             + ", ".join(f"{k} {tuple(sd[k].shape)} != {tuple(reference[k].shape)}" for k in bad[:3])
         )
-    return BackboneWeights(dict(sd), arch, fmt, dropped, path, sorted(filled))
+    return BackboneWeights(dict(sd), arch, fmt, dropped, path, sorted(filled), stem)
 
 
 def load_backbone(path: str) -> BackboneWeights:
@@ -219,7 +233,6 @@ def load_backbone(path: str) -> BackboneWeights:
 
 def build_torchvision_backbone(weights: BackboneWeights) -> torch.nn.Module:
     """A torchvision ResNet with ``fc = Identity`` holding ``weights`` (loaded strictly)."""
-    model = torchvision.models.__dict__[weights.arch]()
-    model.fc = torch.nn.Identity()
+    model = _reference_backbone(weights.arch, weights.stem)
     model.load_state_dict(weights.state_dict, strict=True)
     return model

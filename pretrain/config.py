@@ -27,6 +27,10 @@ _C.MODEL = CN()
 _C.MODEL.META_ARCHITECTURE = "MultiViewMoCo"
 _C.MODEL.DEVICE = "cuda"  # "cpu" or "cuda"; tools fall back to cpu with a warning if no GPU
 _C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
+# "imagenet" (torchvision's 7x7/2 conv + max-pool) or "small" (3x3/1 conv, no max-pool: for
+# 28-32 px images). Checkpoints of the small stem load as torchvision ResNets with that stem but
+# cannot be converted to detectron2, whose ResNet stem is always 7x7/2 + max-pool.
+_C.MODEL.STEM = "imagenet"
 # Normalisation in the query encoder when distributed: "SyncBN" (torch; GPU only), "NaiveSyncBN"
 # (detectron2's, works on CPU with gloo), "BN" (per-process). "auto": SyncBN on GPU, NaiveSyncBN
 # on CPU. Single-process runs always use plain BN.
@@ -197,6 +201,7 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     for key in ("LARGE_SCALE", "SMALL_SCALE", "BLUR_SIGMA"):
         lo, hi = inp[key]
         _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
+    _need(mod.STEM in ("imagenet", "small"), "MODEL.STEM", mod.STEM, "imagenet or small")
     _need(mod.QUEUE_SIZE > 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE, "must be > 0")
     _need(0 <= mod.MOMENTUM < 1, "MODEL.MOMENTUM", mod.MOMENTUM, "must be in [0, 1)")
     _need(

@@ -223,6 +223,8 @@ def test_demo_runs_on_an_image_folder(tmp_path):
     )
     assert Path(res.checkpoint).exists()
     assert 0.0 <= res.knn_pretrained <= 1.0 and 0.0 <= res.knn_random <= 1.0
+    assert 0.0 <= res.knn_raw_pixels <= 1.0 and res.method == "LORAC"
+    assert res.header.startswith("kNN top-1 on 8 held-out images of ")
 
 
 def test_bf16_autocast_and_channels_last_train(tmp_path, image_folder):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """`make demo`: pretrain LORAC on Fashion-MNIST (ResNet-18, CPU, a few minutes), report the kNN
-top-1 of the learned features beside a randomly initialised network, convert to detectron2."""
+top-1 of the learned features beside raw pixels and a randomly initialised network, and convert
+the backbone to detectron2 when its stem allows (see docs/demo.md)."""
 
 import argparse
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain.demo import run_demo  # noqa: E402
+from pretrain.demo import format_knn_report, run_demo  # noqa: E402
 
 
 def main() -> int:
@@ -20,20 +21,19 @@ def main() -> int:
     ap.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE ...")
     args = ap.parse_args()
     res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
-    from transfer.detection.convert import convert_checkpoint
+    from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
 
-    d2 = os.path.join(args.output_dir, "model_final_d2.pkl")
-    convert_checkpoint(res.checkpoint, d2)
     print()
-    print(f"pretraining took {res.train_seconds / 60:.1f} min")
-    print(
-        f"kNN top-1 on up to {args.knn_test} held-out images "
-        f"(k=200, T=0.07, {args.knn_train} references):"
-    )
-    print(f"  pretrained, {res.method}: {100 * res.knn_pretrained:.2f}%")
-    print(f"  random init: {100 * res.knn_random:.2f}%")
+    print(f"pretraining: {res.iterations} iterations in {res.train_seconds / 60:.1f} min")
     print(f"checkpoint        : {res.checkpoint}")
-    print(f"detectron2 weights: {d2}")
+    if res.stem == "imagenet":
+        d2 = os.path.join(args.output_dir, "model_final_d2.pkl")
+        convert_checkpoint(res.checkpoint, d2)
+        print(f"detectron2 weights: {d2}")
+    else:
+        why = D2_STEM_UNSUPPORTED.format(stem=res.stem)
+        print(why[0].upper() + why[1:] + ".")
+    print(format_knn_report(res))
     return 0
 
 

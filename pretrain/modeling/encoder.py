@@ -7,14 +7,33 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-__all__ = ["Encoder", "convert_norm", "resnet_backbone"]
+__all__ = ["STEMS", "Encoder", "convert_norm", "resnet_backbone", "set_stem"]
+
+# "imagenet": torchvision's 7x7 stride-2 conv + 3x3 stride-2 max-pool (4x downsampling).
+# "small": a 3x3 stride-1 conv and no max-pool, as SimCLR and solo-learn use for 32 px CIFAR
+# images: a 28 px input keeps a 28x28 map after the stem and 4x4 in the last stage (the ImageNet
+# stem leaves 7x7 and 1x1). Module names stay torchvision's (conv1, bn1, maxpool = Identity), so
+# the state dict differs only in conv1.weight's kernel, (64, 3, 3, 3) instead of (64, 3, 7, 7).
+STEMS = ("imagenet", "small")
 
 
-def resnet_backbone(arch: str) -> tuple[nn.Module, int]:
+def set_stem(net: nn.Module, stem: str) -> nn.Module:
+    """Give the torchvision ResNet ``net`` the stem ``stem`` (in place; returns ``net``)."""
+    if stem not in STEMS:
+        raise ValueError(f"MODEL.STEM = {stem!r}: expected one of {STEMS}")
+    if stem == "small":
+        out = net.conv1.out_channels
+        net.conv1 = nn.Conv2d(3, out, kernel_size=3, stride=1, padding=1, bias=False)
+        nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
+        net.maxpool = nn.Identity()
+    return net
+
+
+def resnet_backbone(arch: str, stem: str = "imagenet") -> tuple[nn.Module, int]:
     """A randomly initialised torchvision ResNet without its classifier, and its feature dim."""
     if not arch.startswith("resnet") or not hasattr(torchvision.models, arch):
         raise ValueError(f"MODEL.ARCH = {arch!r}: expected a torchvision ResNet (e.g. resnet50)")
-    net = getattr(torchvision.models, arch)(weights=None)
+    net = set_stem(getattr(torchvision.models, arch)(weights=None), stem)
     dim = net.fc.in_features
     net.fc = nn.Identity()
     return net, dim
@@ -23,9 +42,9 @@ def resnet_backbone(arch: str) -> tuple[nn.Module, int]:
 class Encoder(nn.Module):
     """x -> L2-normalised MLP(backbone(x)); the MLP is Linear-ReLU-Linear (paper Sec. 5)."""
 
-    def __init__(self, arch: str, hidden_dim: int, out_dim: int):
+    def __init__(self, arch: str, hidden_dim: int, out_dim: int, stem: str = "imagenet"):
         super().__init__()
-        self.backbone, feat_dim = resnet_backbone(arch)
+        self.backbone, feat_dim = resnet_backbone(arch, stem)
         self.head = nn.Sequential(
             nn.Linear(feat_dim, hidden_dim), nn.ReLU(inplace=True), nn.Linear(hidden_dim, out_dim)
         )

@@ -58,6 +58,14 @@ def _listing(keys: list[str], limit: int = 8) -> str:
     return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
+# Why a small-stem checkpoint (pretrain.modeling.encoder.STEMS) is refused, not converted.
+D2_STEM_UNSUPPORTED = (
+    "the backbone is not converted to detectron2 weights: it has the {stem!r} stem (3x3 "
+    "stride-1 conv, no max-pool) and detectron2's ResNet stem is always a 7x7 stride-2 conv "
+    "followed by a max-pool"
+)
+
+
 def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch.Tensor]:
     """Map torchvision ResNet backbone weights to detectron2 ResNet names (``prefix`` prepended).
 
@@ -66,6 +74,8 @@ def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch
     """
     if weights.arch not in torchvision.models.__dict__:
         raise ConversionError(f"unknown ResNet architecture {weights.arch!r}")
+    if weights.stem != "imagenet":
+        raise ConversionError(D2_STEM_UNSUPPORTED.format(stem=weights.stem))
     expected = {
         k
         for k in torchvision.models.__dict__[weights.arch]().state_dict()
