@@ -170,3 +170,20 @@ def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys):
     )
     with pytest.raises(StudyError, match=r"SOLVER.EPOCHS .* differ .*lorac: EPOCHS 1.25"):
         run_study(opt)
+
+
+def test_jobs_run_in_parallel_processes_and_match_sequential_runs(tmp_path):
+    """--jobs 2: two runs at once in their own processes, with the same numbers as one by one
+    (runs are seeded and single-threaded in both cases)."""
+    root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
+    seq = _options(root, tmp_path / "seq", tmp_path / "seq.md", methods=("mocom",))
+    par = _options(root, tmp_path / "par", tmp_path / "par.md", methods=("mocom",))
+    par.jobs = 2
+    one = run_study(seq)
+    two = run_study(par)
+    assert [(o.seed, o.status) for o in two] == [(0, "done"), (1, "done")]
+    for a, b in zip(one, two, strict=True):
+        for key in ("knn_top1", "linear_top1", "nuclear_mean"):
+            assert b.result[key] == pytest.approx(a.result[key], abs=1e-6), key
+    assert "Runs at once (`--jobs`): 2" in (tmp_path / "par.md").read_text()
+    assert "ETA" in (tmp_path / "par" / "log.txt").read_text()

@@ -50,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--nuclear-images", type=int, default=d.nuclear_images, help="test images for ||Q_hat||_*"
     )
     p.add_argument("--probe-epochs", type=int, default=d.probe_epochs, help="linear-probe epochs")
+    p.add_argument(
+        "--jobs", type=int, default=d.jobs, help="runs at once (processes, nproc/jobs threads each)"
+    )
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
     return p.parse_args(argv)
 
@@ -65,6 +68,7 @@ def main(argv=None) -> int:
         knn_test=args.knn_test,
         nuclear_images=args.nuclear_images,
         probe_epochs=args.probe_epochs,
+        jobs=args.jobs,
         opts=args.opts,
         command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
     )

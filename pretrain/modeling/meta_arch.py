@@ -39,6 +39,7 @@ class MultiViewMoCo(nn.Module):
         self,
         *,
         arch: str,
+        stem: str,
         hidden_dim: int,
         out_dim: int,
         view_sizes: list[int],
@@ -62,7 +63,7 @@ class MultiViewMoCo(nn.Module):
         seed: int,
     ):
         super().__init__()
-        self.encoder_q = Encoder(arch, hidden_dim, out_dim)
+        self.encoder_q = Encoder(arch, hidden_dim, out_dim, stem)
         self.encoder_k = copy.deepcopy(self.encoder_q)  # plain BN: ShuffleBN handles leakage
         for p in self.encoder_k.parameters():
             p.requires_grad_(False)
@@ -104,6 +105,7 @@ class MultiViewMoCo(nn.Module):
         _, color = build_train_transform(cfg)
         return {
             "arch": mod.ARCH,
+            "stem": mod.STEM,
             "hidden_dim": mod.HEAD_HIDDEN_DIM,
             "out_dim": mod.HEAD_OUT_DIM,
             "view_sizes": sizes,

@@ -60,6 +60,7 @@ class StudyOptions:
     probe_lr_range: tuple[float, float] = (0.01, 10.0)
     probe_num_lrs: int = 7
     probe_heldout_per_class: int = 100
+    jobs: int = 1  # runs at once, each in its own process with nproc // jobs threads
     opts: Sequence[str] = ()  # pretraining overrides KEY VALUE ..., applied to every method
     command: str = ""  # the command line, for the report
     method_table: Mapping[str, Method] = field(default_factory=lambda: dict(METHODS))
@@ -93,7 +94,14 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
         )
     if not opt.seeds or len(set(opt.seeds)) != len(opt.seeds):
         raise StudyError(f"--seeds {list(opt.seeds)}: give one or more distinct seeds")
-    for name in ("knn_train", "knn_test", "nuclear_images", "probe_epochs", "probe_num_lrs"):
+    for name in (
+        "knn_train",
+        "knn_test",
+        "nuclear_images",
+        "probe_epochs",
+        "probe_num_lrs",
+        "jobs",
+    ):
         if getattr(opt, name) < 1:
             raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
     cfgs = {m: load_config(opt.method_table[m].config, list(opt.opts)) for m in opt.methods}

@@ -44,11 +44,64 @@ def _eta(spent: list[float], left: int) -> str:
     return f"{left} run(s) left, ETA {_minutes(left * sum(spent) / len(spent))}"
 
 
+def _do_run(
+    opt: StudyOptions, cfg, run: RunPaths, label: str, settings: dict, threads: int = 0
+) -> dict:
+    """Pretrain (resuming) and evaluate one run, write its study.json; returns the result.
+
+    ``threads`` > 0 (a worker of ``--jobs``): set torch's intra-op threads and the loggers of
+    this fresh process first.
+    """
+    if threads:
+        import torch
+        from detectron2.utils.logger import setup_logger
+
+        torch.set_num_threads(threads)
+        for name in ("pretrain", "detectron2", "transfer", "fvcore"):
+            setup_logger(opt.output_dir, name=name)
+    start = time.perf_counter()
+    with run_log(run.dir):
+        train = pretrain_run(cfg, run)
+        metrics = evaluate_run(cfg, run, opt)
+    # The trainers' hooks form reference cycles that keep their data loaders, and so their
+    # (persistent) worker processes, alive until a collection: free them before the next run.
+    gc.collect()
+    result = {
+        "method": run.method,
+        "label": label,
+        "seed": run.seed,
+        "config": os.path.relpath(opt.method_table[run.method].config),
+        "overrides": list(opt.opts),
+        **train,
+        **metrics,
+        "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
+        "invocation_seconds": time.perf_counter() - start,
+        "eval_settings": settings,
+        "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+    write_json(run.study_json, result)
+    return result
+
+
+def _log_done(head: str, result: dict, eta: str) -> None:
+    logger.info(
+        "%s: done in %s (kNN %.2f%%, linear %.2f%%, ||Q_hat||_* %.3f); %s",
+        head,
+        _minutes(result["invocation_seconds"]),
+        result["knn_top1"],
+        result["linear_top1"],
+        result["nuclear_mean"],
+        eta,
+    )
+
+
 def run_study(opt: StudyOptions) -> list[RunOutcome]:
     """Run every (method, seed) not yet done, then write ``opt.results`` and its plot.
 
     A run with ``study.json`` is skipped; a run with checkpoints but no ``study.json`` resumes
-    training from its last checkpoint (no training if it is final) and is evaluated.
+    training from its last checkpoint (no training if it is final) and is evaluated. With
+    ``opt.jobs`` > 1 that many runs go at once, each in its own process with an equal share of
+    the CPU's threads (a ResNet-18 at demo size gains little from a second thread).
     """
     from detectron2.utils.logger import setup_logger
 
@@ -59,8 +112,8 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         setup_logger(opt.output_dir, name=name)
     runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
     settings = opt.eval_settings()
-    outcomes: list[RunOutcome] = []
-    spent: list[float] = []  # seconds of the runs done by this invocation
+    outcomes: dict[int, RunOutcome] = {}
+    pending: list[tuple[int, RunPaths, object, str]] = []
     for i, run in enumerate(runs, 1):
         label = opt.method_table[run.method].label
         head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
@@ -76,53 +129,51 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
                     settings,
                 )
             logger.info("%s: skipped, %s exists", head, run.study_json)
-            outcomes.append(RunOutcome(run.method, run.seed, "skipped", 0.0, result))
+            outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
             continue
-        has_ckpt = os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
-        logger.info(
-            "%s: %s in %s; %s",
-            head,
-            "resuming from its last checkpoint" if has_ckpt else "pretraining",
-            run.dir,
-            _eta(spent, _left(runs[i - 1 :])),
-        )
-        start = time.perf_counter()
         cfg = cfgs[run.method].clone()
         cfg.defrost()
         cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
         cfg.freeze()
-        with run_log(run.dir):
-            train = pretrain_run(cfg, run)
-            metrics = evaluate_run(cfg, run, opt)
-        # The trainers' hooks form reference cycles that keep their data loaders, and so their
-        # (persistent) worker processes, alive until a collection: free them before the next run.
-        gc.collect()
-        seconds = time.perf_counter() - start
-        result = {
-            "method": run.method,
-            "label": label,
-            "seed": run.seed,
-            "config": os.path.relpath(opt.method_table[run.method].config),
-            "overrides": list(opt.opts),
-            **train,
-            **metrics,
-            "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
-            "invocation_seconds": seconds,
-            "eval_settings": settings,
-            "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
-        write_json(run.study_json, result)
-        outcomes.append(RunOutcome(run.method, run.seed, "done", seconds, result))
-        spent.append(seconds)
-        logger.info(
-            "%s: done in %s (kNN %.2f%%, linear %.2f%%, ||Q_hat||_* %.3f); %s",
-            head,
-            _minutes(seconds),
-            result["knn_top1"],
-            result["linear_top1"],
-            result["nuclear_mean"],
-            _eta(spent, _left(runs[i:])),
-        )
-    write_report(opt, [o.result for o in outcomes], time.perf_counter() - study_start)
+        pending.append((i, run, cfg, head))
+
+    def starting(run: RunPaths, head: str, eta: str) -> None:
+        has_ckpt = os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
+        how = "resuming from its last checkpoint" if has_ckpt else "pretraining"
+        logger.info("%s: %s in %s; %s", head, how, run.dir, eta)
+
+    spent: list[float] = []  # seconds of the runs done by this invocation
+    if opt.jobs <= 1:
+        for k, (i, run, cfg, head) in enumerate(pending):
+            starting(run, head, _eta(spent, len(pending) - k))
+            label = opt.method_table[run.method].label
+            result = _do_run(opt, cfg, run, label, settings)
+            spent.append(result["invocation_seconds"])
+            outcomes[i] = RunOutcome(run.method, run.seed, "done", spent[-1], result)
+            _log_done(head, result, _eta(spent, len(pending) - k - 1))
+    elif pending:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, (os.cpu_count() or 1) // opt.jobs)
+        start = time.perf_counter()
+        with ProcessPoolExecutor(opt.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {}
+            for i, run, cfg, head in pending:
+                label = opt.method_table[run.method].label
+                args = (opt, cfg, run, label, settings, threads)
+                futures[pool.submit(_do_run, *args)] = (i, run, head)
+            for _, run, _, head in pending[: opt.jobs]:
+                starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
+            for done, fut in enumerate(as_completed(futures), 1):
+                i, run, head = futures[fut]
+                result = fut.result()
+                outcomes[i] = RunOutcome(run.method, run.seed, "done", 0.0, result)
+                left = len(pending) - done
+                per_run = (time.perf_counter() - start) / done  # wall time per run, in parallel
+                eta = f"{left} run(s) left, ETA {_minutes(left * per_run)}" if left else ""
+                _log_done(head, result, eta or "no runs left")
+    ordered = [outcomes[i] for i in sorted(outcomes)]
+    write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
     logger.info("wrote %s and its plot", opt.results)
-    return outcomes
+    return ordered

@@ -225,6 +225,9 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
         f"total {sum(per_run) / 60:.1f} min over {len(results)} runs.",
         f"- This invocation of the study: {wall_seconds / 60:.1f} min (runs already done are "
         "skipped, so a resumed study takes less).",
+        f"- Runs at once (`--jobs`): {opt.jobs}; with more than one, each run had "
+        f"{max(1, (os.cpu_count() or 1) // opt.jobs)} torch thread(s) and shared the machine, so "
+        "its wall time is longer than alone.",
         "",
     ]
     return "\n".join(lines)
