@@ -156,7 +156,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         threads = max(1, (os.cpu_count() or 1) // opt.jobs)
-        start = time.perf_counter()
         with ProcessPoolExecutor(opt.jobs, mp_context=mp.get_context("spawn")) as pool:
             futures = {}
             for i, run, cfg, head in pending:
@@ -169,10 +168,12 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
                 i, run, head = futures[fut]
                 result = fut.result()
                 outcomes[i] = RunOutcome(run.method, run.seed, "done", 0.0, result)
+                spent.append(result["invocation_seconds"])
                 left = len(pending) - done
-                per_run = (time.perf_counter() - start) / done  # wall time per run, in parallel
-                eta = f"{left} run(s) left, ETA {_minutes(left * per_run)}" if left else ""
-                _log_done(head, result, eta or "no runs left")
+                # runs go opt.jobs at a time: rounds left x the mean wall time of a run so far
+                rounds = -(-left // opt.jobs)
+                eta = f"{left} run(s) left, ETA {_minutes(rounds * sum(spent) / len(spent))}"
+                _log_done(head, result, eta if left else "no runs left")
     ordered = [outcomes[i] for i in sorted(outcomes)]
     write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
     logger.info("wrote %s and its plot", opt.results)
