@@ -24,6 +24,7 @@ import torchvision
 from detectron2.config import get_cfg
 from detectron2.layers import ShapeSpec
 from detectron2.modeling.backbone import build_resnet_backbone
+from test_detection_convert import _randomise_bn
 
 from pretrain.checkpoint_io import CheckpointError, load_backbone
 from pretrain.checkpoint_layouts import LAYOUTS, layouts_table
@@ -33,31 +34,17 @@ from transfer.detection.convert import convert_checkpoint, convert_to_d2
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(torch.rand(n, generator=g) + 0.5)
-                m.bias.copy_(torch.randn(n, generator=g) * 0.2)
-                m.running_mean.copy_(torch.randn(n, generator=g) * 0.2)
-                m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
-                m.num_batches_tracked.fill_(7)
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def net() -> torchvision.models.ResNet:
     torch.manual_seed(0)
-    return _randomise(torchvision.models.resnet18(), seed=1)
+    return _randomise_bn(torchvision.models.resnet18(), seed=1)
 
 
 @pytest.fixture(scope="module")
 def other() -> torchvision.models.ResNet:
     """Different weights of the same shape (a student, a second candidate)."""
     torch.manual_seed(5)
-    return _randomise(torchvision.models.resnet18(), seed=6)
+    return _randomise_bn(torchvision.models.resnet18(), seed=6)
 
 
 def _bb(model) -> dict[str, torch.Tensor]:
