@@ -25,6 +25,7 @@ import torch
 import torchvision
 
 from pretrain.checkpoint_layouts import LAYOUTS, find_matches
+from pretrain.errors import CheckpointError  # noqa: F401 (re-exported)
 from pretrain.safe_pickle import UnsafePickleError, load_safe_pickle
 
 __all__ = [
@@ -44,10 +45,6 @@ _DEPTHS = {  # blocks per stage -> (arch, bottleneck?)
     (3, 4, 23, 3, True): "resnet101",
     (3, 8, 36, 3, True): "resnet152",
 }
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot give a ResNet backbone; the message names the file and keys."""
 
 
 @dataclass

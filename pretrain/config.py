@@ -11,11 +11,9 @@ import math
 
 from fvcore.common.config import CfgNode as CN
 
+from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
+
 __all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the key and the value."""
 
 
 _C = CN()

@@ -16,11 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from pretrain.errors import UnsafePickleError  # noqa: F401 (re-exported)
+
 __all__ = ["SAFE_PICKLE_GLOBALS", "UnsafePickleError", "load_safe_pickle"]
-
-
-class UnsafePickleError(pickle.UnpicklingError):
-    """The file names a global outside :data:`SAFE_PICKLE_GLOBALS` (nothing was run)."""
 
 
 # Everything a detectron2 weights pickle (model zoo, tools/convert_to_d2.py, Python 2 era files)

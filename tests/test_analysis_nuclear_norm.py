@@ -1,4 +1,4 @@
-"""tools/analyze_nuclear_norm.py and pretrain.analysis: ||Q_hat||_* of augmented test views.
+"""tools/analyze_nuclear_norm.py and transfer.analysis: ||Q_hat||_* of augmented test views.
 
 Tiny randomly initialised ResNet-18 runs (16 px) written to disk as the trainer leaves them.
 """
@@ -21,13 +21,13 @@ from test_analysis_helpers import (
     tiny_cfg,
 )
 
-from pretrain.analysis import AnalysisError
-from pretrain.analysis.csv_io import read_csv
-from pretrain.analysis.models import load_pretrained
-from pretrain.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from pretrain.analysis.nuclear_norm_stats import augmented_nuclear_norms, evenly_spaced, view_spec
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.modeling import build_model
+from transfer.analysis import AnalysisError
+from transfer.analysis.csv_io import read_csv
+from transfer.analysis.models import load_pretrained
+from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
+from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, evenly_spaced, view_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 analyze_main = load_tool("analyze_nuclear_norm").main

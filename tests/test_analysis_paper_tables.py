@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from pretrain.analysis.paper_tables import PAPER_TABLES, normalize_name
+from transfer.analysis.paper_tables import PAPER_TABLES, normalize_name
 from transfer.classification.report import LINEAR_COLUMNS, SEMI_COLUMNS
 from transfer.classification.transfer_datasets import DATASET_NAMES
 from transfer.detection.results import TABLE_COLUMNS

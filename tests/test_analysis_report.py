@@ -1,4 +1,4 @@
-"""tools/make_report.py and pretrain.analysis.report: one HTML + Markdown report.
+"""tools/make_report.py and transfer.analysis.report: one HTML + Markdown report.
 
 The fixture builds a whole experiment on disk with the project's own writers: tiny pretraining
 runs (checkpoint, config.yaml, metrics.json), the nuclear-norm analysis of those checkpoints,
@@ -19,10 +19,10 @@ import torch
 from conftest import make_image_folder
 from test_analysis_helpers import assert_png_not_blank, load_tool, make_run, write_metrics
 
-from pretrain.analysis import AnalysisError
-from pretrain.analysis.csv_io import read_csv
-from pretrain.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from pretrain.analysis.report import build_report
+from transfer.analysis import AnalysisError
+from transfer.analysis.csv_io import read_csv
+from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
+from transfer.analysis.report import build_report
 from transfer.classification.report import (
     LINEAR_COLUMNS,
     SEMI_COLUMNS,

@@ -459,9 +459,9 @@ def test_converter_cli_refuses_in_one_line(kind, net, other, tmp_path):
 
 def test_analysis_names_the_layout_of_a_backbone_only_release(net, other, tmp_path):
     """The nuclear-norm analysis needs a LORAC run's full model: a release is refused, named."""
-    from pretrain.analysis import AnalysisError
-    from pretrain.analysis.models import load_pretrained
     from pretrain.config import get_cfg
+    from transfer.analysis import AnalysisError
+    from transfer.analysis.models import load_pretrained
 
     cfg = get_cfg()
     cfg.DATASETS.ROOT = str(tmp_path)

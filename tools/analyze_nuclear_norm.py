@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain.analysis import AnalysisError  # noqa: E402
-from pretrain.analysis.nuclear_norm_outputs import (  # noqa: E402
+from pretrain.checkpoint_io import CheckpointError  # noqa: E402
+from pretrain.config import ConfigError  # noqa: E402
+from pretrain.data.datasets import DatasetError  # noqa: E402
+from transfer.analysis import AnalysisError  # noqa: E402
+from transfer.analysis.nuclear_norm_outputs import (  # noqa: E402
     AnalysisOptions,
     analyze,
     write_outputs,
 )
-from pretrain.checkpoint_io import CheckpointError  # noqa: E402
-from pretrain.config import ConfigError  # noqa: E402
-from pretrain.data.datasets import DatasetError  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain.analysis import AnalysisError  # noqa: E402
-from pretrain.analysis.report import build_report  # noqa: E402
+from transfer.analysis import AnalysisError  # noqa: E402
+from transfer.analysis.report import build_report  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

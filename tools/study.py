@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain.analysis import AnalysisError  # noqa: E402
 from pretrain.checkpoint_io import CheckpointError  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.data.datasets import DatasetError  # noqa: E402
+from transfer.analysis import AnalysisError  # noqa: E402
 from transfer.classification.config import ConfigError as ProbeConfigError  # noqa: E402
 from transfer.classification.datasets import DatasetError as ProbeDatasetError  # noqa: E402
 from transfer.study import METHODS, StudyError, StudyOptions, run_study  # noqa: E402

@@ -25,6 +25,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from pretrain.errors import LoracError
+
 __all__ = [
     "DistEnv",
     "dist_env_from_environ",
@@ -38,7 +40,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class DistEnvError(RuntimeError):
+class DistEnvError(LoracError, RuntimeError):
     """The launcher's variables describe a layout this code cannot run."""
 
 

@@ -26,6 +26,7 @@ from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
+from pretrain.errors import LoracError
 
 __all__ = [
     "ENTRIES",
@@ -48,7 +49,7 @@ ENTRIES = {
 }
 
 
-class SubmitError(ValueError):
+class SubmitError(LoracError):
     """A request that cannot be submitted; the message is one line."""
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from pretrain.errors import DatasetError  # noqa: F401 (re-exported)
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -28,10 +30,6 @@ __all__ = [
     "read_idx",
     "to_rgb",
 ]
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be used; the message names the path."""
 
 
 class BadImageError(OSError):

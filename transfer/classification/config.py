@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import torch
 from fvcore.common.config import CfgNode as CN
 
+from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
+
 from .transfer_datasets import DATASET_NAMES
 
 __all__ = [
@@ -29,10 +31,6 @@ __all__ = [
 
 # TRANSFER.PROTOCOL values; see transfer.classification.transfer and docs/evaluation.md.
 TRANSFER_PROTOCOLS = ("cached_features", "augmented")
-
-
-class ConfigError(ValueError):
-    """A config file or override is invalid; the message names the file and the key."""
 
 
 def _input(c: CN) -> None:

@@ -15,12 +15,14 @@ from collections.abc import Sequence
 import yaml
 from detectron2.config import CfgNode, get_cfg
 
+from pretrain.errors import LoracError
+
 __all__ = ["DetectionSetupError", "load_config", "use_naive_syncbn_on_cpu"]
 
 _KEY_IN_MESSAGE = re.compile(r"(?:config key|key|Key):? ([A-Za-z0-9_.]+)")
 
 
-class DetectionSetupError(ValueError):
+class DetectionSetupError(LoracError):
     """A config, dataset or weights problem found before training; the message is one line."""
 
 

@@ -22,6 +22,7 @@ import torch
 import torchvision
 
 from pretrain.checkpoint_io import BackboneWeights, load_backbone
+from pretrain.errors import LoracError
 from pretrain.resnet_names import torchvision_to_d2_name
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
 FPN_PREFIX = "backbone.bottom_up."
 
 
-class ConversionError(ValueError):
+class ConversionError(LoracError):
     """Weights that cannot be converted; the message names the offending keys."""
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from pretrain.errors import ResultsError  # noqa: F401 (re-exported)
+
 __all__ = [
     "RESULTS_FILE",
     "TABLE_COLUMNS",
@@ -40,10 +42,6 @@ TABLE_COLUMNS = (
     ("mask_rcnn", "segm", "Mask R-CNN mask"),
     ("keypoint_rcnn", "keypoints", "Keypoint R-CNN keypoints"),
 )
-
-
-class ResultsError(ValueError):
-    """A run directory that cannot be read; the message names it."""
 
 
 @dataclass

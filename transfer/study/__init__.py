@@ -4,7 +4,7 @@ Each (method, seed) run is pretrained with the project's engine, then evaluated 
 own kNN (:func:`pretrain.demo.knn_features`, :mod:`pretrain.evaluation.knn`), a linear probe on
 the same frozen features (the transfer harness's classifier,
 :func:`transfer.classification.linear.train_linear_heads`) and test nuclear-norm statistic
-(:func:`pretrain.analysis.nuclear_norm_stats.augmented_nuclear_norms`, paper Fig. 4c); the
+(:func:`transfer.analysis.nuclear_norm_stats.augmented_nuclear_norms`, paper Fig. 4c); the
 results go to ``<run>/study.json`` and, once every run is done, to a Markdown report and a plot.
 See ``docs/results.md`` for a report and ``tools/study.py`` for the command line.
 """

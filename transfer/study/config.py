@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from fvcore.common.config import CfgNode
 
 from pretrain.config import load_config
+from pretrain.errors import LoracError
 
 __all__ = [
     "METHODS",
@@ -21,7 +22,7 @@ __all__ = [
 _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "configs")
 
 
-class StudyError(ValueError):
+class StudyError(LoracError):
     """An invalid study set-up; the message names the option, file or key and the value."""
 
 

@@ -235,7 +235,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
 
 def write_report(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float) -> str:
     """Write ``opt.results`` (Markdown) and the plot beside it (same name, ``.png``)."""
-    from pretrain.analysis.plots import plot_seed_spread
+    from transfer.analysis.plots import plot_seed_spread
 
     png = os.path.splitext(opt.results)[0] + ".png"
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)

@@ -13,13 +13,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pretrain.errors import LoracError
+
 __all__ = ["AnalysisError", "CsvTable", "format_number", "parse_number", "read_csv", "write_csv"]
 
 # Cells that mean "no value" in the tables this project writes ("" / "-") and in the paper ("/").
 MISSING = {"", "-", "–", "/", "nan", "NaN"}
 
 
-class AnalysisError(ValueError):
+class AnalysisError(LoracError):
     """A file or value the analysis cannot use; the message names the file (and row/key)."""
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pretrain.analysis.csv_io import AnalysisError
 from pretrain.checkpoint_io import load_checkpoint_file
 from pretrain.checkpoint_layouts import find_matches
 from pretrain.config import load_config
+from transfer.analysis.csv_io import AnalysisError
 
 __all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
 

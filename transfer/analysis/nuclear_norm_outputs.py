@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pretrain.analysis import plots
-from pretrain.analysis.csv_io import AnalysisError, write_csv
-from pretrain.analysis.models import load_pretrained
-from pretrain.analysis.nuclear_norm_stats import (
+from transfer.analysis import plots
+from transfer.analysis.csv_io import AnalysisError, write_csv
+from transfer.analysis.models import load_pretrained
+from transfer.analysis.nuclear_norm_stats import (
     ModelStats,
     accuracy_for,
     augmented_nuclear_norms,

@@ -21,8 +21,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.analysis.csv_io import AnalysisError, CsvTable, read_csv
-from pretrain.analysis.paper_tables import PAPER_TABLES
+from transfer.analysis.csv_io import AnalysisError, CsvTable, read_csv
+from transfer.analysis.paper_tables import PAPER_TABLES
 
 __all__ = ["FoundRow", "Results", "collect_results"]
 

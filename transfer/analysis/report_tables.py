@@ -10,10 +10,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.analysis.csv_io import CsvTable
-from pretrain.analysis.paper_tables import PaperTable, normalize_name
-from pretrain.analysis.results import FoundRow
-from pretrain.analysis.runs import RunData
+from transfer.analysis.csv_io import CsvTable
+from transfer.analysis.paper_tables import PaperTable, normalize_name
+from transfer.analysis.results import FoundRow
+from transfer.analysis.runs import RunData
 
 __all__ = ["Table", "compare_table", "csv_table", "runs_table"]
 

@@ -10,6 +10,6 @@
 Every input file problem raises :class:`AnalysisError` naming the file (and row or key).
 """
 
-from pretrain.analysis.csv_io import AnalysisError
+from transfer.analysis.csv_io import AnalysisError
 
 __all__ = ["AnalysisError"]

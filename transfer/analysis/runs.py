@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from pretrain.analysis.csv_io import AnalysisError
+from transfer.analysis.csv_io import AnalysisError
 
 __all__ = ["CURVES", "Curve", "RunData", "load_run", "parse_run_spec"]
 

@@ -24,12 +24,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from pretrain.analysis.csv_io import AnalysisError, read_csv
 from pretrain.data.color import BatchColorAugment, ColorSpec
 from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.losses import nuclear_norm
+from transfer.analysis.csv_io import AnalysisError, read_csv
 
 __all__ = [
     "ModelStats",

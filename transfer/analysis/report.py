@@ -4,7 +4,7 @@ Sections: the pretraining runs (a summary table and one figure per training metr
 run overlaid), the paper's Tables 1-5 with this run's rows beside the paper's, the kNN tables,
 the nuclear-norm figures of ``tools/analyze_nuclear_norm.py`` and any other result CSV found.
 Missing pieces are reported as "not run"; malformed files stop the report with an
-:class:`~pretrain.analysis.AnalysisError` naming them.
+:class:`~transfer.analysis.AnalysisError` naming them.
 
 The HTML embeds every figure as a base64 PNG and carries its own CSS: it opens offline, can be
 mailed as one file, and references nothing outside itself. The Markdown links the PNGs written
@@ -23,13 +23,13 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.analysis import plots
-from pretrain.analysis.csv_io import AnalysisError, read_csv, write_csv
-from pretrain.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
-from pretrain.analysis.paper_tables import PAPER_TABLES
-from pretrain.analysis.report_tables import Table, compare_table, csv_table, runs_table
-from pretrain.analysis.results import collect_results
-from pretrain.analysis.runs import CURVES, RunData, load_run
+from transfer.analysis import plots
+from transfer.analysis.csv_io import AnalysisError, read_csv, write_csv
+from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
+from transfer.analysis.paper_tables import PAPER_TABLES
+from transfer.analysis.report_tables import Table, compare_table, csv_table, runs_table
+from transfer.analysis.results import collect_results
+from transfer.analysis.runs import CURVES, RunData, load_run
 
 __all__ = ["Figure", "Report", "build_report"]
 
