@@ -1,16 +1,19 @@
 """Pretraining configuration: defaults, strict YAML merging and validation.
 
 Configs are fvcore/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
-are errors (yacs raises ``KeyError: 'Non-existent config key: ...'``; :func:`load_config` re-raises
-it naming the file). Every key is documented here; ``docs/configs.md`` explains the choices.
+are errors (:func:`pretrain.config_io.load_strict`, the project's one loader, raises
+:class:`ConfigError` naming the file and the key). Every key is documented here;
+``docs/configs.md`` explains the choices.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fvcore.common.config import CfgNode as CN
 
+from pretrain.config_io import load_strict
 from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
 
 __all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
@@ -134,22 +137,9 @@ def get_cfg() -> CN:
     return _C.clone()
 
 
-def load_config(path: str, opts: list[str] | None = None) -> CN:
+def load_config(path: str, opts: Sequence[str] | None = None) -> CN:
     """Defaults, merged with ``path`` (``_BASE_`` aware) and ``opts``; validated and frozen."""
-    cfg = get_cfg()
-    try:
-        cfg.merge_from_file(path)
-    except KeyError as e:
-        raise ConfigError(f"{path}: {e.args[0] if e.args else e}") from None
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    if opts:
-        if len(opts) % 2:
-            raise ConfigError(f"overrides must be KEY VALUE pairs, got {opts}")
-        try:
-            cfg.merge_from_list(opts)
-        except (KeyError, AssertionError, ValueError) as e:
-            raise ConfigError(f"command-line override: {e.args[0] if e.args else e}") from None
+    cfg = load_strict(get_cfg(), path, opts or ())
     validate_cfg(cfg)
     cfg.freeze()
     return cfg

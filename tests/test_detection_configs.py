@@ -12,7 +12,8 @@ from detectron2.modeling import build_model
 
 import transfer.detection  # noqa: F401 - importing the project must be all configs need
 from pretrain.constants import IMAGENET_MEAN_255, IMAGENET_STD_255
-from transfer.detection.config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
+from pretrain.errors import ConfigError
+from transfer.detection.config import load_config, use_naive_syncbn_on_cpu
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 BASE = CONFIGS_DIR / "Base-RCNN-FPN-SyncBN.yaml"
@@ -76,7 +77,7 @@ def test_pixel_statistics_are_written_once_in_the_base():
 def test_unknown_key_in_a_leaf_names_key_and_file(tmp_path):
     leaf = tmp_path / "leaf.yaml"
     leaf.write_text(f'_BASE_: "{BASE}"\nSOLVER:\n  BASE_LRR: 0.1\n')
-    with pytest.raises(DetectionSetupError) as e:
+    with pytest.raises(ConfigError) as e:
         load_config(str(leaf))
     assert str(leaf) in str(e.value) and "SOLVER.BASE_LRR" in str(e.value)
 
@@ -86,7 +87,7 @@ def test_unknown_key_in_a_base_names_the_base(tmp_path):
     base.write_text(f'_BASE_: "{BASE}"\nMODEL:\n  FPN:\n    NROM: "GN"\n')
     leaf = tmp_path / "leaf.yaml"
     leaf.write_text('_BASE_: "base.yaml"\nMODEL:\n  MASK_ON: True\n')
-    with pytest.raises(DetectionSetupError) as e:
+    with pytest.raises(ConfigError) as e:
         load_config(str(leaf))
     assert str(e.value).startswith(f"{base}:") and "MODEL.FPN.NROM" in str(e.value)
 
@@ -94,11 +95,11 @@ def test_unknown_key_in_a_base_names_the_base(tmp_path):
 def test_type_mismatch_and_command_line_errors(tmp_path):
     leaf = tmp_path / "leaf.yaml"
     leaf.write_text(f'_BASE_: "{BASE}"\nSOLVER:\n  MAX_ITER: "long"\n')
-    with pytest.raises(DetectionSetupError, match=r"leaf\.yaml: .*SOLVER\.MAX_ITER"):
+    with pytest.raises(ConfigError, match=r"leaf\.yaml: .*SOLVER\.MAX_ITER"):
         load_config(str(leaf))
-    with pytest.raises(DetectionSetupError, match=r"command-line .*MODEL\.RESNETS\.DEPT\b"):
+    with pytest.raises(ConfigError, match=r"command-line .*MODEL\.RESNETS\.DEPT\b"):
         load_config(str(BASE), ["MODEL.RESNETS.DEPT", "18"])
-    with pytest.raises(DetectionSetupError, match="no such config file"):
+    with pytest.raises(ConfigError, match="no such config file"):
         load_config(str(tmp_path / "absent.yaml"))
 
 

@@ -19,7 +19,7 @@ import sys
 
 from detectron2.engine import launch
 
-from transfer.detection.config import DetectionSetupError
+from pretrain.errors import LoracError
 from transfer.detection.trainer import build_argument_parser, load_checked_config, run
 
 
@@ -36,7 +36,7 @@ def main() -> int:
             dist_url=args.dist_url,
             args=(args,),
         )
-    except DetectionSetupError as e:
+    except LoracError as e:  # ConfigError (config) or DetectionSetupError (data, weights)
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

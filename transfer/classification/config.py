@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from fvcore.common.config import CfgNode as CN
 
+from pretrain.config_io import load_strict
 from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
 
 from .transfer_datasets import DATASET_NAMES
@@ -135,28 +136,10 @@ def transfer_defaults() -> CN:
 
 def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
     """``defaults`` merged with the YAML file ``path`` and ``KEY VALUE`` ``opts``, validated."""
-    cfg = defaults.clone()
-    if path:
-        if not os.path.isfile(path):
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            cfg.merge_from_file(path)
-        except (KeyError, ValueError, AssertionError, TypeError) as e:
-            raise ConfigError(f"{path}: {_msg(e)}") from None
-    if opts:
-        if len(opts) % 2:
-            raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
-        try:
-            cfg.merge_from_list(list(opts))
-        except (KeyError, ValueError, AssertionError, TypeError) as e:
-            raise ConfigError(f"command-line override: {_msg(e)}") from None
+    cfg = load_strict(defaults, path, opts)
     _validate(cfg, path or "<defaults>")
     cfg.freeze()
     return cfg
-
-
-def _msg(e: Exception) -> str:
-    return str(e.args[0]) if e.args else type(e).__name__
 
 
 def _validate(cfg: CN, src: str) -> None:

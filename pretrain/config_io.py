@@ -1,0 +1,121 @@
+"""The one strict config loader: defaults, a YAML file (``_BASE_`` aware) and ``KEY VALUE`` opts.
+
+Every config of the project goes through :func:`load_strict`: pretraining
+(:func:`pretrain.config.load_config`), the classification tools and detectron2's own config for
+detection. The strictness is fvcore/yacs's: a key the defaults do not have (unless its section
+was created with ``new_allowed``), a value of another type or an unreadable file is an error.
+This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`` into one
+:class:`~pretrain.errors.ConfigError` line naming the file that sets the key (following the
+``_BASE_`` chain), the key and, when the file holds it, the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+import yaml
+from fvcore.common.config import CfgNode
+
+from pretrain.errors import ConfigError
+
+__all__ = ["load_strict"]
+
+# yacs/detectron2 messages end with the full key: "Non-existent config key: A.B",
+# "Non-existent key: A.B" (opts), "Type mismatch (...) for config key: A.B".
+_KEY_IN_MESSAGE = re.compile(r"(?:config key|key|Key):? ([A-Za-z0-9_.]+)")
+_MISSING = object()
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e.args[0]) if e.args else type(e).__name__
+    return " ".join(text.split())
+
+
+def _base_chain(path: str) -> list[str]:
+    """``path`` followed by its ``_BASE_`` files, nearest first (unreadable ones skipped)."""
+    chain, current = [], path
+    while current and os.path.isfile(current) and current not in chain:
+        chain.append(current)
+        try:
+            with open(current) as f:
+                data = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError):
+            break
+        base = data.get("_BASE_") if isinstance(data, dict) else None
+        if not isinstance(base, str):
+            break
+        current = base if os.path.isabs(base) else os.path.join(os.path.dirname(current), base)
+    return chain
+
+
+def _not_a_mapping(path: str) -> str | None:
+    """The first file of the ``_BASE_`` chain whose YAML is not a mapping (e.g. empty)."""
+    for file in _base_chain(path):
+        try:
+            with open(file) as f:
+                if not isinstance(yaml.safe_load(f), dict):
+                    return file
+        except (OSError, yaml.YAMLError):
+            return file
+    return None
+
+
+def _where(path: str, full_key: str) -> tuple[str, object]:
+    """The file of the ``_BASE_`` chain that sets ``full_key`` and its value there
+    (``path`` and no value if none does)."""
+    for file in _base_chain(path):
+        try:
+            with open(file) as f:
+                node = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for part in full_key.split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            return file, node
+    return path, _MISSING
+
+
+def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> CfgNode:
+    """A clone of ``defaults`` merged with the YAML file ``path`` (none if empty) and ``opts``.
+
+    ``defaults`` is any fvcore ``CfgNode``: the pretraining defaults, a classification tool's, or
+    detectron2's ``get_cfg()`` (whose ``merge_from_file`` also upgrades old config versions).
+    The result is not validated beyond key names and types, nor frozen: callers do both.
+    Raises :class:`ConfigError` for a missing file, unreadable YAML, unknown keys, type
+    mismatches and malformed overrides, naming the file (or the command line), key and value.
+    """
+    cfg = defaults.clone()
+    if path:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            cfg.merge_from_file(path)
+        except (TypeError, AttributeError):
+            # fvcore indexes the loaded YAML: an empty file or a list fails inside it
+            bad = _not_a_mapping(path)
+            if bad is None:
+                raise
+            raise ConfigError(f"{bad}: expected a YAML mapping of config keys") from None
+        except (KeyError, ValueError, AssertionError, OSError, yaml.YAMLError) as e:
+            msg = _one_line(e)
+            m = _KEY_IN_MESSAGE.search(msg)
+            where, value = _where(path, m.group(1)) if m else (path, _MISSING)
+            if value is not _MISSING and "Type mismatch" not in msg:  # that one shows the value
+                msg += f" (value {value!r})"
+            raise ConfigError(f"{where}: {msg}") from None
+    if opts:
+        if len(opts) % 2:
+            raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
+        try:
+            cfg.merge_from_list(list(opts))
+        except (KeyError, ValueError, AssertionError, TypeError) as e:
+            msg = _one_line(e)
+            m = _KEY_IN_MESSAGE.search(msg)
+            given = dict(zip(opts[::2], opts[1::2], strict=True))
+            if m and m.group(1) in given and "Type mismatch" not in msg:
+                msg += f" (value {given[m.group(1)]!r})"
+            raise ConfigError(f"command-line override: {msg}") from None
+    return cfg
