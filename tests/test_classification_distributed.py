@@ -41,7 +41,7 @@ def test_linear_probe_two_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(out, "log.txt")) as f:
         log = f.read()
-    assert "Rank 0 of world size 2" in log
+    assert "Rank of current process: 0. World size: 2" in log
     assert "linear probe eval: 6 images" in log  # 3 + 3 from the two shards
     with open(os.path.join(out, "table1_linear.csv")) as f:
         (row,) = list(csv.DictReader(f))

@@ -181,7 +181,8 @@ def test_instant_run_trains_and_reports_coco_ap(detector, runs):
             value = results[name][task][metric]
             assert isinstance(value, float) and math.isfinite(value), (task, metric, value)
     assert (output_dir / "model_final.pth").is_file()
-    assert (output_dir / "config.yaml").is_file()  # full config dumped by default_setup
+    # full config and environment, dumped by pretrain.run_setup.setup_run
+    assert (output_dir / "config.yaml").is_file() and (output_dir / "env.txt").is_file()
     with open(output_dir / "metrics.json") as f:
         records = [json.loads(line) for line in f]
     trained = [r["iteration"] for r in records if "total_loss" in r]

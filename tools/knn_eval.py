@@ -12,10 +12,10 @@ See docs/evaluation.md.
 import argparse
 import os
 
+from pretrain.run_setup import dump_run_info
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
-    dump_run_info,
     model_from_args,
     model_name,
     table_dir,
@@ -54,7 +54,7 @@ def parse_args(argv=None):
 
 @clean_errors
 def main(args):
-    dump_run_info(args, args.output_dir)
+    dump_run_info(args.output_dir, args=args)
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)

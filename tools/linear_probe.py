@@ -13,6 +13,7 @@ import os
 from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
+from pretrain.run_setup import setup_run
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -21,7 +22,7 @@ from transfer.classification.cli import (
     model_name,
     table_dir,
 )
-from transfer.classification.config import linear_probe_defaults, load_config, setup_run
+from transfer.classification.config import linear_probe_defaults, load_config
 from transfer.classification.engine import resolve_device
 from transfer.classification.probe import run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct, update_table

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
+from pretrain.run_setup import setup_run
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -24,7 +25,7 @@ from transfer.classification.cli import (
     model_name,
     table_dir,
 )
-from transfer.classification.config import load_config, semi_supervised_defaults, setup_run
+from transfer.classification.config import load_config, semi_supervised_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.report import SEMI_COLUMNS, pct, update_table
 from transfer.classification.semi import run_semi_supervised

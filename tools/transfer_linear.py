@@ -17,6 +17,7 @@ See docs/evaluation.md for layouts, validation splits, protocols, their costs an
 import argparse
 import os
 
+from pretrain.run_setup import setup_run
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -24,7 +25,7 @@ from transfer.classification.cli import (
     model_name,
     table_dir,
 )
-from transfer.classification.config import load_config, setup_run, transfer_defaults
+from transfer.classification.config import load_config, transfer_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.transfer import run_transfer, write_tables
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 
 import torch
-from detectron2.config import CfgNode as D2CfgNode
-from detectron2.engine import default_argument_parser, default_setup
-from detectron2.utils import comm
-from detectron2.utils.logger import setup_logger
+from detectron2.engine import default_argument_parser
 
 from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config import load_config
+from pretrain.run_setup import setup_run
 
 __all__ = ["argument_parser", "setup"]
 
@@ -30,7 +28,7 @@ def _normalise_opts(opts: list[str]) -> list[str]:
 
 
 def setup(args):
-    """Load and validate the config, fall back to CPU without a GPU, dump config and env."""
+    """Load and validate the config, fall back to CPU without a GPU, set up logs and seeds."""
     cfg = load_config(args.config_file, _normalise_opts(list(args.opts)))
     if cfg.MODEL.DEVICE == "cuda" and not torch.cuda.is_available():
         cfg.defrost()
@@ -39,9 +37,7 @@ def setup(args):
         logging.getLogger("pretrain").warning("no CUDA device: MODEL.DEVICE set to cpu")
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE)
-    # logging, seeds, cudnn; the trainer dumps config.yaml and env.txt. default_setup reads keys
-    # through OmegaConf unless it gets detectron2's CfgNode (fvcore's fails in OmegaConf.select).
-    default_setup(D2CfgNode(cfg), args)
-    # this package's own loggers (resume, preemption) to the console of rank 0 and log.txt
-    setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="pretrain")
+    # logging, seeds, cudnn; PretrainTrainer dumps config.yaml and env.txt (once per run: it also
+    # runs without this setup, in the demo and the study)
+    setup_run(cfg, args, dump=False)
     return cfg

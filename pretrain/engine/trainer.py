@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 
@@ -22,6 +21,7 @@ from pretrain.data.loader import build_pretrain_loader
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
+from pretrain.run_setup import dump_run_info
 from pretrain.solver import build_lr_scheduler, build_optimizer
 
 __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
@@ -76,7 +76,7 @@ class PretrainTrainer(SimpleTrainer):
         validate_cfg(cfg, world)
         self.cfg = cfg
         if comm.is_main_process():
-            dump_run_info(cfg)
+            dump_run_info(cfg.OUTPUT_DIR, cfg)
         self.source = build_source(cfg, "train")  # scanned once: ImageNet has 1.28M files
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
             cfg, len(self.source)
@@ -261,14 +261,3 @@ class PretrainTrainer(SimpleTrainer):
                 logger.warning(f"skipped unreadable image: {path}")
         metrics["data/skipped_files"] = float(len(self._skipped))
         storage.put_scalars(**metrics, smoothing_hint=False)
-
-
-def dump_run_info(cfg) -> None:
-    """Write the full config (``config.yaml``) and the environment (``env.txt``) to OUTPUT_DIR."""
-    from detectron2.utils.collect_env import collect_env_info
-
-    os.makedirs(cfg.OUTPUT_DIR, exist_ok=True)
-    with open(os.path.join(cfg.OUTPUT_DIR, "config.yaml"), "w") as f:
-        f.write(cfg.dump())
-    with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
-        f.write(collect_env_info() + "\n")

@@ -19,7 +19,6 @@ from .datasets import DatasetError
 __all__ = [
     "add_model_args",
     "clean_errors",
-    "dump_run_info",
     "key_value",
     "model_from_args",
     "model_name",
@@ -72,19 +71,6 @@ def model_name(args: argparse.Namespace) -> str:
 
 def table_dir(args: argparse.Namespace) -> str:
     return args.table_dir or args.output_dir
-
-
-def dump_run_info(args: argparse.Namespace, output_dir: str) -> None:
-    """``args.json`` and ``env.txt`` in ``output_dir`` (tools without a config file)."""
-    import json
-
-    from detectron2.utils.collect_env import collect_env_info
-
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "args.json"), "w") as f:
-        json.dump({**vars(args), "argv": sys.argv}, f, indent=2, default=str)
-    with open(os.path.join(output_dir, "env.txt"), "w") as f:
-        f.write(collect_env_info())
 
 
 def clean_errors(main: Callable) -> Callable:

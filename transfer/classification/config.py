@@ -6,12 +6,8 @@ type or an out-of-range value raises :class:`ConfigError` naming the file and th
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from collections.abc import Sequence
 
-import torch
 from fvcore.common.config import CfgNode as CN
 
 from pretrain.config_io import load_strict
@@ -25,7 +21,6 @@ __all__ = [
     "linear_probe_defaults",
     "load_config",
     "semi_supervised_defaults",
-    "setup_run",
     "transfer_defaults",
 ]
 
@@ -215,28 +210,3 @@ def _validate(cfg: CN, src: str) -> None:
             cfg.FEATURES.DTYPE,
             "float32 or float16",
         )
-
-
-def setup_run(cfg: CN, argv: Sequence[str] | None = None) -> logging.Logger:
-    """Logger, ``config.yaml`` and ``env.txt`` in ``cfg.OUTPUT_DIR`` (detectron2's
-    ``default_setup`` does this only for detectron2's own CfgNode)."""
-    from detectron2.utils import comm
-    from detectron2.utils.collect_env import collect_env_info
-    from detectron2.utils.env import seed_all_rng
-    from detectron2.utils.logger import setup_logger
-
-    os.makedirs(cfg.OUTPUT_DIR, exist_ok=True)
-    rank = comm.get_rank()
-    setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank, name="transfer")
-    setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank, name="fvcore")
-    logger = setup_logger(cfg.OUTPUT_DIR, distributed_rank=rank)
-    logger.info("Rank %d of world size %d", rank, comm.get_world_size())
-    logger.info("Command line: %s", " ".join(argv if argv is not None else sys.argv))
-    if comm.is_main_process():
-        with open(os.path.join(cfg.OUTPUT_DIR, "config.yaml"), "w") as f:
-            f.write(cfg.dump())
-        with open(os.path.join(cfg.OUTPUT_DIR, "env.txt"), "w") as f:
-            f.write(collect_env_info())
-    seed_all_rng(cfg.SEED + rank)
-    torch.backends.cudnn.benchmark = False
-    return logger

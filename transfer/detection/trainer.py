@@ -24,11 +24,12 @@ from detectron2.engine import (
     TrainerBase,
     create_ddp_model,
     default_argument_parser,
-    default_setup,
 )
 from detectron2.evaluation import COCOEvaluator
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
+
+from pretrain.run_setup import setup_run
 
 from .config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
@@ -155,11 +156,9 @@ def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
 
 
 def setup(args: argparse.Namespace) -> CfgNode:
-    """Checked config, plus detectron2's ``default_setup`` (logs, config dump, seeds)."""
+    """Checked config, plus the project's run setup (logs, config and environment dump, seeds)."""
     cfg, notes = load_checked_config(args)
-    default_setup(cfg, args)
-    # default_setup configures the detectron2 loggers; give this package's loggers the same.
-    setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="transfer")
+    setup_run(cfg, args)
     for note in notes:
         logger.info(note)
     return cfg
