@@ -21,6 +21,7 @@ setup(
         "pillow>=9",
         "matplotlib>=3.5",
         "tabulate",
+        "jinja2",  # the HTML report page (transfer/analysis/report_html.py)
         "tensorboard",
         "scikit-learn>=1.2",
         "tqdm",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from pretrain.resnet_names import SEQUENTIAL_CHILDREN, d2_to_torchvision_name
+from pretrain.tables import markdown_table
 
 __all__ = ["LAYOUTS", "Layout", "Match", "find_matches", "layouts_table"]
 
@@ -243,14 +244,17 @@ def find_matches(obj: Mapping) -> list[Match]:
 
 def layouts_table() -> str:
     """The Markdown table of :data:`LAYOUTS` that ``docs/checkpoints.md`` contains."""
+    columns = ["layout", "releases", "recognised by (dict path: sentinel key)", "key names"]
     rows = [
-        "| layout | releases | recognised by (dict path: sentinel key) | key names |",
-        "| --- | --- | --- | --- |",
+        [
+            f"`{lay.name}`",
+            lay.releases,
+            lay.recognised_by(),
+            lay.source + (f". Refused: {lay.refuse}" if lay.refuse else ""),
+        ]
+        for lay in LAYOUTS
     ]
-    for lay in LAYOUTS:
-        source = lay.source + (f". Refused: {lay.refuse}" if lay.refuse else "")
-        rows.append(f"| `{lay.name}` | {lay.releases} | {lay.recognised_by()} | {source} |")
-    return "\n".join(rows) + "\n"
+    return markdown_table(columns, rows)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from test_analysis_helpers import (
 
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.modeling import build_model
+from pretrain.tables import read_csv
 from transfer.analysis import AnalysisError
-from transfer.analysis.csv_io import read_csv
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, evenly_spaced, view_spec

@@ -2,7 +2,7 @@
 
 The fixture builds a whole experiment on disk with the project's own writers: tiny pretraining
 runs (checkpoint, config.yaml, metrics.json), the nuclear-norm analysis of those checkpoints,
-classification tables written by transfer.classification.report.update_table, detection
+classification tables written by pretrain.tables.update_table, detection
 results.json written by transfer.detection.results.write_results, and an ablation table.
 """
 
@@ -19,16 +19,11 @@ import torch
 from conftest import make_image_folder
 from test_analysis_helpers import assert_png_not_blank, load_tool, make_run, write_metrics
 
+from pretrain.tables import read_csv, update_table
 from transfer.analysis import AnalysisError
-from transfer.analysis.csv_io import read_csv
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.analysis.report import build_report
-from transfer.classification.report import (
-    LINEAR_COLUMNS,
-    SEMI_COLUMNS,
-    transfer_columns,
-    update_table,
-)
+from transfer.classification.report import LINEAR_COLUMNS, SEMI_COLUMNS, transfer_columns
 from transfer.classification.transfer_datasets import DATASET_NAMES
 from transfer.detection.results import write_results
 

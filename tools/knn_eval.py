@@ -13,6 +13,7 @@ import argparse
 import os
 
 from pretrain.run_setup import dump_run_info
+from pretrain.tables import update_table
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -23,7 +24,7 @@ from transfer.classification.cli import (
 from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import knn_sets, run_knn
-from transfer.classification.report import pct, update_table
+from transfer.classification.report import pct
 
 
 def parse_args(argv=None):

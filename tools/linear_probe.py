@@ -14,6 +14,7 @@ from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.run_setup import setup_run
+from pretrain.tables import update_table
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -25,7 +26,7 @@ from transfer.classification.cli import (
 from transfer.classification.config import linear_probe_defaults, load_config
 from transfer.classification.engine import resolve_device
 from transfer.classification.probe import run_linear_probe
-from transfer.classification.report import LINEAR_COLUMNS, pct, update_table
+from transfer.classification.report import LINEAR_COLUMNS, pct
 
 
 def parse_args(argv=None):

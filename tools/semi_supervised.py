@@ -18,6 +18,7 @@ from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.run_setup import setup_run
+from pretrain.tables import update_table
 from transfer.classification.cli import (
     add_model_args,
     clean_errors,
@@ -27,7 +28,7 @@ from transfer.classification.cli import (
 )
 from transfer.classification.config import load_config, semi_supervised_defaults
 from transfer.classification.engine import resolve_device
-from transfer.classification.report import SEMI_COLUMNS, pct, update_table
+from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import run_semi_supervised
 
 

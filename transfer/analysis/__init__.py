@@ -7,9 +7,14 @@
   :mod:`.paper_tables` holds the paper's numbers.
 * :mod:`.plots` draws every figure (matplotlib, Agg backend) and returns what it plotted.
 
-Every input file problem raises :class:`AnalysisError` naming the file (and row or key).
+Every input file problem raises :class:`AnalysisError` naming the file (and row or key). It is
+:class:`pretrain.errors.ResultsError` under the name the analysis tools use: the analysis reads
+results (tables, ``metrics.json``) with the readers of :mod:`pretrain.tables` and
+:mod:`transfer.metrics_json`, which raise it.
 """
 
-from transfer.analysis.csv_io import AnalysisError
+from pretrain.errors import ResultsError
+
+AnalysisError = ResultsError
 
 __all__ = ["AnalysisError"]

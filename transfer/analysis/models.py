@@ -17,7 +17,7 @@ import torch
 from pretrain.checkpoint_io import load_checkpoint_file
 from pretrain.checkpoint_layouts import find_matches
 from pretrain.config import load_config
-from transfer.analysis.csv_io import AnalysisError
+from transfer.analysis import AnalysisError
 
 __all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
 

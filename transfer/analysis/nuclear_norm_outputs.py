@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from transfer.analysis import plots
-from transfer.analysis.csv_io import AnalysisError, write_csv
+from pretrain.tables import write_csv
+from transfer.analysis import AnalysisError, plots
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_stats import (
     ModelStats,

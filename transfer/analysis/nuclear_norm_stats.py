@@ -29,7 +29,8 @@ from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.losses import nuclear_norm
-from transfer.analysis.csv_io import AnalysisError, read_csv
+from pretrain.tables import read_csv
+from transfer.analysis import AnalysisError
 
 __all__ = [
     "ModelStats",

@@ -6,16 +6,15 @@ the nuclear-norm figures of ``tools/analyze_nuclear_norm.py`` and any other resu
 Missing pieces are reported as "not run"; malformed files stop the report with an
 :class:`~transfer.analysis.AnalysisError` naming them.
 
-The HTML embeds every figure as a base64 PNG and carries its own CSS: it opens offline, can be
-mailed as one file, and references nothing outside itself. The Markdown links the PNGs written
-to ``OUT/figures/``.
+The HTML (:mod:`.report_html`, a jinja2 template) embeds every figure as a base64 PNG and carries
+its own CSS: it opens offline, can be mailed as one file, and references nothing outside itself.
+The Markdown (tables by :func:`pretrain.tables.markdown_table`) links the PNGs written to
+``OUT/figures/``.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
-import html
 import math
 import os
 import re
@@ -23,10 +22,11 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from transfer.analysis import plots
-from transfer.analysis.csv_io import AnalysisError, read_csv, write_csv
+from pretrain.tables import markdown_table, read_csv, write_csv
+from transfer.analysis import AnalysisError, plots
 from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
 from transfer.analysis.paper_tables import PAPER_TABLES
+from transfer.analysis.report_html import render_html
 from transfer.analysis.report_tables import Table, compare_table, csv_table, runs_table
 from transfer.analysis.results import collect_results
 from transfer.analysis.runs import CURVES, RunData, load_run
@@ -222,60 +222,11 @@ def render_markdown(
                 "",
             ]
         for t in sec.tables:
-            lines += [f"### {_md(t.title)}", "", "| " + " | ".join(map(_md_cell, t.columns)) + " |"]
-            lines.append("|" + "|".join(["---"] * len(t.columns)) + "|")
-            for cells, kind in zip(t.rows, t.kinds, strict=True):
-                lines.append("| " + " | ".join(_md_cell(c, kind == "ours") for c in cells) + " |")
+            rows = [
+                [_md_cell(c, kind == "ours") for c in cells]
+                for cells, kind in zip(t.rows, t.kinds, strict=True)
+            ]
+            lines += [f"### {_md(t.title)}", ""]
+            lines += markdown_table([_md_cell(c) for c in t.columns], rows).splitlines()
             lines += [""] + [_md(n) + "\n" for n in t.notes]
     return "\n".join(lines) + "\n"
-
-
-_CSS = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
-h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #aaa; }
-table { border-collapse: collapse; margin: 0.5em 0 0.3em; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
-th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
-th { background: #eee; } tr.ours td { background: #e6f2ff; font-weight: bold; }
-tr.missing td { color: #999; font-style: italic; }
-.note { color: #555; font-size: 12px; margin: 0.2em 0 1em; }
-figure { display: inline-block; margin: 0.5em; vertical-align: top; }
-figure img { width: 600px; border: 1px solid #ddd; }
-figcaption { font-size: 12px; color: #444; }
-.tablewrap { overflow-x: auto; }
-"""
-
-
-def render_html(title: str, stamp: str, inputs: list[str], sections: list[Section]) -> str:
-    e = html.escape
-    out = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
-        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-        f"<p>Generated {e(stamp)}.</p><ul>",
-    ] + [f"<li>{e(i)}</li>" for i in inputs]
-    out.append(
-        "</ul><ul>"
-        + "".join(f"<li><a href='#s{n}'>{e(s.title)}</a></li>" for n, s in enumerate(sections))
-        + "</ul>"
-    )
-    for n, sec in enumerate(sections):
-        out.append(f"<h2 id='s{n}'>{e(sec.title)}</h2>")
-        out += [f"<p>{e(p)}</p>" for p in sec.text]
-        for fig in sec.figures:
-            with open(fig.path, "rb") as f:
-                data = base64.b64encode(f.read()).decode("ascii")
-            out.append(
-                f"<figure><img alt='{e(fig.title, quote=True)}' "
-                f"src='data:image/png;base64,{data}'>"
-                f"<figcaption>{e(fig.title)} ({e(fig.caption)})</figcaption></figure>"
-            )
-        for t in sec.tables:
-            out.append(f"<h3>{e(t.title)}</h3><div class='tablewrap'><table><tr>")
-            out.append("".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr>")
-            for cells, kind in zip(t.rows, t.kinds, strict=True):
-                out.append(
-                    f"<tr class='{kind}'>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>"
-                )
-            out.append("</table></div>" + "".join(f"<p class='note'>{e(x)}</p>" for x in t.notes))
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"

@@ -1,6 +1,6 @@
 """Find the result tables the evaluation and detection tools wrote, and sort them by paper table.
 
-Every ``*.csv`` under the given folders is read (strictly, see :mod:`.csv_io`) and placed:
+Every ``*.csv`` under the given folders is read (strictly, see :mod:`pretrain.tables`) and placed:
 
 * ``table1_linear.csv`` (tools/linear_probe.py) -> Table 1; under an ``--ablation-dir`` (the
   ImageNet-100 linear probes of the priors) -> Table 5;
@@ -21,7 +21,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from transfer.analysis.csv_io import AnalysisError, CsvTable, read_csv
+from pretrain.tables import CsvTable, read_csv
+from transfer.analysis import AnalysisError
 from transfer.analysis.paper_tables import PAPER_TABLES
 
 __all__ = ["FoundRow", "Results", "collect_results"]
@@ -95,7 +96,7 @@ def _classify(path: str, table: CsvTable, ablation: bool) -> str:
 
 
 def _detection_runs(root: str) -> tuple[list[FoundRow], list[str]]:
-    from transfer.detection.results import TABLE_COLUMNS, ResultsError, build_table, read_run
+    from transfer.detection.results import TABLE_HEADER, build_table, read_run
 
     runs = []
     for path in _walk(root, "results.json"):
@@ -110,18 +111,14 @@ def _detection_runs(root: str) -> tuple[list[FoundRow], list[str]]:
             runs.append(read_run(os.path.dirname(path)))
         except (KeyError, TypeError, AttributeError, StopIteration) as e:
             raise AnalysisError(f"{path}: not a detection results file (bad key {e})") from None
-        except ResultsError as e:
-            raise AnalysisError(str(e)) from None
     if not runs:
         return [], []
-    try:
-        labels, values = build_table(runs)
-    except ResultsError as e:
-        raise AnalysisError(str(e)) from None
-    columns = [f"{title} {m}" for _, _, title in TABLE_COLUMNS for m in ("AP", "AP50", "AP75")]
+    labels, values = build_table(runs)  # a ResultsError is an AnalysisError
     rows = [
         FoundRow(
-            label, {c: f"{v:.3f}" for c, v in zip(columns, row, strict=True) if v is not None}, root
+            label,
+            {c: f"{v:.3f}" for c, v in zip(TABLE_HEADER, row, strict=True) if v is not None},
+            root,
         )  # .3f as the collector CSV, so the same run dedupes
         for label, row in zip(labels, values, strict=True)
     ]

@@ -1,21 +1,20 @@
 """Read pretraining run directories: ``metrics.json`` (detectron2 JSONWriter) and ``config.yaml``.
 
-``metrics.json`` holds one JSON object per line; a resumed run logs some iterations twice, and
-the later line wins. Python's json reads the ``Infinity`` the trainer writes for beta while the
-prior is off. A missing file is tolerated (the run is listed as "no metrics.json"), a malformed
-line is an error naming the file and the line.
+``metrics.json`` is read by :func:`transfer.metrics_json.read_metrics_json` (a resumed run's
+repeated iterations: the later line wins; a malformed line is an error naming the file and the
+line). A missing file is tolerated: the run is listed as "no metrics.json".
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 
 import yaml
 
-from transfer.analysis.csv_io import AnalysisError
+from transfer.analysis import AnalysisError
+from transfer.metrics_json import read_metrics_json
 
 __all__ = ["CURVES", "Curve", "RunData", "load_run", "parse_run_spec"]
 
@@ -91,22 +90,6 @@ def parse_run_spec(spec: str) -> tuple[str, str]:
     return label, path
 
 
-def read_metrics(path: str) -> list[dict]:
-    by_iter: dict[int, dict] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise AnalysisError(f"{path}: line {n} is not JSON ({e.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("iteration"), int):
-                raise AnalysisError(f"{path}: line {n} is not an object with an 'iteration'")
-            by_iter.setdefault(record["iteration"], {}).update(record)
-    return [by_iter[i] for i in sorted(by_iter)]
-
-
 def load_run(spec: str) -> RunData:
     label, path = parse_run_spec(spec)
     if not os.path.isdir(path):
@@ -114,7 +97,7 @@ def load_run(spec: str) -> RunData:
     run = RunData(label, path)
     metrics = os.path.join(path, "metrics.json")
     if os.path.isfile(metrics):
-        run.records = read_metrics(metrics)
+        run.records = read_metrics_json(metrics)
         if not run.records:
             run.notes.append("metrics.json is empty")
     else:

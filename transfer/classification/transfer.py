@@ -27,6 +27,8 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.tables import update_table
+
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
@@ -34,7 +36,7 @@ from .datasets import TransformedDataset
 from .features import FeatureCache, extract_features
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
-from .report import pct, plot_transfer_bars, transfer_columns, update_table
+from .report import pct, plot_transfer_bars, transfer_columns
 from .transfer_datasets import (
     DATASET_NAMES,
     BuildContext,

@@ -1,17 +1,17 @@
-"""Collect finished fine-tuning runs into a table shaped like the paper's Table 5.
+"""Collect finished fine-tuning runs into a table shaped like the paper's Table 4.
 
+Table 4 is ``tab:detection``, the fourth ``table`` environment of the paper's LaTeX source.
 Each run directory holds detectron2's ``config.yaml`` and either the ``results.json`` written by
 :func:`write_results` at the end of ``tools/train_net.py`` or, as a fallback, the last evaluation
 detectron2's ``EvalHook`` logged to ``metrics.json`` (keys such as ``bbox/AP``).
 
 Rows are pretrainings (the weights file's name, ``random`` without weights, or a label given as
 ``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of masks from Mask
-R-CNN and of keypoints from Keypoint R-CNN, as in Table 5.
+R-CNN and of keypoints from Keypoint R-CNN, as in Table 4.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 import yaml
 
 from pretrain.errors import ResultsError  # noqa: F401 (re-exported)
+from pretrain.tables import write_csv, write_markdown
+from transfer.metrics_json import read_metrics_json
 
 __all__ = [
     "RESULTS_FILE",
     "TABLE_COLUMNS",
+    "TABLE_HEADER",
     "ResultsError",
     "RunResult",
     "build_table",
@@ -36,12 +39,14 @@ __all__ = [
 
 RESULTS_FILE = "results.json"
 _METRICS = ("AP", "AP50", "AP75")
-# (detector, evaluated task, column title) in Table 5's order.
+# (detector, evaluated task, column title) in Table 4's order.
 TABLE_COLUMNS = (
     ("faster_rcnn", "bbox", "Faster R-CNN box"),
     ("mask_rcnn", "segm", "Mask R-CNN mask"),
     ("keypoint_rcnn", "keypoints", "Keypoint R-CNN keypoints"),
 )
+# The value columns of the table, e.g. "Mask R-CNN mask AP50", in :func:`build_table`'s order.
+TABLE_HEADER = tuple(f"{title} {m}" for _, _, title in TABLE_COLUMNS for m in _METRICS)
 
 
 @dataclass
@@ -96,20 +101,16 @@ def write_results(
 
 
 def _from_metrics_json(path: str) -> dict[str, dict[str, float]]:
+    """The evaluation of the last iteration that logged one (``{task: {metric: value}}``)."""
     last: dict[str, dict[str, float]] = {}
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            found: dict[str, dict[str, float]] = {}
-            for key, value in record.items():
-                parts = key.split("/")
-                if len(parts) >= 2 and parts[-2] in ("bbox", "segm", "keypoints"):
-                    found.setdefault(parts[-2], {})[parts[-1]] = float(value)
-            if found:
-                last = found
+    for record in read_metrics_json(path):
+        found: dict[str, dict[str, float]] = {}
+        for key, value in record.items():
+            parts = key.split("/")
+            if len(parts) >= 2 and parts[-2] in ("bbox", "segm", "keypoints"):
+                found.setdefault(parts[-2], {})[parts[-1]] = float(value)
+        if found:
+            last = found
     return last
 
 
@@ -141,7 +142,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
 
 
 def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float | None]]]:
-    """Row labels (pretrainings, in order of appearance) and Table 5 values (``None``: no run)."""
+    """Row labels (pretrainings, in order of appearance) and Table 4 values (``None``: no run)."""
     labels: list[str] = []
     cells: dict[tuple[str, str], RunResult] = {}
     for run in runs:
@@ -172,24 +173,14 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 def write_table(runs: Sequence[RunResult], prefix: str) -> tuple[str, str]:
-    """Write ``PREFIX.md`` and ``PREFIX.csv``; returns their paths."""
+    """Write ``PREFIX.md`` (one decimal, "–" where no run) and ``PREFIX.csv`` (three decimals,
+    empty where no run); returns their paths."""
     labels, rows = build_table(runs)
-    header = [f"{title} {m}" for _, _, title in TABLE_COLUMNS for m in _METRICS]
-    if os.path.dirname(prefix):
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    md_path, csv_path = prefix + ".md", prefix + ".csv"
-    lines = [
-        "| pretraining | " + " | ".join(header) + " |",
-        "|---|" + "---:|" * len(header),
+    columns = ["pretraining", *TABLE_HEADER]
+    md = [[label, *(_fmt(v, 1) for v in row)] for label, row in zip(labels, rows, strict=True)]
+    csv_rows = [
+        [label, *(_fmt(v, 3) for v in row)] for label, row in zip(labels, rows, strict=True)
     ]
-    for label, row in zip(labels, rows, strict=True):
-        cells = [_fmt(v, 1) or "–" for v in row]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    with open(md_path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["pretraining", *header])
-        for label, row in zip(labels, rows, strict=True):
-            writer.writerow([label, *(_fmt(v, 3) for v in row)])
-    return md_path, csv_path
+    aligns = [None] + ["right"] * len(TABLE_HEADER)
+    md_path = write_markdown(prefix + ".md", columns, md, align=aligns, missing="–")
+    return md_path, write_csv(prefix + ".csv", columns, csv_rows)

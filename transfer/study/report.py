@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pretrain.engine.checkpoint import atomic_write_bytes
-from transfer.classification.report import markdown_table
+from pretrain.tables import markdown_table
 
 from .config import StudyOptions
 
@@ -112,6 +112,12 @@ def hardware() -> dict[str, str]:
     }
 
 
+def _table(columns: Sequence[str], rows: Sequence[Mapping]) -> list[str]:
+    """Table lines: the method left-aligned, numbers right, empty cells "-"."""
+    aligns = ["left"] + ["right"] * (len(columns) - 1)
+    return markdown_table(columns, rows, align=aligns, missing="-").splitlines()
+
+
 def _fmt(value, digits: int = 1, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value / scale:.{digits}f}"
 
@@ -140,7 +146,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
         }
         for s in summaries
     ]
-    lines += markdown_table(cols, rows)
+    lines += _table(cols, rows)
     lines += [
         "",
         f"![per-seed values and mean ± std]({os.path.basename(png)})",
@@ -181,7 +187,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
                 "evaluation (min)": _fmt(r["eval_seconds"], 1, 60.0),
             }
         )
-    lines += markdown_table(cols, rows)
+    lines += _table(cols, rows)
     lines += ["", "## Command", "", "```", opt.command or "make study", "```", ""]
     lines += ["Pretraining configs (overrides applied to every method: "]
     lines[-1] += f"`{' '.join(opt.opts)}`)" if opt.opts else "none)"

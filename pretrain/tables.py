@@ -1,0 +1,209 @@
+"""Markdown and CSV tables: the one writer and reader of every table the project writes.
+
+Markdown tables are GitHub tables laid out by ``tabulate``, compact (``| a | b |``, cells not
+padded to the column width: some cells are sentences, as in ``docs/checkpoints.md``, and a table
+row stays one readable diff line) with each column's alignment in the separator row
+(``|:---|---:|``). CSV files go through the ``csv`` module, so names with commas stay one cell,
+and are read back strictly: a hand-edited or half-written table shifted by one column would put
+wrong numbers into a report, so every row must have exactly the header's fields.
+
+Results tables (one row per model, :func:`update_table`) are a CSV file with a Markdown twin;
+running a tool again for another model adds or updates that model's row.
+
+No torch here: ``tools/collect_detection_results.py`` writes tables without importing it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tabulate import DataRow, TableFormat, tabulate
+
+from pretrain.errors import ResultsError
+
+__all__ = [
+    "MISSING",
+    "CsvTable",
+    "markdown_table",
+    "parse_number",
+    "read_csv",
+    "update_table",
+    "write_csv",
+    "write_markdown",
+]
+
+# Cells that mean "no value" in the tables this project writes ("" / "-" / "–") and in the
+# paper ("/").
+MISSING = {"", "-", "–", "/", "nan", "NaN"}
+
+Row = Mapping[str, object] | Sequence[object]
+_SEPARATOR = {"left": ":---", "right": "---:", "center": ":---:", None: "---"}
+
+
+def _compact_format(aligns: Sequence[str | None]) -> TableFormat:
+    # tabulate's "github"/"pipe" formats pad every cell to its column's width; this one keeps
+    # their row syntax without the padding (stralign/numalign None, cells as given) and marks
+    # the alignment in the separator, which tabulate calls with (widths, aligns) it does not
+    # know here.
+    def separator(_widths: list[int], _aligns: list[str]) -> str:
+        return "|" + "|".join(_SEPARATOR[a] for a in aligns) + "|"
+
+    row = DataRow("|", "|", "|")
+    return TableFormat(None, separator, None, None, row, row, 1, None)
+
+
+def _cells(columns: Sequence[str], row: Row, missing: str) -> list[str]:
+    values = [row.get(c) for c in columns] if isinstance(row, Mapping) else list(row)
+    if len(values) != len(columns):
+        raise ValueError(f"{len(values)} cells for {len(columns)} columns: {values}")
+    return [missing if v is None or v == "" else str(v) for v in values]
+
+
+def markdown_table(
+    columns: Sequence[str],
+    rows: Sequence[Row],
+    *,
+    align: str | None | Sequence[str | None] = None,
+    missing: str = "",
+) -> str:
+    """A Markdown table (ending with a newline) of ``rows``: mappings from column to value or
+    sequences in column order. ``align`` is one alignment (``"left"``, ``"right"``,
+    ``"center"`` or None: unmarked) for every column or one per column; empty and None cells
+    are written as ``missing``."""
+    aligns = [align] * len(columns) if align is None or isinstance(align, str) else list(align)
+    if len(aligns) != len(columns):
+        raise ValueError(f"{len(aligns)} alignments for {len(columns)} columns")
+    body = [_cells(columns, r, missing) for r in rows]
+    text = tabulate(
+        body,
+        headers=list(columns),
+        tablefmt=_compact_format(aligns),
+        stralign=None,
+        numalign=None,
+        disable_numparse=True,
+        preserve_whitespace=True,
+    )
+    return text + "\n"
+
+
+def write_markdown(
+    path: str,
+    columns: Sequence[str],
+    rows: Sequence[Row],
+    *,
+    title: str = "",
+    align: str | None | Sequence[str | None] = None,
+    missing: str = "",
+) -> str:
+    """Write :func:`markdown_table`, under a ``# title`` heading if given; returns ``path``."""
+    head = f"# {title}\n\n" if title else ""
+    _makedirs_for(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + markdown_table(columns, rows, align=align, missing=missing))
+    return path
+
+
+def write_csv(path: str, columns: Sequence[str], rows: Sequence[Row]) -> str:
+    """Write ``rows`` (mappings, missing keys and None -> empty; or sequences) to ``path``."""
+    for r in rows:
+        if isinstance(r, Mapping) and (extra := [k for k in r if k not in columns]):
+            raise ValueError(f"{path}: row keys {extra} are not among the columns {columns}")
+    _makedirs_for(path)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(_cells(columns, r, "") for r in rows)
+    return path
+
+
+def _makedirs_for(path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+@dataclass
+class CsvTable:
+    path: str
+    columns: list[str]
+    rows: list[dict[str, str]]
+
+    def number(self, row_index: int, column: str) -> float | None:
+        """The cell as a float (``None`` when empty); raises naming file, row and column."""
+        text = self.rows[row_index].get(column, "")
+        return parse_number(text, f"{self.path}: row {row_index + 1}, column {column!r}")
+
+
+def parse_number(text: str, where: str) -> float | None:
+    """``"72.40"`` -> 72.4, ``"72.4%"`` -> 72.4, :data:`MISSING` -> None; else ResultsError."""
+    text = text.strip()
+    if text in MISSING:
+        return None
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise ResultsError(f"{where}: {text!r} is not a number") from None
+    if math.isnan(value):
+        return None
+    return value
+
+
+def read_csv(path: str) -> CsvTable:
+    """Header + rows of ``path``; ragged rows, an empty file or a bad header are errors."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            records = list(csv.reader(f))
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path}: not a UTF-8 text CSV file") from None
+    except csv.Error as e:
+        raise ResultsError(f"{path}: malformed CSV ({e})") from None
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read ({e.strerror or e})") from None
+    records = [r for r in records if any(cell.strip() for cell in r)]
+    if not records:
+        raise ResultsError(f"{path}: empty CSV file (no header row)")
+    header = [c.strip() for c in records[0]]
+    if any(not c for c in header):
+        raise ResultsError(f"{path}: header has an empty column name: {records[0]}")
+    dupes = sorted({c for c in header if header.count(c) > 1})
+    if dupes:
+        raise ResultsError(f"{path}: duplicate columns {dupes} in the header")
+    rows = []
+    for line, record in enumerate(records[1:], start=2):
+        if len(record) != len(header):
+            raise ResultsError(
+                f"{path}: line {line} has {len(record)} fields, the header has {len(header)}"
+            )
+        rows.append(dict(zip(header, (c.strip() for c in record), strict=True)))
+    return CsvTable(path, header, rows)
+
+
+def update_table(
+    csv_path: str, columns: Sequence[str], row: Mapping[str, object], title: str = ""
+) -> list[dict[str, str]]:
+    """Merge ``row`` into the row of ``csv_path`` with the same first-column value (or append
+    it), rewrite the CSV and its Markdown twin ``<same name>.md`` (first column left-aligned,
+    the others right, empty cells "-"); columns beyond ``columns`` found in the file or the row
+    are kept. Returns the rows."""
+    key = columns[0]
+    if key not in row:
+        raise ValueError(f"row needs the key column {key!r}")
+    old = read_csv(csv_path) if os.path.isfile(csv_path) else CsvTable(csv_path, [], [])
+    rows = old.rows
+    cols = list(columns)
+    cols += [c for c in old.columns if c not in cols]
+    cols += [c for c in row if c not in cols]
+    new = {k: "" if v is None else str(v) for k, v in row.items()}
+    for r in rows:
+        if r.get(key) == new[key]:
+            r.update({k: v for k, v in new.items() if v != ""})
+            break
+    else:
+        rows.append(new)
+    write_csv(csv_path, cols, rows)
+    aligns = ["left"] + ["right"] * (len(cols) - 1)
+    md_path = os.path.splitext(csv_path)[0] + ".md"
+    write_markdown(md_path, cols, rows, title=title, align=aligns, missing="-")
+    return rows

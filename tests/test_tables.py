@@ -1,0 +1,77 @@
+"""The one table writer/reader (pretrain/tables.py) and metrics.json reader
+(transfer/metrics_json.py) every tool and report uses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pretrain.errors import ResultsError
+from pretrain.tables import markdown_table, read_csv, update_table, write_csv
+from transfer.metrics_json import read_metrics_json
+
+
+def test_markdown_table_is_compact_with_alignment_in_the_separator():
+    text = markdown_table(
+        ["Model", "Top-1", "note"],
+        [{"Model": "LORAC", "Top-1": "73.20"}, ["MoCo, v2", 71.1, None]],
+        align=["left", "right", None],
+        missing="-",
+    )
+    assert text == (
+        "| Model | Top-1 | note |\n"
+        "|:---|---:|---|\n"
+        "| LORAC | 73.20 | - |\n"
+        "| MoCo, v2 | 71.1 | - |\n"
+    )
+    assert markdown_table(["a"], []) == "| a |\n|---|\n"
+    with pytest.raises(ValueError, match="2 cells for 1 columns"):
+        markdown_table(["a"], [[1, 2]])
+
+
+def test_update_table_merges_rows_by_the_first_column(tmp_path):
+    path = tmp_path / "t" / "table.csv"
+    update_table(str(path), ["Model", "Top-1"], {"Model": "A, x", "Top-1": "1.00"}, "Title")
+    update_table(str(path), ["Model", "Top-1"], {"Model": "B", "extra": 3})
+    rows = update_table(str(path), ["Model", "Top-1"], {"Model": "A, x", "Top-1": "2.00"})
+    assert [(r["Model"], r["Top-1"], r["extra"]) for r in rows] == [
+        ("A, x", "2.00", ""),
+        ("B", "", "3"),
+    ]
+    assert read_csv(str(path)).columns == ["Model", "Top-1", "extra"]
+    assert (tmp_path / "t" / "table.md").read_text() == (
+        "| Model | Top-1 | extra |\n|:---|---:|---:|\n| A, x | 2.00 | - |\n| B | - | 3 |\n"
+    )  # the title of the first call is not kept: each call gives its own
+
+
+def test_csv_reading_is_strict_and_writing_refuses_unknown_keys(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("Model,Top-1\nA,1.0\nB,2.0,extra\n")
+    with pytest.raises(ResultsError, match=r"t\.csv: line 3 has 3 fields, the header has 2"):
+        read_csv(str(path))
+    path.write_text("Model,Top-1\nA,high\n")
+    with pytest.raises(ResultsError, match=r"t\.csv: row 1, column 'Top-1': 'high' is not a"):
+        read_csv(str(path)).number(0, "Top-1")
+    with pytest.raises(ValueError, match=r"\['Top-5'\] are not among the columns"):
+        write_csv(str(path), ["Model"], [{"Model": "A", "Top-5": 1}])
+
+
+def test_metrics_json_merges_repeated_iterations_and_names_bad_lines(tmp_path):
+    path = tmp_path / "metrics.json"
+    lines = [
+        {"iteration": 3, "total_loss": 2.0, "beta": float("inf")},
+        {"iteration": 1, "total_loss": 3.0},
+        {"iteration": 3, "total_loss": 1.5},  # logged again after a resume: the later wins
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    records = read_metrics_json(str(path))
+    assert [r["iteration"] for r in records] == [1, 3]
+    assert records[1] == {"iteration": 3, "total_loss": 1.5, "beta": float("inf")}
+    with open(path, "a") as f:
+        f.write('{"iteration": 4, "total_loss"\n')
+    with pytest.raises(ResultsError, match=r"metrics\.json: line 5 is not JSON"):
+        read_metrics_json(str(path))
+    path.write_text('{"total_loss": 1.0}\n')
+    with pytest.raises(ResultsError, match="line 1 is not an object with an 'iteration'"):
+        read_metrics_json(str(path))
