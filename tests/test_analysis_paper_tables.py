@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
+import transfer.detection.results
 from transfer.analysis.paper_tables import PAPER_TABLES, normalize_name
 from transfer.classification.report import LINEAR_COLUMNS, SEMI_COLUMNS
 from transfer.classification.transfer_datasets import DATASET_NAMES
-from transfer.detection.results import TABLE_COLUMNS
+from transfer.detection.results import TABLE_HEADER
 
 PAPER_TEX = os.environ.get("LORAC_PAPER_TEX", "/work/shared/paper/000_35a197c5a34005f6.txt")
 
@@ -27,8 +29,15 @@ def test_columns_are_the_tools_columns():
     assert t["table1"].key_column == LINEAR_COLUMNS[0] == t["table5"].key_column
     assert list(t["table2"].metric_columns) == [*DATASET_NAMES.values(), "Average"]
     assert list(t["table3"].metric_columns) == SEMI_COLUMNS[1:]
-    detection = [f"{title} {m}" for _, _, title in TABLE_COLUMNS for m in ("AP", "AP50", "AP75")]
-    assert list(t["table4"].metric_columns) == detection
+    assert list(t["table4"].metric_columns) == list(TABLE_HEADER)
+
+
+def test_detection_is_cited_by_the_papers_number():
+    """The collector, its docs and the report give COCO detection the same table number."""
+    number = next(t.number for t in PAPER_TABLES.values() if t.latex_label == "tab:detection")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "detection.md").read_text()
+    assert docs.startswith(f"# COCO detection, segmentation and keypoints (Table {number})")
+    assert f"the paper's Table {number}." in transfer.detection.results.__doc__
 
 
 def test_table2_averages_match_the_rows():
@@ -68,6 +77,18 @@ def _same(value, cell: str, mark: str) -> bool:
     if isinstance(value, float):
         return cell == f"{value:.1f}{mark}"
     return cell.replace(" ", "") == value.replace(" ", "")
+
+
+@pytest.mark.skipif(not os.path.isfile(PAPER_TEX), reason="paper LaTeX source not available")
+def test_numbers_follow_the_order_of_the_papers_tables():
+    """LaTeX numbers tables in the order of their environments: Table n is the n-th label."""
+    with open(PAPER_TEX, encoding="utf-8") as f:
+        tex = f.read()
+    labels = re.findall(r"\\label\{(tab:[^}]*)\}", tex)
+    assert tex.count("\\begin{table") == len(labels)
+    assert {t.number: t.latex_label for t in PAPER_TABLES.values()} == dict(
+        enumerate(labels, start=1)
+    )
 
 
 @pytest.mark.skipif(not os.path.isfile(PAPER_TEX), reason="paper LaTeX source not available")

@@ -1,4 +1,4 @@
-"""The Table 5 collector: results.json and metrics.json runs, grouping, errors, and its CLI."""
+"""The Table 4 collector: results.json and metrics.json runs, grouping, errors, and its CLI."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def runs(tmp_path) -> list[Path]:
     return dirs
 
 
-def test_table_has_table5_shape(runs, tmp_path):
-    md, csv_path = write_table([read_run(str(d)) for d in runs], str(tmp_path / "out" / "t5"))
+def test_table_has_table4_shape(runs, tmp_path):
+    md, csv_path = write_table([read_run(str(d)) for d in runs], str(tmp_path / "out" / "t4"))
     rows = Path(csv_path).read_text().splitlines()
     assert rows[0].split(",")[:4] == [
         "pretraining",

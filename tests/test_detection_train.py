@@ -190,8 +190,8 @@ def test_instant_run_trains_and_reports_coco_ap(detector, runs):
 
 
 def test_results_table_from_instant_runs(runs, tmp_path):
-    """The collector turns the three runs into one Table 5 row with all nine numbers."""
-    md, csv_path = write_table([read_run(str(d)) for d, _ in runs.values()], str(tmp_path / "t5"))
+    """The collector turns the three runs into one Table 4 row with all nine numbers."""
+    md, csv_path = write_table([read_run(str(d)) for d, _ in runs.values()], str(tmp_path / "t4"))
     rows = Path(csv_path).read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("resnet50,")
     assert all(cell != "" for cell in rows[1].split(",")), rows[1]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Gather finished detectron2 runs into a Markdown and a CSV table shaped like Table 5.
+"""Gather finished detectron2 runs into a Markdown and a CSV table shaped like Table 4.
 
-    python tools/collect_detection_results.py output/coco/* --out output/coco/table5
+    python tools/collect_detection_results.py output/coco/* --out output/coco/table4
     python tools/collect_detection_results.py lorac=output/coco/mask_lorac \
         supervised=output/coco/mask_sup --out table
 

@@ -9,7 +9,7 @@ importing this package changes nothing in detectron2. Modules:
 * :mod:`.datasets`: COCO 2017 via ``$DETECTRON2_DATASETS`` and user COCO-format registration.
 * :mod:`.weights`: check that a weights file fits the built model.
 * :mod:`.trainer`: ``DetectionTrainer`` (detectron2 ``DefaultTrainer``) and the script body.
-* :mod:`.results`: Table 5-shaped Markdown/CSV from finished runs.
+* :mod:`.results`: Table 4-shaped Markdown/CSV from finished runs.
 
 Submodules are imported where used (nothing here), so ``tools/collect_detection_results.py``
 starts without torch and ``tools/convert_to_d2.py`` without detectron2.
