@@ -137,7 +137,8 @@ def register_datasets(args: argparse.Namespace) -> None:
 
 def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
     """The frozen config of ``args`` with datasets registered and checked, and notes to log
-    once logging is set up. Raises :class:`DetectionSetupError` on any setup problem."""
+    once logging is set up. Raises :class:`~pretrain.errors.ConfigError` for the config and
+    :class:`DetectionSetupError` for datasets and the device."""
     register_datasets(args)
     cfg = load_config(args.config_file, args.opts or [])
     notes = []
