@@ -85,7 +85,7 @@ def build_knn_hook(cfg, trainer) -> KNNHook:
         was_training = backbone.training
         backbone.eval()
         try:
-            x = model.color_augment([images.to(device)], None, apply_color=False)[0]
+            x = trainer.color_augment([images.to(device)], None, apply_color=False)[0]
             if model.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             return backbone(x)
