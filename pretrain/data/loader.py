@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
 from pretrain.cluster.preemption import shield_data_worker
 from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
-from pretrain.data.datasets import BadImageError, DatasetError, build_source
+from pretrain.data.datasets import (
+    BadImageError,
+    DatasetError,
+    FashionMNISTSource,
+    ImageFolderSource,
+    build_source,
+)
 from pretrain.data.sampler import IterationBatchSampler, sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 
@@ -43,11 +51,11 @@ class PretrainDataset(Dataset):
 
     def __init__(
         self,
-        source,
+        source: ImageFolderSource | FashionMNISTSource,
         transform: MultiCropTransform,
         color: ColorSpec | None = None,
         max_consecutive_bad: int = 64,
-    ):
+    ) -> None:
         self.source, self.transform = source, transform
         self.color = color  # ColorSpec: draw this sample's device-side colour parameters here
         self.max_consecutive_bad = max_consecutive_bad
@@ -118,15 +126,15 @@ def collate_views(
 class _WithIteration:
     """Adds the iteration number to each sampler item (the batch's ShuffleBN seeds need it)."""
 
-    def __init__(self, sampler: IterationBatchSampler):
+    def __init__(self, sampler: IterationBatchSampler) -> None:
         self.sampler = sampler
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         for it, items in enumerate(self.sampler, start=self.sampler.start_iter):
             yield [(i, s, it) for i, s in items]
 
 
-def build_train_transform(cfg) -> tuple[MultiCropTransform, ColorSpec]:
+def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
     """The worker-side multi-crop transform and the colour spec named by ``cfg.INPUT``."""
     inp = cfg.INPUT
     crops = [CropSpec(inp.LARGE_SIZE, tuple(inp.LARGE_SCALE), inp.LARGE_CROPS)]
@@ -142,7 +150,7 @@ def build_train_transform(cfg) -> tuple[MultiCropTransform, ColorSpec]:
     return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
 
 
-def build_batch_augment(cfg) -> BatchColorAugment:
+def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
     """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec."""
     return BatchColorAugment(build_train_transform(cfg)[1])
 
@@ -169,7 +177,11 @@ def augment_views_on_device(
 
 
 def build_pretrain_loader(
-    cfg, rank: int, world_size: int, start_iter: int, source=None
+    cfg: CfgNode,
+    rank: int,
+    world_size: int,
+    start_iter: int,
+    source: ImageFolderSource | FashionMNISTSource | None = None,
 ) -> DataLoader:
     """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``.
 

@@ -13,6 +13,7 @@ from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, get_event_storage
+from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.cluster.preemption import StopOnSignal
@@ -33,7 +34,7 @@ __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
 logger = logging.getLogger(__name__)
 
 
-def schedule_lengths(cfg, num_images: int) -> tuple[int, int, int]:
+def schedule_lengths(cfg: CfgNode, num_images: int) -> tuple[int, int, int]:
     """(iterations per epoch, max_iter, iterations with beta = inf) for ``num_images``."""
     ipe = num_images // cfg.SOLVER.IMS_PER_BATCH
     if ipe == 0:
@@ -53,7 +54,7 @@ class MetricPrinter(CommonMetricPrinter):
     detectron2's ETA estimate then divides by the zero iterations in between.
     """
 
-    def __init__(self, max_iter: int | None = None, window_size: int = 20):
+    def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
         super().__init__(max_iter, window_size)
         self._printed: int | None = None
 
@@ -77,7 +78,7 @@ class PretrainTrainer(SimpleTrainer):
     stopped.
     """
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg: CfgNode) -> None:
         world = comm.get_world_size()
         validate_cfg(cfg, world)
         self.cfg = cfg

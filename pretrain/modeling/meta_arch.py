@@ -19,8 +19,10 @@ from __future__ import annotations
 import copy
 import math
 from collections import defaultdict
+from typing import Any
 
 import torch
+from fvcore.common.config import CfgNode
 from torch import nn
 
 from pretrain.losses import multicrop_lorac_loss_with_stats
@@ -61,7 +63,7 @@ class MultiViewMoCo(nn.Module):
         key_bn_splits: int,
         norm: str,
         channels_last: bool,
-    ):
+    ) -> None:
         super().__init__()
         self.encoder_q = Encoder(arch, hidden_dim, out_dim, stem)
         self.encoder_k = copy.deepcopy(self.encoder_q)  # plain BN: ShuffleBN handles leakage
@@ -90,7 +92,7 @@ class MultiViewMoCo(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     @classmethod
-    def from_config(cls, cfg, world_size: int = 1) -> dict:
+    def from_config(cls, cfg: CfgNode, world_size: int = 1) -> dict[str, Any]:
         inp, loss, mod = cfg.INPUT, cfg.LOSS, cfg.MODEL
         sizes = [inp.LARGE_SIZE] * inp.LARGE_CROPS + [inp.SMALL_SIZE] * inp.SMALL_CROPS
         norm = mod.NORM
@@ -121,7 +123,9 @@ class MultiViewMoCo(nn.Module):
         }
 
     @staticmethod
-    def resolve_lowrank_views(spec: str, num_views: int, num_large: int, num_keys: int) -> list:
+    def resolve_lowrank_views(
+        spec: str, num_views: int, num_large: int, num_keys: int
+    ) -> list[int]:
         """View indices of LOSS.LOWRANK_VIEWS ("large", "all" or "queries")."""
         if spec == "large":
             return list(range(num_large))
@@ -151,7 +155,7 @@ class MultiViewMoCo(nn.Module):
         torch._foreach_lerp_(k, q, 1.0 - self.momentum)
 
     # -- forward -------------------------------------------------------------------------
-    def _prepare(self, batch: dict) -> list[torch.Tensor]:
+    def _prepare(self, batch: dict[str, Any]) -> list[torch.Tensor]:
         device = self.queues.device
         views = [v.to(device, non_blocking=True) for v in batch["views"]]
         if len(views) != len(self.view_sizes):
@@ -216,7 +220,7 @@ class MultiViewMoCo(nn.Module):
         self.queues[crop, ptr : ptr + n] = keys.to(self.queues.dtype)
         self.queue_ptr[crop] = (ptr + n) % k
 
-    def forward(self, batch: dict) -> dict:
+    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
         ``batch["shuffle_seeds"]``: J ints, the same on every process."""
         views = self._prepare(batch)
