@@ -63,7 +63,7 @@ __all__ = [
 PRIORS: tuple[str, ...] = prior_names()
 Q_CONSTRUCTIONS = ("instance", "per_key_crop")
 
-Check = Callable[[str, bool, str], None]
+_Check = Callable[[str, bool, str], None]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class LoracStats:
     accuracy: torch.Tensor
 
 
-def _checker(function: str) -> Check:
+def _checker(function: str) -> _Check:
     """``check(name, ok, msg)``: ValueError("<function>: <name> <msg>") unless ``ok``."""
 
     def check(name: str, ok: bool, msg: str) -> None:
@@ -306,7 +306,7 @@ def lorac_loss(
 
 
 def _view_indices(
-    check: Check, name: str, idx: Sequence[int], v: int, allow_empty: bool = False
+    check: _Check, name: str, idx: Sequence[int], v: int, allow_empty: bool = False
 ) -> list[int]:
     out = [int(i) for i in idx]
     check(name, allow_empty or len(out) > 0, "must name at least one view")
