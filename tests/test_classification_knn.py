@@ -18,9 +18,10 @@ from test_classification_probe import load_tool
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from transfer.classification.datasets import DatasetError, FashionMNIST, read_idx
-from transfer.classification.knn import knn_accuracy
-from transfer.classification.knn_hook import KNNHook, module_feature_fn
+from pretrain.data.datasets import DatasetError, FashionMNISTSource, read_idx
+from pretrain.evaluation.features import module_feature_fn
+from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.knn_hook import KNNHook
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -64,7 +65,7 @@ def test_read_idx_roundtrip_and_corruption(tmp_path):
 
 def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
     root = make_fashion_mnist(str(tmp_path / "fm"))
-    ds = FashionMNIST(root, "test", image_size=40)
+    ds = FashionMNISTSource(root, "test", image_size=40)
     img, label = ds[3]
     assert img.mode == "RGB" and img.size == (40, 40) and label == 3 and len(ds) == 20
     r, g, b = (np.asarray(ch) for ch in img.split())
@@ -75,7 +76,7 @@ def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
 def test_real_fashion_mnist_files():
     labels = read_idx(os.path.join(REAL_FMNIST, "t10k-labels-idx1-ubyte.gz"))
     assert labels.shape == (10000,) and np.bincount(labels).tolist() == [1000] * 10
-    ds = FashionMNIST(REAL_FMNIST, "test", image_size=32, limit=5)
+    ds = FashionMNISTSource(REAL_FMNIST, "test", 5, image_size=32)
     assert len(ds) == 5 and ds[0][0].size == (32, 32)
 
 
