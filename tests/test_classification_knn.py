@@ -1,4 +1,5 @@
-"""Fashion-MNIST idx reading, the kNN tool and the detectron2 KNNHook."""
+"""Fashion-MNIST idx reading, the one kNN and feature extractor, the kNN tool and the detectron2
+KNNHook."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from pretrain.data.datasets import DatasetError, FashionMNISTSource, read_idx
-from pretrain.evaluation.features import module_feature_fn
-from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.features import embed, extract_features, module_feature_fn
+from pretrain.evaluation.knn import knn_accuracy, knn_top1
 from pretrain.evaluation.knn_hook import KNNHook
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -165,3 +166,29 @@ def test_knn_hook_reports_every_period_and_at_end(tmp_path):
 def test_knn_hook_validates_arguments():
     with pytest.raises(ValueError, match="period"):
         KNNHook(0, lambda x: x, [], [], 10)
+
+
+def test_knn_top1_is_knn_accuracy_of_extracted_features():
+    """Proves the one kNN entry point composes the one feature extractor and the one kNN (the
+    class count inferred from the labels), with the model in eval and inference mode."""
+    gen = torch.Generator().manual_seed(0)
+    y_ref, y_test = torch.arange(30) % 3, torch.arange(12) % 3
+    x_ref = torch.randn(30, 4, generator=gen) + 3 * nn.functional.one_hot(y_ref, 4)
+    x_test = torch.randn(12, 4, generator=gen) + 3 * nn.functional.one_hot(y_test, 4)
+    seen = []
+
+    class Probe(nn.Linear):
+        def forward(self, x):
+            seen.append((self.training, torch.is_inference_mode_enabled()))
+            return super().forward(x)
+
+    model = Probe(4, 6)
+    top1 = knn_top1(model, TensorDataset(x_ref, y_ref), TensorDataset(x_test, y_test), k=5)
+    assert set(seen) == {(False, True)}
+    with torch.no_grad():
+        expected = knn_accuracy(model(x_ref), y_ref, model(x_test), y_test, 3, 5)
+    assert top1 == pytest.approx(expected) and top1 > 0.5
+    f, y = extract_features(model, TensorDataset(x_test, y_test), batch_size=5)
+    assert f.shape == (12, 6) and f.dtype == torch.float32 and torch.equal(y, y_test)
+    with pytest.raises(ValueError, match="empty set: no images"):
+        embed(lambda x: x, [], desc="empty set")
