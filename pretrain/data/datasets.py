@@ -316,7 +316,7 @@ class FashionMNISTSource(Dataset):
         if split not in self.PREFIX:
             raise DatasetError(f"Fashion-MNIST split must be train or test, got {split!r}")
         if image_size < 0:
-            raise DatasetError(f"Fashion-MNIST image_size must be >= 1, got {image_size}")
+            raise DatasetError(f"Fashion-MNIST image_size >= 0 (0: 28 px) needed, got {image_size}")
         if not os.path.isdir(root):
             raise DatasetError(f"{root}: Fashion-MNIST root is not a directory")
         prefix = self.PREFIX[split]

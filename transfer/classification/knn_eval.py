@@ -1,7 +1,8 @@
 """Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST (k=200, T=0.07).
 
 Train and test features are extracted once (eval pipeline, cached like the transfer features)
-and every test image is classified by its k nearest training features, see :mod:`.knn`.
+and every test image is classified by its k nearest training features, see
+:mod:`pretrain.evaluation.knn`.
 """
 
 from __future__ import annotations
