@@ -22,12 +22,13 @@ from test_analysis_helpers import (
 )
 
 from pretrain.data.datasets import ImageFolderSource
+from pretrain.data.splits import evenly_spaced
 from pretrain.modeling import build_model
 from transfer.analysis import AnalysisError
 from transfer.analysis.csv_io import read_csv
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, evenly_spaced, view_spec
+from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, view_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 analyze_main = load_tool("analyze_nuclear_norm").main

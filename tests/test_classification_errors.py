@@ -17,6 +17,7 @@ from test_classification_probe import load_tool, make_imagenet
 from torchvision.models import resnet18
 
 from pretrain.checkpoint_io import CheckpointError
+from pretrain.data.datasets import DatasetError, FashionMNISTSource
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import (
     ConfigError,
@@ -25,7 +26,7 @@ from transfer.classification.config import (
     semi_supervised_defaults,
     transfer_defaults,
 )
-from transfer.classification.datasets import DatasetError, FashionMNIST, build_image_folder
+from transfer.classification.datasets import build_image_folder
 from transfer.classification.semi import run_semi_supervised
 from transfer.classification.transfer_datasets import DATASET_NAMES, build_transfer_dataset
 
@@ -111,9 +112,9 @@ def test_image_folder_and_class_list_problems(tmp_path):
 
 def test_fashion_mnist_missing_files(tmp_path):
     with pytest.raises(DatasetError, match="not a directory"):
-        FashionMNIST(str(tmp_path / "nope"))
+        FashionMNISTSource(str(tmp_path / "nope"))
     with pytest.raises(DatasetError, match="missing Fashion-MNIST file train-images-idx3-ubyte"):
-        FashionMNIST(str(tmp_path))
+        FashionMNISTSource(str(tmp_path))
 
 
 def test_checkpoint_without_backbone_is_named(tmp_path):
