@@ -14,13 +14,13 @@ import torch
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.utils.events import JSONWriter
 from test_classification_fakes import single_thread  # noqa: F401
-from test_classification_probe import load_tool
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from transfer.classification.datasets import DatasetError, FashionMNIST, read_idx
 from transfer.classification.knn import knn_accuracy
 from transfer.classification.knn_hook import KNNHook, module_feature_fn
+from transfer.cli import knn_eval
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -83,7 +83,6 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
     """Proves the kNN tool reads the idx layout, caches features and writes its table; the
     stripe classes are separable so even random conv features classify well above chance."""
     root = make_fashion_mnist(str(tmp_path / "fm"))
-    tool = load_tool("knn_eval")
     out, cache = str(tmp_path / "out"), str(tmp_path / "cache")
     argv = [
         "--random-init",
@@ -105,7 +104,7 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
         "--device",
         "cpu",
     ]
-    tool.main(tool.parse_args(argv))
+    knn_eval.main(argv)
     with open(os.path.join(out, "knn.csv")) as f:
         (row,) = list(csv.DictReader(f))
     assert float(row["fashion-mnist kNN top-1"]) > 50.0 and row["k"] == "5"
