@@ -15,4 +15,13 @@ def config_path(name: str = "") -> str:
 
     The files are plain files on disk (the package is never zipped), so the ``_BASE_`` paths
     inside them resolve relative to the returned path as usual."""
-    return str(files("lorac_configs").joinpath(*name.split("/") if name else ()))
+    try:
+        root = files("lorac_configs")
+    except ModuleNotFoundError:
+        # An install made before configs/ became package data: say how to fix it.
+        raise ModuleNotFoundError(
+            "lorac_configs (the configs/ directory) is not installed: run `pip install -e .` "
+            "(or `make venv`) again",
+            name="lorac_configs",
+        ) from None
+    return str(root.joinpath(*name.split("/") if name else ()))
