@@ -13,6 +13,7 @@ from torchvision import transforms as T
 
 from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
 from pretrain.config import load_config
+from pretrain.config_files import config_path
 from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.data.datasets import (
     FASHION_MNIST,
@@ -36,9 +37,7 @@ __all__ = [
     "run_demo",
 ]
 
-DEMO_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "configs", "pretrain", "demo_fashion_mnist_r18.yaml"
-)
+DEMO_CONFIG = config_path("pretrain/demo_fashion_mnist_r18.yaml")
 logger = logging.getLogger("pretrain.demo")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -13,7 +14,7 @@ from test_classification_fakes import (  # noqa: F401
     no_md5,
     single_thread,
 )
-from test_classification_probe import load_tool, make_imagenet
+from test_classification_probe import make_imagenet
 from torchvision.models import resnet18
 
 from pretrain.checkpoint_io import CheckpointError
@@ -29,6 +30,7 @@ from transfer.classification.config import (
 from transfer.classification.datasets import build_image_folder
 from transfer.classification.semi import run_semi_supervised
 from transfer.classification.transfer_datasets import DATASET_NAMES, build_transfer_dataset
+from transfer.cli import transfer_linear
 
 QUICK = os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "quick_schedules")
 
@@ -145,7 +147,7 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
         }}, bad)  # fmt: skip
         expected = "not_a_backbone.pth: ambiguous checkpoint: layouts dino"
     data = make_imagenet(str(tmp_path / "imagenet"))
-    tool = load_tool(tool_name)
+    tool = importlib.import_module(f"transfer.cli.{tool_name}")
     argv = ["--checkpoint", bad, "--output-dir", str(tmp_path / "o"), "--data-root", data]
     if tool_name == "knn_eval":
         argv += ["--dataset", "imagefolder"]
@@ -153,7 +155,7 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
         argv += ["--datasets", "dtd"]
         make_dtd(str(tmp_path / "imagenet" / "dtd"))
     with pytest.raises(SystemExit) as e:
-        tool.main(tool.parse_args(argv))
+        tool.main(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
@@ -162,7 +164,6 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
 
 
 def test_transfer_tool_missing_dataset_root(tmp_path, capsys):
-    tool = load_tool("transfer_linear")
     argv = [
         "--random-init",
         "resnet18",
@@ -174,7 +175,7 @@ def test_transfer_tool_missing_dataset_root(tmp_path, capsys):
         "cifar10,pets",
     ]
     with pytest.raises(SystemExit):
-        tool.main(tool.parse_args(argv))
+        transfer_linear.main(argv)
     err = capsys.readouterr().err
     assert "cifar10: dataset root" in err and os.path.join(str(tmp_path), "data", "cifar10") in err
 

@@ -15,7 +15,6 @@ import torch
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.utils.events import JSONWriter
 from test_classification_fakes import single_thread  # noqa: F401
-from test_classification_probe import load_tool
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -23,6 +22,7 @@ from pretrain.data.datasets import DatasetError, FashionMNISTSource, read_idx
 from pretrain.evaluation.features import embed, extract_features, module_feature_fn
 from pretrain.evaluation.knn import knn_accuracy, knn_top1
 from pretrain.evaluation.knn_hook import KNNHook
+from transfer.cli import knn_eval
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -85,7 +85,6 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
     """Proves the kNN tool reads the idx layout, caches features and writes its table; the
     stripe classes are separable so even random conv features classify well above chance."""
     root = make_fashion_mnist(str(tmp_path / "fm"))
-    tool = load_tool("knn_eval")
     out, cache = str(tmp_path / "out"), str(tmp_path / "cache")
     argv = [
         "--random-init",
@@ -107,7 +106,7 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
         "--device",
         "cpu",
     ]
-    tool.main(tool.parse_args(argv))
+    knn_eval.main(argv)
     with open(os.path.join(out, "knn.csv")) as f:
         (row,) = list(csv.DictReader(f))
     assert float(row["fashion-mnist kNN top-1"]) > 50.0 and row["k"] == "5"

@@ -1,24 +1,17 @@
-"""Command-line pieces shared by the classification tools in ``tools/``."""
+"""Command-line pieces shared by the classification tools (:mod:`transfer.cli`)."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
-from collections.abc import Callable
 
 from detectron2.utils import comm
 
-from pretrain.checkpoint_io import CheckpointError
-
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
-from .config import ConfigError
-from .datasets import DatasetError
 
 __all__ = [
     "add_model_args",
-    "clean_errors",
     "dump_run_info",
     "key_value",
     "model_from_args",
@@ -85,18 +78,3 @@ def dump_run_info(args: argparse.Namespace, output_dir: str) -> None:
         json.dump({**vars(args), "argv": sys.argv}, f, indent=2, default=str)
     with open(os.path.join(output_dir, "env.txt"), "w") as f:
         f.write(collect_env_info())
-
-
-def clean_errors(main: Callable) -> Callable:
-    """Turn the project's input errors into one ``error: ...`` line and exit status 2."""
-
-    @functools.wraps(main)
-    def wrapper(*a, **kw):
-        try:
-            return main(*a, **kw)
-        except (CheckpointError, DatasetError, ConfigError) as e:
-            if comm.is_main_process():
-                print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
-
-    return wrapper
