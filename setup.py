@@ -2,12 +2,40 @@
 
 from setuptools import find_packages, setup
 
+# Each tool's code is a `main` in pretrain/cli/ or transfer/cli/; tools/*.py wrap the same mains.
+TOOLS = {
+    "train_pretrain": "pretrain.cli.train_pretrain",
+    "submit_pretrain": "pretrain.cli.submit_pretrain",
+    "demo": "transfer.cli.demo",
+    "study": "transfer.cli.study",
+    "convert_to_d2": "transfer.cli.convert_to_d2",
+    "train_net": "transfer.cli.train_net",
+    "collect_detection_results": "transfer.cli.collect_detection_results",
+    "linear_probe": "transfer.cli.linear_probe",
+    "transfer_linear": "transfer.cli.transfer_linear",
+    "semi_supervised": "transfer.cli.semi_supervised",
+    "knn_eval": "transfer.cli.knn_eval",
+    "analyze_nuclear_norm": "transfer.cli.analyze_nuclear_norm",
+    "make_report": "transfer.cli.make_report",
+}
+
 setup(
     name="lorac",
     version="0.1.0",
     description="LORAC self-supervised pretraining, MoCo-M/MoCo-v2 baselines, detectron2 transfer",
-    packages=find_packages(include=["pretrain", "pretrain.*", "transfer", "transfer.*"]),
-    package_data={"pretrain": ["data/*.txt"]},
+    # configs/ stays at the top of the repository and installs as the package lorac_configs
+    # (pretrain/config_files.py finds its files there, in editable and regular installs alike).
+    packages=[
+        *find_packages(include=["pretrain", "pretrain.*", "transfer", "transfer.*"]),
+        "lorac_configs",
+    ],
+    package_dir={"lorac_configs": "configs"},
+    package_data={"pretrain": ["data/*.txt"], "lorac_configs": ["**/*.yaml"]},
+    entry_points={
+        "console_scripts": [
+            f"lorac-{name.replace('_', '-')} = {module}:main" for name, module in TOOLS.items()
+        ]
+    },
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",

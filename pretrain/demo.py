@@ -13,7 +13,16 @@ from torchvision import transforms as T
 
 from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
 from pretrain.config import load_config
+from pretrain.config_files import config_path
 from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.data.datasets import (
+    FASHION_MNIST,
+    FashionMNISTSource,
+    ImageFolderSource,
+    TransformedDataset,
+)
+from pretrain.evaluation.features import extract_features
+from pretrain.evaluation.knn import knn_accuracy
 from pretrain.modeling import build_model
 
 __all__ = [
@@ -28,9 +37,7 @@ __all__ = [
     "run_demo",
 ]
 
-DEMO_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "configs", "pretrain", "demo_fashion_mnist_r18.yaml"
-)
+DEMO_CONFIG = config_path("pretrain/demo_fashion_mnist_r18.yaml")
 logger = logging.getLogger("pretrain.demo")
 
 
@@ -67,26 +74,26 @@ def format_knn_report(res: DemoResult) -> str:
 def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: int, norm=None):
     """(reference, test) datasets of (tensor, label) for the demo's kNN.
 
-    ``norm`` (default: ToTensor + ImageNet normalisation) is applied after resizing to ``size``.
+    Fashion-MNIST: the first ``n_train`` training images are the references, the first
+    ``n_test`` test images the queries. An image folder has no test split: every 5th image is
+    held out as the test set. ``norm`` (default: ToTensor + ImageNet normalisation) is applied
+    after resizing to ``size``.
     """
-    from torch.utils.data import Subset
-    from torchvision.datasets import ImageFolder
-
-    from transfer.classification.datasets import FashionMNIST
+    from torchvision.datasets.folder import IMG_EXTENSIONS
 
     if norm is None:
         norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB)]
-    if dataset_type == "fashion_mnist":
+    if dataset_type == FASHION_MNIST:
         tf = T.Compose(norm)
-        return (
-            FashionMNIST(root, "train", image_size=size, transform=tf, limit=n_train),
-            FashionMNIST(root, "test", image_size=size, transform=tf, limit=n_test),
+        return tuple(
+            FashionMNISTSource(root, split, n, image_size=size, transform=tf)
+            for split, n in (("train", n_train), ("test", n_test))
         )
-    # An ImageFolder root has no test split: every 5th image is held out as the test set.
-    ds = ImageFolder(root, transform=T.Compose([T.Resize(size), T.CenterCrop(size), *norm]))
+    ds = ImageFolderSource(root, extensions=IMG_EXTENSIONS, allow_empty=False)
+    tf = T.Compose([T.Resize(size), T.CenterCrop(size), *norm])
     test = list(range(0, len(ds), 5))[:n_test]
     train = [i for i in range(len(ds)) if i % 5][:n_train]
-    return Subset(ds, train), Subset(ds, test)
+    return TransformedDataset(ds, tf, train), TransformedDataset(ds, tf, test)
 
 
 def knn_features(
@@ -95,23 +102,14 @@ def knn_features(
     size: int,
     n_train: int,
     n_test: int,
-    dataset_type: str = "fashion_mnist",
+    dataset_type: str = FASHION_MNIST,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``backbone``'s pooled features and labels of the kNN reference and test images:
     ``(f_train, y_train, f_test, y_test)``."""
-    from transfer.classification.features import extract_features
-
     train, test = _knn_splits(dataset_type, root, size, n_train, n_test)
     f_train, y_train = extract_features(backbone, train, desc="kNN train features")
     f_test, y_test = extract_features(backbone, test, desc="kNN test features")
     return f_train, y_train, f_test, y_test
-
-
-def _knn(f_train, y_train, f_test, y_test) -> float:
-    from pretrain.evaluation.knn import knn_accuracy
-
-    num_classes = int(max(y_train.max(), y_test.max())) + 1
-    return knn_accuracy(f_train, y_train, f_test, y_test, num_classes=num_classes)
 
 
 def knn_top1(
@@ -120,13 +118,10 @@ def knn_top1(
     size: int,
     n_train: int,
     n_test: int,
-    dataset_type: str = "fashion_mnist",
+    dataset_type: str = FASHION_MNIST,
 ) -> float:
     """Weighted kNN (k = 200, T = 0.07) top-1 of ``backbone``'s pooled features."""
-    f_train, y_train, f_test, y_test = knn_features(
-        backbone, root, size, n_train, n_test, dataset_type
-    )
-    return _knn(f_train, y_train, f_test, y_test)
+    return knn_accuracy(*knn_features(backbone, root, size, n_train, n_test, dataset_type))
 
 
 def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +142,7 @@ def _stack(ds) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def raw_pixel_top1(
-    root: str, n_train: int, n_test: int, dataset_type: str = "fashion_mnist", size: int = 28
+    root: str, n_train: int, n_test: int, dataset_type: str = FASHION_MNIST, size: int = 28
 ) -> float:
     """The same weighted kNN on grey ``size`` px images (28: Fashion-MNIST's own) as centred
     vectors: the baseline a learned representation has to beat."""
@@ -157,11 +152,11 @@ def raw_pixel_top1(
     x_train, y_train = _stack(train)
     x_test, y_test = _stack(test)
     f_train, f_test = centred_pixels(x_train, x_test)
-    return _knn(f_train, y_train, f_test, y_test)
+    return knn_accuracy(f_train, y_train, f_test, y_test)
 
 
 def _header(dataset_type: str, root: str, n_train: int, n_test: int, n_found: int) -> str:
-    if dataset_type == "fashion_mnist":
+    if dataset_type == FASHION_MNIST:
         where = "the Fashion-MNIST test split"
         if n_found < 10000:
             where = f"the first {n_found:,} images of the Fashion-MNIST test split"
@@ -194,7 +189,7 @@ def run_demo(
     random_init = build_model(cfg).encoder_q.backbone  # same seed: the run's starting point
     size = cfg.INPUT.LARGE_SIZE
     root, kind = cfg.DATASETS.ROOT, cfg.DATASETS.TYPE
-    raw_size = 28 if kind == "fashion_mnist" else size
+    raw_size = 28 if kind == FASHION_MNIST else size
     _, test = _knn_splits(kind, root, size, n_train, n_test)
     return DemoResult(
         checkpoint=ckpt,

@@ -24,6 +24,9 @@ Choices where the paper is ambiguous, documented in docs/method.md:
     ``q_construction="per_key_crop"`` keeps the other reading (for key crop j: the large queries
     other than view j, plus k_j; 3 rows) for comparison.
   * M in h(Q) is the number of rows of Q unless ``prior_m`` is given.
+  * The priors (log h as a function of a nuclear norm) are the classes of :mod:`pretrain.priors`,
+    named through its registry; the functions here build Q (or P), take its nuclear norm (this
+    module's ``nuclear_norm``) and hand it to the prior.
   * beta = inf disables every prior (MoCo-M), including ``gaussian`` and ``constant``, so the
     beta warm-up schedule applies to the ablation priors too; ``gaussian`` ignores finite beta.
   * ``batchwise`` (LORAC-bs, Eq. 14) centres the queries that enter the prior (the keys are left
@@ -36,18 +39,19 @@ Choices where the paper is ambiguous, documented in docs/method.md:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from pretrain.nuclear_norm import nuclear_norm
+from pretrain.priors import Prior, build_prior, prior_names
 
 __all__ = [
     "PRIORS",
     "Q_CONSTRUCTIONS",
     "LoracStats",
+    "log_prior",
     "lorac_loss",
     "lorac_loss_with_stats",
     "multicrop_lorac_loss",
@@ -55,8 +59,11 @@ __all__ = [
     "nuclear_norm",
 ]
 
-PRIORS = ("laplace", "gaussian", "constant", "none", "batchwise")
+# The names ``prior`` accepts (those registered in pretrain.priors.PRIOR_REGISTRY at import).
+PRIORS: tuple[str, ...] = prior_names()
 Q_CONSTRUCTIONS = ("instance", "per_key_crop")
+
+_Check = Callable[[str, bool, str], None]
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,46 @@ class LoracStats:
     accuracy: torch.Tensor
 
 
-def _check(name: str, ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(f"lorac_loss: {name} {msg}")
+def _checker(function: str) -> _Check:
+    """``check(name, ok, msg)``: ValueError("<function>: <name> <msg>") unless ``ok``."""
+
+    def check(name: str, ok: bool, msg: str) -> None:
+        if not ok:
+            raise ValueError(f"{function}: {name} {msg}")
+
+    return check
 
 
-def _validate_hparams(tau, beta, prior, c, c0, sigma2, check=_check) -> None:
+_check = _checker("lorac_loss")
+
+
+def _resolve_prior(
+    prior: str | Prior, c: float | None, c0: float | None, sigma2: float | None, function: str
+) -> Prior:
+    """``prior`` itself, or the registered prior of that name built with c, c0, sigma2."""
+    check = _checker(function)
+    if isinstance(prior, Prior):
+        given = (c, c0, sigma2) != (None, None, None)
+        check("prior", not given, "is a Prior instance, which holds its own c, c0, sigma2")
+        return prior
+    check("prior", isinstance(prior, str), f"must be a name or a Prior, got {prior!r}")
+    try:
+        return build_prior(prior, c=c, c0=c0, sigma2=sigma2)
+    except ValueError as e:  # its message starts with the argument's name
+        raise ValueError(f"{function}: {e}") from None
+
+
+def _validate_hparams(
+    tau: float,
+    beta: float,
+    prior: str | Prior,
+    c: float | None,
+    c0: float | None,
+    sigma2: float | None,
+    function: str = "lorac_loss",
+) -> Prior:
+    """Checks tau and beta; returns the Prior object of ``prior``."""
+    check = _checker(function)
     check(
         "tau",
         isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
@@ -86,21 +127,10 @@ def _validate_hparams(tau, beta, prior, c, c0, sigma2, check=_check) -> None:
         isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
         f"must be > 0 (inf disables the prior), got {beta!r}",
     )
-    check("prior", prior in PRIORS, f"must be one of {PRIORS}, got {prior!r}")
-    if prior == "constant":
-        check(
-            "c", c is not None and math.isfinite(c), f"is required by prior 'constant', got {c!r}"
-        )
-    if prior == "gaussian":
-        check("c0", c0 is not None and math.isfinite(c0), f"is required by 'gaussian', got {c0!r}")
-        check(
-            "sigma2",
-            sigma2 is not None and sigma2 > 0,
-            f"must be > 0 for 'gaussian', got {sigma2!r}",
-        )
+    return _resolve_prior(prior, c, c0, sigma2, function)
 
 
-def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> None:
+def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> Prior:
     _check("queries", queries.dim() == 3, f"must be (M-1, N, d), got {tuple(queries.shape)}")
     _check("queries", queries.shape[0] >= 1, "needs at least one query view")
     _check("key", key.dim() == 2, f"must be (N, d), got {tuple(key.shape)}")
@@ -108,7 +138,7 @@ def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> None:
     n, d = queries.shape[1:]
     _check("key", tuple(key.shape) == (n, d), f"shape {tuple(key.shape)} != (N, d) = {(n, d)}")
     _check("negatives", negatives.shape[1] == d, f"dim {negatives.shape[1]} != d = {d}")
-    _validate_hparams(tau, beta, prior, c, c0, sigma2)
+    return _validate_hparams(tau, beta, prior, c, c0, sigma2)
 
 
 def _select(queries: torch.Tensor, lowrank_views: Sequence[int] | None) -> torch.Tensor:
@@ -133,22 +163,13 @@ def _p_matrix(low: torch.Tensor) -> torch.Tensor:
     return centred.transpose(0, 1).reshape(-1, low.shape[-1])
 
 
-def _log_h(
-    nuc: torch.Tensor, rows: int, prior: str, tau: float, beta: float, c0, sigma2
-) -> torch.Tensor:
-    """log h of a matrix with ``rows`` rows and nuclear norm ``nuc`` (laplace/gaussian/bs)."""
-    if prior == "gaussian":
-        return -((nuc - c0) ** 2) / (sigma2 * rows * tau)
-    return -nuc / (rows * beta * tau)  # laplace (Eq. 11), batchwise (Eq. 14)
-
-
 def log_prior(
     queries: torch.Tensor,
     key: torch.Tensor,
     *,
     tau: float,
     beta: float,
-    prior: str = "laplace",
+    prior: str | Prior = "laplace",
     lowrank_views: Sequence[int] | None = None,
     c: float | None = None,
     c0: float | None = None,
@@ -159,29 +180,30 @@ def log_prior(
 
     ``queries`` (M-1, N, d) and ``key`` (N, d) as in :func:`lorac_loss`; computed in float32.
     """
+    prior = _resolve_prior(prior, c, c0, sigma2, "log_prior")
     queries, key = queries.float(), key.float()
     n = key.shape[0]
     zeros = key.new_zeros(n)
-    if prior == "none" or math.isinf(beta):
+    if not prior.active(beta):
         return zeros, zeros
     low = _select(queries, lowrank_views)  # (M_Q - 1, N, d)
-    m_rows = low.shape[0] + 1 if prior_m is None else prior_m
-    if prior == "constant":
-        return zeros - c / (m_rows * beta * tau), zeros
-    if prior == "batchwise":
+    if prior.batchwise:
         p = _p_matrix(low)  # (N * M_l, d)
         rows = p.shape[0] if prior_m is None else n * prior_m
         nuc = nuclear_norm(p)
-        return zeros + _log_h(nuc, rows, prior, tau, beta, c0, sigma2), zeros + nuc.detach()
+        return zeros + prior.log_h(nuc, rows, tau=tau, beta=beta), zeros + nuc.detach()
+    m_rows = low.shape[0] + 1 if prior_m is None else prior_m
+    if not prior.reads_norm:  # e.g. constant: no norm to compute
+        return prior.log_h(zeros, m_rows, tau=tau, beta=beta), zeros
     nuc = nuclear_norm(_q_matrix(low, key))  # (N,)
-    return _log_h(nuc, m_rows, prior, tau, beta, c0, sigma2), nuc.detach()
+    return prior.log_h(nuc, m_rows, tau=tau, beta=beta), nuc.detach()
 
 
-def _logged_nuclear_norm(q, k, lowrank_views, prior) -> torch.Tensor:
-    """Mean ||Q||_* (||P||_* for batchwise) for logging when the prior itself is off."""
+def _logged_nuclear_norm(q, k, lowrank_views, batchwise: bool) -> torch.Tensor:
+    """Mean ||Q||_* (||P||_* for a batchwise prior) for logging when the prior itself is off."""
     with torch.no_grad():
         low = _select(q, lowrank_views)
-        if prior == "batchwise":
+        if batchwise:
             return nuclear_norm(_p_matrix(low))
         return nuclear_norm(_q_matrix(low, k)).mean()
 
@@ -193,7 +215,7 @@ def lorac_loss_with_stats(
     *,
     tau: float,
     beta: float,
-    prior: str = "laplace",
+    prior: str | Prior = "laplace",
     lowrank_views: Sequence[int] | None = None,
     c: float | None = None,
     c0: float | None = None,
@@ -201,21 +223,12 @@ def lorac_loss_with_stats(
     prior_m: int | None = None,
 ) -> tuple[torch.Tensor, LoracStats]:
     """:func:`lorac_loss` plus detached statistics for logging."""
-    _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2)
+    prior = _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2)
     # The loss and the prior are computed in float32 even under autocast.
     with torch.autocast(device_type=queries.device.type, enabled=False):
         q, k, neg = queries.float(), key.float(), negatives.float()
         lp, nuc = log_prior(
-            q,
-            k,
-            tau=tau,
-            beta=beta,
-            prior=prior,
-            lowrank_views=lowrank_views,
-            c=c,
-            c0=c0,
-            sigma2=sigma2,
-            prior_m=prior_m,
+            q, k, tau=tau, beta=beta, prior=prior, lowrank_views=lowrank_views, prior_m=prior_m
         )
         l_pos = torch.einsum("mnd,nd->mn", q, k) / tau + lp  # (M-1, N)
         l_neg = torch.matmul(q, neg.t()) / tau  # (M-1, N, K)
@@ -226,8 +239,10 @@ def lorac_loss_with_stats(
             # plain similarities: the prior's margin alone must not move the logged accuracy
             sim_pos = l_pos - lp
             acc = (sim_pos >= l_neg.amax(-1)).float().mean() if neg.shape[0] else None
-            prior_off = prior in ("none", "constant") or math.isinf(beta)
-            logged = _logged_nuclear_norm(q, k, lowrank_views, prior) if prior_off else nuc.mean()
+            if prior.active(beta) and prior.reads_norm:
+                logged = nuc.mean()
+            else:
+                logged = _logged_nuclear_norm(q, k, lowrank_views, prior.batchwise)
             stats = LoracStats(
                 nuclear_norm=logged,
                 log_prior=lp.detach().mean(),
@@ -243,7 +258,7 @@ def lorac_loss(
     *,
     tau: float,
     beta: float,
-    prior: str = "laplace",
+    prior: str | Prior = "laplace",
     lowrank_views: Sequence[int] | None = None,
     c: float | None = None,
     c0: float | None = None,
@@ -258,12 +273,14 @@ def lorac_loss(
         negatives: (K, d) L2-normalised negative keys (the queue).
         tau: temperature, > 0.
         beta: prior scale, > 0; ``math.inf`` disables the prior (MoCo-M).
-        prior: ``laplace`` (Eq. 11, log h = -||Q||_*/(M beta tau)), ``gaussian``
-            (-(||Q||_* - c0)^2/(sigma2 M tau)), ``constant`` (-c/(M beta tau), L-sftmx-c),
-            ``none`` (MoCo-M) or ``batchwise`` (LORAC-bs, Eq. 14, one prior shared by the batch).
+        prior: a :class:`~pretrain.priors.Prior`, or the name of a registered one (then built
+            with ``c``, ``c0``, ``sigma2``): ``laplace`` (Eq. 11, log h = -||Q||_*/(M beta tau)),
+            ``gaussian`` (-(||Q||_* - c0)^2/(sigma2 M tau)), ``constant`` (-c/(M beta tau),
+            L-sftmx-c), ``none`` (MoCo-M) or ``batchwise`` (LORAC-bs, Eq. 14, one prior shared
+            by the batch).
         lowrank_views: indices into ``queries`` of the views that enter Q (default: all).
-        c: the constant of prior ``constant``.
-        c0, sigma2: centre and variance of prior ``gaussian``.
+        c: the constant of prior ``constant`` (a name only).
+        c0, sigma2: centre and variance of prior ``gaussian`` (a name only).
         prior_m: the M that normalises the prior (default: the number of rows of Q).
 
     Returns:
@@ -288,21 +305,20 @@ def lorac_loss(
     return loss
 
 
-def _view_indices(name: str, idx: Sequence[int], v: int, allow_empty: bool = False) -> list[int]:
+def _view_indices(
+    check: _Check, name: str, idx: Sequence[int], v: int, allow_empty: bool = False
+) -> list[int]:
     out = [int(i) for i in idx]
-    _check(name, allow_empty or len(out) > 0, "must name at least one view")
-    _check(name, all(0 <= i < v for i in out), f"{out} out of range for {v} views")
-    _check(name, len(set(out)) == len(out), f"{out} repeats a view")
+    check(name, allow_empty or len(out) > 0, "must name at least one view")
+    check(name, all(0 <= i < v for i in out), f"{out} out of range for {v} views")
+    check(name, len(set(out)) == len(out), f"{out} repeats a view")
     return out
 
 
 def _validate_multicrop(
-    views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior
+    views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior: Prior
 ) -> tuple[list[int], list[int]]:
-    def check(name: str, ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(f"multicrop_lorac_loss: {name} {msg}")
-
+    check = _checker("multicrop_lorac_loss")
     check("views", views.dim() == 3, f"must be (V, N, d), got {tuple(views.shape)}")
     v, n, d = views.shape
     check("views", v >= 2, f"needs at least 2 views (a key crop and a query), got {v}")
@@ -316,12 +332,9 @@ def _validate_multicrop(
         queues.shape[0] == j and queues.shape[2] == d,
         f"shape {tuple(queues.shape)} != ({j}, K, {d})",
     )
-    try:
-        kv = _view_indices("key_views", key_views, v)
-        # prior "none" reads Q only for the logged ||Q||_*, which may then be the keys alone
-        low = _view_indices("lowrank_views", lowrank_views, v, allow_empty=prior == "none")
-    except ValueError as e:
-        raise ValueError(str(e).replace("lorac_loss:", "multicrop_lorac_loss:")) from None
+    kv = _view_indices(check, "key_views", key_views, v)
+    # a prior that never acts reads Q only for the logged ||Q||_*, which may be the keys alone
+    low = _view_indices(check, "lowrank_views", lowrank_views, v, allow_empty=not prior.enabled)
     check("key_views", len(kv) == j, f"has {len(kv)} entries for {j} key crops")
     check(
         "q_construction",
@@ -349,7 +362,7 @@ def multicrop_lorac_loss_with_stats(
     lowrank_views: Sequence[int],
     tau: float,
     beta: float,
-    prior: str = "laplace",
+    prior: str | Prior = "laplace",
     c: float | None = None,
     c0: float | None = None,
     sigma2: float | None = None,
@@ -358,25 +371,26 @@ def multicrop_lorac_loss_with_stats(
     global_lowrank: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LoracStats]:
     """:func:`multicrop_lorac_loss` plus detached statistics for logging."""
+    prior = _validate_hparams(tau, beta, prior, c, c0, sigma2, "multicrop_lorac_loss")
     kv, low = _validate_multicrop(
         views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior
     )
-    _validate_hparams(tau, beta, prior, c, c0, sigma2)
     with torch.autocast(device_type=views.device.type, enabled=False):
         x, k, queues = views.float(), keys.float(), queues.float()
         v, n, _ = x.shape
-        prior_on = prior != "none" and not math.isinf(beta)
+        prior_on = prior.active(beta)
+        # log h grows a graph only when it is on and reads the norm; otherwise ||.||_* is logged
+        grad_through_norm = torch.is_grad_enabled() and prior_on and prior.reads_norm
         # The prior of each key crop, (J, N) log h, and the nuclear norms it used (for logging).
-        if prior == "batchwise":
+        if prior.batchwise:
             lowq = x[low] if global_lowrank is None else global_lowrank.float()
             p = _p_matrix(lowq)  # (N_global * L, d), Eq. (14)
             rows = p.shape[0] if prior_m is None else lowq.shape[1] * prior_m
-            if prior_on:
+            with torch.set_grad_enabled(grad_through_norm):
                 nuc = nuclear_norm(p)
-                lp = _log_h(nuc, rows, prior, tau, beta, c0, sigma2).expand(len(kv), n)
+            if prior_on:
+                lp = prior.log_h(nuc, rows, tau=tau, beta=beta).expand(len(kv), n)
             else:
-                with torch.no_grad():
-                    nuc = nuclear_norm(p)
                 lp = x.new_zeros(len(kv), n)
             logged_nuc = nuc.detach()
         else:
@@ -388,20 +402,16 @@ def multicrop_lorac_loss_with_stats(
                     for j in range(len(kv))
                 ]
             distinct = q_mats[:1] if q_construction == "instance" else q_mats
-            needs_grad = prior_on and prior != "constant"
-            with torch.set_grad_enabled(torch.is_grad_enabled() and needs_grad):
+            with torch.set_grad_enabled(grad_through_norm):
                 nucs = [nuclear_norm(q) for q in distinct]  # each (N,)
             logged_nuc = torch.stack(nucs).detach().mean()
             if not prior_on:
                 lp = x.new_zeros(len(kv), n)
             else:
-                lps = []
-                for q, nuc in zip(distinct, nucs, strict=True):
-                    m_rows = q.shape[1] if prior_m is None else prior_m
-                    if prior == "constant":
-                        lps.append(nuc.new_full((n,), -c / (m_rows * beta * tau)))
-                    else:
-                        lps.append(_log_h(nuc, m_rows, prior, tau, beta, c0, sigma2))
+                lps = [
+                    prior.log_h(nuc, q.shape[1] if prior_m is None else prior_m, tau=tau, beta=beta)
+                    for q, nuc in zip(distinct, nucs, strict=True)
+                ]
                 lp = torch.stack(lps).expand(len(kv), n)  # (J, N)
         losses, correct = [], []
         for j, key_view in enumerate(kv):
@@ -434,7 +444,7 @@ def multicrop_lorac_loss(
     lowrank_views: Sequence[int],
     tau: float,
     beta: float,
-    prior: str = "laplace",
+    prior: str | Prior = "laplace",
     c: float | None = None,
     c0: float | None = None,
     sigma2: float | None = None,
@@ -455,9 +465,10 @@ def multicrop_lorac_loss(
             crops ``[0, 1, 2]``).
         tau: temperature, > 0.
         beta: prior scale, > 0; ``math.inf`` switches every prior off (MoCo-M).
-        prior: ``laplace`` (Eq. 11), ``gaussian``, ``constant`` (L-sftmx-c), ``none`` (MoCo-M)
-            or ``batchwise`` (LORAC-bs, Eq. 14); see :func:`lorac_loss`.
-        c, c0, sigma2: the constants of priors ``constant`` and ``gaussian``.
+        prior: a :class:`~pretrain.priors.Prior` or a registered name: ``laplace`` (Eq. 11),
+            ``gaussian``, ``constant`` (L-sftmx-c), ``none`` (MoCo-M) or ``batchwise``
+            (LORAC-bs, Eq. 14); see :func:`lorac_loss`.
+        c, c0, sigma2: the constants of priors ``constant`` and ``gaussian`` (a name only).
         prior_m: the M that normalises the prior (default: the number of rows of Q; for
             ``batchwise`` P has N * prior_m rows).
         q_construction: ``instance``: Q_i stacks ``views[lowrank_views, i]`` and all J keys
@@ -492,8 +503,3 @@ def multicrop_lorac_loss(
         global_lowrank=global_lowrank,
     )
     return loss
-
-
-def l2_normalize(x: torch.Tensor) -> torch.Tensor:
-    """Row-wise L2 normalisation in float32 (embeddings enter the loss normalised)."""
-    return F.normalize(x.float(), dim=-1)

@@ -1,15 +1,25 @@
 """Optimisers and the learning-rate schedule for pretraining.
 
-LARS is written here because no maintained PyPI package has the paper's semantics: the paper used
-SwAV's setting of apex's ``LARC`` wrapper (trust ratio eta = 0.001, ``clip=False``, applied to every
-parameter), and apex is not pip-installable without a CUDA build; torchlars needs CUDA and the
-LARS of lightly / solo-learn exclude biases and norms from adaptation (a different rule).
+LARS is written here because the paper used SwAV's setting of apex's ``LARC`` wrapper (trust
+ratio eta = 0.001, ``clip=False``, applied to every parameter), and apex is not pip-installable
+without a CUDA build; torchlars needs CUDA. Other LARS implementations, with their defaults:
+
+* solo-learn's (Lightning Bolts' code) adapts every parameter (``exclude_bias_n_norm_lars=False``;
+  True leaves 1-D parameters, biases and norms, unadapted): LARC's rule, but solo-learn's PyPI
+  package (last released in 2021) is a whole framework to depend on for one class;
+* lightly's leaves a parameter group whose weight decay is 0 unadapted (another rule there);
+* VISSL's (a Classy Vision optimizer) adapts every parameter (``exclude_bias_and_norm=False``)
+  with Barlow Twins' trust ratio eta ||p|| / ||g + weight_decay p||, not LARC's
+  eta ||p|| / (||g|| + weight_decay ||p||).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import torch
 from detectron2.solver import LRMultiplier
+from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import (
     CompositeParamScheduler,
     CosineParamScheduler,
@@ -27,11 +37,13 @@ class LARS(torch.optim.Optimizer):
         local = eta * ||p|| / (||g|| + weight_decay * ||p|| + eps)  (1 if ||p|| or ||g|| is 0)
         d = local * (g + weight_decay * p)
         buf = momentum * buf + d;  p -= lr * buf
+    Where ||g|| is 0 and ||p|| is not, apex (like solo-learn and lightly) adds no weight decay;
+    here d = weight_decay * p (``tests/test_solver.py`` pins this rule).
     """
 
     def __init__(
         self,
-        params,
+        params: Iterable[torch.nn.Parameter] | Iterable[dict],
         lr: float,
         momentum: float = 0.9,
         weight_decay: float = 0.0,
@@ -53,7 +65,9 @@ class LARS(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], float] | None = None
+    ) -> float | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -82,7 +96,7 @@ class LARS(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
     """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
@@ -93,7 +107,7 @@ def build_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY)
 
 
-def lr_multiplier(cfg, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
+def lr_multiplier(cfg: CfgNode, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
     """Per-iteration multiplier of BASE_LR: optional linear warm-up, then cosine to FINAL_LR."""
     s = cfg.SOLVER
     final = s.FINAL_LR / s.BASE_LR
@@ -108,5 +122,8 @@ def lr_multiplier(cfg, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
     )
 
 
-def build_lr_scheduler(cfg, optimizer, max_iter: int, iters_per_epoch: int) -> LRMultiplier:
+def build_lr_scheduler(
+    cfg: CfgNode, optimizer: torch.optim.Optimizer, max_iter: int, iters_per_epoch: int
+) -> LRMultiplier:
+    """detectron2's ``LRMultiplier`` over :func:`lr_multiplier`, stepped once per iteration."""
     return LRMultiplier(optimizer, lr_multiplier(cfg, max_iter, iters_per_epoch), max_iter)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
+# The packages come from the install (`pip install -e .`, `make venv`), not from this path.
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 # One thread: the test models are tiny, and spare threads only spin on a shared CI machine.
 torch.set_num_threads(1)
 

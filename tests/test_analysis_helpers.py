@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -111,12 +112,9 @@ def make_symmetric_folder(root: Path, size: int = 16, per_class: int = 2) -> Pat
     return root
 
 
-def load_tool(name: str):
-    """Import ``tools/<name>.py`` (tools/ is not a package)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def exit_status(main: Callable[[list[str]], int], argv: list[str]) -> int:
+    """What a shell sees from a tool: ``main``'s return value, or the status of its SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code

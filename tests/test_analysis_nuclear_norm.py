@@ -14,7 +14,7 @@ import torch
 from conftest import make_image_folder
 from test_analysis_helpers import (
     assert_png_not_blank,
-    load_tool,
+    exit_status,
     make_fashion_mnist,
     make_run,
     make_symmetric_folder,
@@ -22,15 +22,16 @@ from test_analysis_helpers import (
 )
 
 from pretrain.data.datasets import ImageFolderSource
+from pretrain.data.splits import evenly_spaced
 from pretrain.modeling import build_model
 from pretrain.tables import read_csv
 from transfer.analysis import AnalysisError
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, evenly_spaced, view_spec
+from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, view_spec
+from transfer.cli.analyze_nuclear_norm import main as analyze_main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-analyze_main = load_tool("analyze_nuclear_norm").main
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +190,8 @@ def test_errors_name_the_file(sweep, tmp_path, capsys):
         analyze(
             [str(sweep["b2"]), str(sweep["b8"])], AnalysisOptions("imagefolder", data, labels=["x"])
         )
-    rc = analyze_main(
+    rc = exit_status(
+        analyze_main,
         [
             str(tmp_path / "missing"),
             "--dataset",
@@ -198,9 +200,9 @@ def test_errors_name_the_file(sweep, tmp_path, capsys):
             data,
             "--out",
             str(tmp_path / "o"),
-        ]
+        ],
     )
-    assert rc == 1
+    assert rc == 2
     assert "missing: no such run directory or checkpoint file" in capsys.readouterr().err
 
 

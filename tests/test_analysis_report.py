@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_image_folder
-from test_analysis_helpers import assert_png_not_blank, load_tool, make_run, write_metrics
+from test_analysis_helpers import assert_png_not_blank, exit_status, make_run, write_metrics
 
 from pretrain.tables import read_csv, update_table
 from transfer.analysis import AnalysisError
@@ -25,9 +25,8 @@ from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, wri
 from transfer.analysis.report import build_report
 from transfer.classification.report import LINEAR_COLUMNS, SEMI_COLUMNS, transfer_columns
 from transfer.classification.transfer_datasets import DATASET_NAMES
+from transfer.cli.make_report import main as report_main
 from transfer.detection.results import write_results
-
-report_main = load_tool("make_report").main
 
 
 @pytest.fixture(scope="module")
@@ -230,8 +229,8 @@ def test_malformed_metrics_and_results_json(tmp_path, capsys):
     write_metrics(run / "metrics.json", beta=2.0)
     with open(run / "metrics.json", "a") as f:
         f.write('{"iteration": 12, "total_loss": 1.0\n')
-    rc = report_main([str(run), "--out", str(tmp_path / "out")])
-    assert rc == 1
+    rc = exit_status(report_main, [str(run), "--out", str(tmp_path / "out")])
+    assert rc == 2
     assert f"{run / 'metrics.json'}: line 13 is not JSON" in capsys.readouterr().err
     det = tmp_path / "coco" / "a"
     det.mkdir(parents=True)
@@ -259,4 +258,4 @@ def test_cli_writes_both_files(experiment, tmp_path, capsys):
     assert rc == 0
     assert "10 figures" in capsys.readouterr().out
     assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
-    assert report_main(["--out", str(tmp_path)]) == 2
+    assert exit_status(report_main, ["--out", str(tmp_path)]) == 2

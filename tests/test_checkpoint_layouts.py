@@ -451,7 +451,7 @@ def test_converter_cli_refuses_in_one_line(kind, net, other, tmp_path):
         cwd=REPO,
         timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0]
     assert ("ambiguous" if kind == "ambiguous" else "known layout") in lines[0]

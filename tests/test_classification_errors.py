@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -13,10 +14,11 @@ from test_classification_fakes import (  # noqa: F401
     no_md5,
     single_thread,
 )
-from test_classification_probe import load_tool, make_imagenet
+from test_classification_probe import make_imagenet
 from torchvision.models import resnet18
 
 from pretrain.checkpoint_io import CheckpointError
+from pretrain.data.datasets import DatasetError, FashionMNISTSource
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import (
     ConfigError,
@@ -25,9 +27,10 @@ from transfer.classification.config import (
     semi_supervised_defaults,
     transfer_defaults,
 )
-from transfer.classification.datasets import DatasetError, FashionMNIST, build_image_folder
+from transfer.classification.datasets import build_image_folder
 from transfer.classification.semi import run_semi_supervised
 from transfer.classification.transfer_datasets import DATASET_NAMES, build_transfer_dataset
+from transfer.cli import transfer_linear
 
 QUICK = os.path.join(os.path.dirname(__file__), "..", "configs", "eval", "quick_schedules")
 
@@ -111,9 +114,9 @@ def test_image_folder_and_class_list_problems(tmp_path):
 
 def test_fashion_mnist_missing_files(tmp_path):
     with pytest.raises(DatasetError, match="not a directory"):
-        FashionMNIST(str(tmp_path / "nope"))
+        FashionMNISTSource(str(tmp_path / "nope"))
     with pytest.raises(DatasetError, match="missing Fashion-MNIST file train-images-idx3-ubyte"):
-        FashionMNIST(str(tmp_path))
+        FashionMNISTSource(str(tmp_path))
 
 
 def test_checkpoint_without_backbone_is_named(tmp_path):
@@ -144,7 +147,7 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
         }}, bad)  # fmt: skip
         expected = "not_a_backbone.pth: ambiguous checkpoint: layouts dino"
     data = make_imagenet(str(tmp_path / "imagenet"))
-    tool = load_tool(tool_name)
+    tool = importlib.import_module(f"transfer.cli.{tool_name}")
     argv = ["--checkpoint", bad, "--output-dir", str(tmp_path / "o"), "--data-root", data]
     if tool_name == "knn_eval":
         argv += ["--dataset", "imagefolder"]
@@ -152,7 +155,7 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
         argv += ["--datasets", "dtd"]
         make_dtd(str(tmp_path / "imagenet" / "dtd"))
     with pytest.raises(SystemExit) as e:
-        tool.main(tool.parse_args(argv))
+        tool.main(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
@@ -161,7 +164,6 @@ def test_tools_report_bad_checkpoint_in_one_line(tool_name, kind, tmp_path, caps
 
 
 def test_transfer_tool_missing_dataset_root(tmp_path, capsys):
-    tool = load_tool("transfer_linear")
     argv = [
         "--random-init",
         "resnet18",
@@ -173,7 +175,7 @@ def test_transfer_tool_missing_dataset_root(tmp_path, capsys):
         "cifar10,pets",
     ]
     with pytest.raises(SystemExit):
-        tool.main(tool.parse_args(argv))
+        transfer_linear.main(argv)
     err = capsys.readouterr().err
     assert "cifar10: dataset root" in err and os.path.join(str(tmp_path), "data", "cifar10") in err
 

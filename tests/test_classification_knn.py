@@ -1,4 +1,5 @@
-"""Fashion-MNIST idx reading, the kNN tool and the detectron2 KNNHook."""
+"""Fashion-MNIST idx reading, the one kNN and feature extractor, the kNN tool and the detectron2
+KNNHook."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import torch
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.utils.events import JSONWriter
 from test_classification_fakes import single_thread  # noqa: F401
-from test_classification_probe import load_tool
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from transfer.classification.datasets import DatasetError, FashionMNIST, read_idx
-from transfer.classification.knn import knn_accuracy
-from transfer.classification.knn_hook import KNNHook, module_feature_fn
+from pretrain.data.datasets import DatasetError, FashionMNISTSource, read_idx
+from pretrain.evaluation.features import embed, extract_features, module_feature_fn
+from pretrain.evaluation.knn import knn_accuracy, knn_top1
+from pretrain.evaluation.knn_hook import KNNHook
+from transfer.cli import knn_eval
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -64,7 +66,7 @@ def test_read_idx_roundtrip_and_corruption(tmp_path):
 
 def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
     root = make_fashion_mnist(str(tmp_path / "fm"))
-    ds = FashionMNIST(root, "test", image_size=40)
+    ds = FashionMNISTSource(root, "test", image_size=40)
     img, label = ds[3]
     assert img.mode == "RGB" and img.size == (40, 40) and label == 3 and len(ds) == 20
     r, g, b = (np.asarray(ch) for ch in img.split())
@@ -75,7 +77,7 @@ def test_fashion_mnist_dataset_is_rgb_at_requested_size(tmp_path):
 def test_real_fashion_mnist_files():
     labels = read_idx(os.path.join(REAL_FMNIST, "t10k-labels-idx1-ubyte.gz"))
     assert labels.shape == (10000,) and np.bincount(labels).tolist() == [1000] * 10
-    ds = FashionMNIST(REAL_FMNIST, "test", image_size=32, limit=5)
+    ds = FashionMNISTSource(REAL_FMNIST, "test", 5, image_size=32)
     assert len(ds) == 5 and ds[0][0].size == (32, 32)
 
 
@@ -83,7 +85,6 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
     """Proves the kNN tool reads the idx layout, caches features and writes its table; the
     stripe classes are separable so even random conv features classify well above chance."""
     root = make_fashion_mnist(str(tmp_path / "fm"))
-    tool = load_tool("knn_eval")
     out, cache = str(tmp_path / "out"), str(tmp_path / "cache")
     argv = [
         "--random-init",
@@ -105,7 +106,7 @@ def test_knn_tool_on_fashion_mnist_layout(tmp_path):
         "--device",
         "cpu",
     ]
-    tool.main(tool.parse_args(argv))
+    knn_eval.main(argv)
     with open(os.path.join(out, "knn.csv")) as f:
         (row,) = list(csv.DictReader(f))
     assert float(row["fashion-mnist kNN top-1"]) > 50.0 and row["k"] == "5"
@@ -164,3 +165,29 @@ def test_knn_hook_reports_every_period_and_at_end(tmp_path):
 def test_knn_hook_validates_arguments():
     with pytest.raises(ValueError, match="period"):
         KNNHook(0, lambda x: x, [], [], 10)
+
+
+def test_knn_top1_is_knn_accuracy_of_extracted_features():
+    """Proves the one kNN entry point composes the one feature extractor and the one kNN (the
+    class count inferred from the labels), with the model in eval and inference mode."""
+    gen = torch.Generator().manual_seed(0)
+    y_ref, y_test = torch.arange(30) % 3, torch.arange(12) % 3
+    x_ref = torch.randn(30, 4, generator=gen) + 3 * nn.functional.one_hot(y_ref, 4)
+    x_test = torch.randn(12, 4, generator=gen) + 3 * nn.functional.one_hot(y_test, 4)
+    seen = []
+
+    class Probe(nn.Linear):
+        def forward(self, x):
+            seen.append((self.training, torch.is_inference_mode_enabled()))
+            return super().forward(x)
+
+    model = Probe(4, 6)
+    top1 = knn_top1(model, TensorDataset(x_ref, y_ref), TensorDataset(x_test, y_test), k=5)
+    assert set(seen) == {(False, True)}
+    with torch.no_grad():
+        expected = knn_accuracy(model(x_ref), y_ref, model(x_test), y_test, 3, 5)
+    assert top1 == pytest.approx(expected) and top1 > 0.5
+    f, y = extract_features(model, TensorDataset(x_test, y_test), batch_size=5)
+    assert f.shape == (12, 6) and f.dtype == torch.float32 and torch.equal(y, y_test)
+    with pytest.raises(ValueError, match="empty set: no images"):
+        embed(lambda x: x, [], desc="empty set")

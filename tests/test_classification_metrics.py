@@ -8,9 +8,11 @@ import torch
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, top_k_accuracy_score
 from test_classification_fakes import single_thread  # noqa: F401
 
+from transfer.classification.augmented import LinearHeads
 from transfer.classification.linear import (
     best_index,
     iterations_for,
+    linear_head,
     log_spaced,
     predict,
     train_linear_heads,
@@ -125,3 +127,15 @@ def test_linear_heads_learn_separable_data():
 def test_linear_heads_reject_bad_labels():
     with pytest.raises(ValueError, match="labels must lie"):
         train_linear_heads(torch.randn(4, 2), torch.tensor([0, 1, 2, 3]), 3, [1.0], iters=1)
+
+
+def test_linear_head_is_mocos_initialisation_from_the_given_stream():
+    """Proves the one linear-head initialisation draws N(0, 0.01) weights from the generator it
+    is given (so the sweep's heads and the augmented protocol's heads stay as they were) and
+    zeroes the biases."""
+    head = linear_head(64, 10, torch.Generator().manual_seed(3))
+    expected = torch.empty(10, 64).normal_(0.0, 0.01, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(head.weight.detach(), expected) and not head.bias.any()
+    assert abs(float(linear_head(512, 100).weight.detach().std()) - 0.01) < 0.001  # global RNG
+    heads = LinearHeads(64, 10, num_heads=3, seed=3)
+    assert all(torch.equal(h.weight.detach(), expected) and not h.bias.any() for h in heads)

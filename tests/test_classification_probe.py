@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 
@@ -16,17 +15,11 @@ from test_classification_fakes import single_thread  # noqa: F401
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import load_config, semi_supervised_defaults
 from transfer.classification.semi import run_semi_supervised
+from transfer.cli import linear_probe, semi_supervised
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "eval", "quick_schedules")
 CLASSES = ["n01440764", "n01443537", "n01484850"]
-
-
-def load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_imagenet(root: str, train_per_class: int = 6, val_per_class: int = 2) -> str:
@@ -75,27 +68,24 @@ def test_linear_probe_tool_trains_only_the_head(tmp_path, monkeypatch):
         return seen["model"]
 
     monkeypatch.setattr(probe, "LinearProbe", spy)
-    tool = load_tool("linear_probe")
     out = str(tmp_path / "run")
-    args = tool.parse_args(
-        [
-            "--config-file",
-            os.path.join(QUICK, "linear_instant.yaml"),
-            "--checkpoint",
-            ckpt,
-            "--name",
-            "R18",
-            "--data-root",
-            data,
-            "--output-dir",
-            out,
-            "--device",
-            "cpu",
-            "--meta",
-            "train. epoch=0",
-        ]
-    )
-    tool.main(args)
+    argv = [
+        "--config-file",
+        os.path.join(QUICK, "linear_instant.yaml"),
+        "--checkpoint",
+        ckpt,
+        "--name",
+        "R18",
+        "--data-root",
+        data,
+        "--output-dir",
+        out,
+        "--device",
+        "cpu",
+        "--meta",
+        "train. epoch=0",
+    ]
+    linear_probe.main(argv)
 
     model = seen["model"]
     after = _snapshot(model.backbone)
@@ -118,23 +108,20 @@ def test_linear_probe_mocov2_step_schedule_and_class_list(tmp_path):
     data = make_imagenet(str(tmp_path / "imagenet"))
     class_list = tmp_path / "subset.txt"
     class_list.write_text("# two of three\nn01440764\nn01484850\n")
-    tool = load_tool("linear_probe")
     out = str(tmp_path / "run")
-    tool.main(
-        tool.parse_args(
-            [
-                "--config-file",
-                os.path.join(QUICK, "linear_mocov2_instant.yaml"),
-                "--random-init",
-                "resnet18",
-                "--data-root",
-                data,
-                "--output-dir",
-                out,
-                "DATA.CLASS_LIST",
-                str(class_list),
-            ]
-        )
+    linear_probe.main(
+        [
+            "--config-file",
+            os.path.join(QUICK, "linear_mocov2_instant.yaml"),
+            "--random-init",
+            "resnet18",
+            "--data-root",
+            data,
+            "--output-dir",
+            out,
+            "DATA.CLASS_LIST",
+            str(class_list),
+        ]
     )
     lrs = [m["lr"] for m in _jsonl(os.path.join(out, "metrics.json")) if "lr" in m]
     assert lrs == pytest.approx([30.0, 30.0, 30.0, 3.0, 0.3])
@@ -187,29 +174,26 @@ def test_semi_supervised_tool_writes_table3(tmp_path):
     data = make_imagenet(str(tmp_path / "imagenet"))
     split = tmp_path / "10percent.txt"
     split.write_text("n01440764_0.JPEG\nn01443537_1.JPEG\nn01484850_2.JPEG\n")
-    tool = load_tool("semi_supervised")
     out = str(tmp_path / "run")
-    tool.main(
-        tool.parse_args(
-            [
-                "--config-file",
-                os.path.join(QUICK, "semi_instant.yaml"),
-                "--random-init",
-                "resnet18",
-                "--name",
-                "rand",
-                "--data-root",
-                data,
-                "--split-file",
-                str(split),
-                "--output-dir",
-                out,
-                "DATA.LABEL_PERCENT",
-                "10",
-                "SOLVER.LRS",
-                "(0.5,)",
-            ]
-        )
+    semi_supervised.main(
+        [
+            "--config-file",
+            os.path.join(QUICK, "semi_instant.yaml"),
+            "--random-init",
+            "resnet18",
+            "--name",
+            "rand",
+            "--data-root",
+            data,
+            "--split-file",
+            str(split),
+            "--output-dir",
+            out,
+            "DATA.LABEL_PERCENT",
+            "10",
+            "SOLVER.LRS",
+            "(0.5,)",
+        ]
     )
     with open(os.path.join(out, "table3_semi.csv")) as f:
         (row,) = list(csv.DictReader(f))
@@ -222,7 +206,6 @@ def test_linear_probe_resume_continues_after_last_checkpoint(tmp_path):
     """Proves --resume restores the head, optimizer and scheduler from the run directory and
     continues at the next iteration instead of starting over."""
     data = make_imagenet(str(tmp_path / "imagenet"))
-    tool = load_tool("linear_probe")
     out = str(tmp_path / "run")
     argv = [
         "--config-file",
@@ -234,10 +217,10 @@ def test_linear_probe_resume_continues_after_last_checkpoint(tmp_path):
         "--output-dir",
         out,
     ]
-    tool.main(tool.parse_args([*argv, "SOLVER.MAX_ITER", "2"]))
+    linear_probe.main([*argv, "SOLVER.MAX_ITER", "2"])
     first = torch.load(os.path.join(out, "model_final.pth"), weights_only=True)
     assert first["iteration"] == 1
-    tool.main(tool.parse_args(["--resume", *argv, "SOLVER.MAX_ITER", "4"]))
+    linear_probe.main(["--resume", *argv, "SOLVER.MAX_ITER", "4"])
     with open(os.path.join(out, "log.txt")) as f:
         assert "resuming from iteration 2" in f.read()
     iters = [m["iteration"] for m in _jsonl(os.path.join(out, "metrics.json")) if "lr" in m]

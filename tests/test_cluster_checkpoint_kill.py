@@ -25,8 +25,7 @@ from pretrain.engine.trainer import PretrainTrainer
 # Saves the whole trainer state (ResNet-18 query + key encoders, LARS momentum: ~140 MB) in a
 # loop with the trainer's own checkpointer, continuing the numbering after the last one.
 WRITER = """
-import os, sys
-sys.path.insert(0, {root!r})
+import os
 from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
 trainer = PretrainTrainer(load_config({config!r}, {opts!r}))
@@ -58,7 +57,7 @@ def test_sigkill_during_checkpoint_writes_keeps_last_checkpoint_loadable(tmp_pat
     data = make_image_folder(tmp_path / "data", per_class=8)
     out = tmp_path / "run"
     opts = tiny_opts(data, out)
-    code = WRITER.format(root=str(ROOT), config=DEMO_CONFIG, opts=opts)
+    code = WRITER.format(config=DEMO_CONFIG, opts=opts)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rng = random.Random(0)
     iterations = []

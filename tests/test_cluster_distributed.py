@@ -19,15 +19,13 @@ import cloudpickle
 import pytest
 import torch
 from conftest import ROOT, make_image_folder, tiny_opts
+from slurm import jobtools
+from slurm.jobtools import SignalAt
 
-sys.path.insert(0, str(Path(__file__).parent / "slurm"))
-import jobtools  # noqa: E402
-from jobtools import SignalAt  # noqa: E402
-
-from pretrain.cluster.submit import JobRequest, submit  # noqa: E402
-from pretrain.config import load_config  # noqa: E402
-from pretrain.demo import DEMO_CONFIG  # noqa: E402
-from pretrain.engine.trainer import PretrainTrainer  # noqa: E402
+from pretrain.cluster.submit import JobRequest, submit
+from pretrain.config import load_config
+from pretrain.demo import DEMO_CONFIG
+from pretrain.engine.trainer import PretrainTrainer
 
 # INPUT.COLOR_ON_DEVICE stays at its default (True): colour parameters are drawn per sample in
 # the data workers, so they do not depend on the number of processes.

@@ -35,8 +35,7 @@ ENV.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 # The job SLURM would run (setup, logging, trainer, resume, train), plus a hook that announces
 # the end of iteration STOP_AFTER and waits there until the test's signal has reached the trainer.
 RUNNER = """
-import sys, time
-sys.path.insert(0, {root!r})
+import time
 from detectron2.engine import HookBase
 from pretrain.cluster.jobs import PretrainJob
 
@@ -100,8 +99,7 @@ def test_signal_to_the_whole_group_saves_exits_0_and_resumes_exactly(
 ):
     out, flag = tmp_path / "run", tmp_path / "at_boundary"
     opts = tiny_opts(data, out, **BASE, **{"DATALOADER.NUM_WORKERS": workers})
-    code = RUNNER.format(root=str(ROOT), stop=STOP_AFTER, flag=str(flag), config=DEMO_CONFIG,
-                         opts=opts)  # fmt: skip
+    code = RUNNER.format(stop=STOP_AFTER, flag=str(flag), config=DEMO_CONFIG, opts=opts)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
                             start_new_session=True)  # fmt: skip

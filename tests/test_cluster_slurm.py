@@ -10,20 +10,17 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import cloudpickle
 import pytest
 import torch
 from conftest import make_image_folder, tiny_opts
+from slurm import jobtools
+from slurm.jobtools import SleepEveryStep, job_field, wait_for_iteration, wait_for_job
 
-sys.path.insert(0, str(Path(__file__).parent / "slurm"))
-import jobtools  # noqa: E402
-from jobtools import SleepEveryStep, job_field, wait_for_iteration, wait_for_job  # noqa: E402
-
-from pretrain.cluster.submit import JobRequest, SubmitError, submit  # noqa: E402
-from pretrain.demo import DEMO_CONFIG  # noqa: E402
+from pretrain.cluster.submit import JobRequest, SubmitError, submit
+from pretrain.demo import DEMO_CONFIG
 
 pytestmark = pytest.mark.slurm
 MAX_ITER = 10

@@ -1,17 +1,17 @@
-"""tools/submit_pretrain.py without a cluster: --dry-run output and one-line refusals."""
+"""tools/submit_pretrain.py (pretrain.cli.submit_pretrain) without a cluster: --dry-run output and
+one-line refusals."""
 
 from __future__ import annotations
 
+import os
 import re
-import runpy
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, tiny_opts
+from conftest import tiny_opts
 
+from pretrain.cli.submit_pretrain import main as CLI
 from pretrain.demo import DEMO_CONFIG
-
-CLI = runpy.run_path(str(ROOT / "tools" / "submit_pretrain.py"))["main"]
 
 
 def _fake_bin(tmp_path: Path, **scripts: str) -> Path:
@@ -23,6 +23,13 @@ def _fake_bin(tmp_path: Path, **scripts: str) -> Path:
         exe.write_text(f'#!/bin/sh\necho {name} "$@" >> {d}/calls\n{body}\n')
         exe.chmod(0o755)
     return d
+
+
+def _refused(argv: list[str]) -> None:
+    """The tool ends with exit status 2, as for every user error."""
+    with pytest.raises(SystemExit) as e:
+        CLI(argv)
+    assert e.value.code == 2
 
 
 def _opts(tmp_path: Path, **extra) -> list[str]:
@@ -71,9 +78,9 @@ def test_dry_run_tool_entry_shows_the_per_node_launch(tmp_path, capsys):
     assert CLI(argv) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks-per-node=1" in out and "#SBATCH --gpus-per-node=8" in out
-    assert ("tools/train_net.py --config-file configs/x.yaml MODEL.WEIGHTS w.pkl --num-gpus 8 "
-            "--num-machines 2 --machine-rank <node id> --dist-url tcp://<first node>:<port from "
-            "job id>") in out  # fmt: skip
+    assert ("-m transfer.cli.train_net --config-file configs/x.yaml MODEL.WEIGHTS w.pkl "
+            "--num-gpus 8 --num-machines 2 --machine-rank <node id> --dist-url "
+            "tcp://<first node>:<port from job id>") in out  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -97,14 +104,14 @@ def test_dry_run_tool_entry_shows_the_per_node_launch(tmp_path, capsys):
 )  # fmt: skip
 def test_impossible_requests_are_one_line_errors(tmp_path, capsys, flags, message):
     argv = ["--config-file", DEMO_CONFIG, "--dry-run", *flags, *_opts(tmp_path)]
-    assert CLI(argv) == 2
+    _refused(argv)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert re.search(message, err), err
 
 
 def test_missing_config_file_for_pretraining(capsys):
-    assert CLI(["--dry-run"]) == 2
+    _refused(["--dry-run"])
     assert capsys.readouterr().err == "error: --entry pretrain needs --config-file\n"
 
 
@@ -118,7 +125,7 @@ def test_sbatch_rejection_is_reported_in_one_line(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
     argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", "--partition", "nope",
             *_opts(tmp_path)]  # fmt: skip
-    assert CLI(argv) == 2
+    _refused(argv)
     err = capsys.readouterr().err
     assert err == "error: sbatch rejected the job: invalid partition specified: nope\n"
     assert (fake / "calls").read_text().startswith("sbatch ")
@@ -127,22 +134,25 @@ def test_sbatch_rejection_is_reported_in_one_line(tmp_path, capsys, monkeypatch)
 def test_submitting_without_slurm_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(_fake_bin(tmp_path)))  # no srun, no sbatch
     argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", *_opts(tmp_path)]
-    assert CLI(argv) == 2
+    _refused(argv)
     assert "no SLURM here (srun not found): use --local" in capsys.readouterr().err
 
 
-def test_tool_job_passes_launch_flags_and_resumes_when_requeued(tmp_path):
-    """A tool entry runs the script with detectron2's multi-machine flags (here through
-    submitit's local executor: one node, master 127.0.0.1); its requeued copy adds --resume."""
+def test_tool_job_passes_launch_flags_and_resumes_when_requeued(tmp_path, monkeypatch):
+    """A tool entry runs the tool's module (python -m) with detectron2's multi-machine flags (here
+    through submitit's local executor: one node, master 127.0.0.1); its requeued copy adds
+    --resume."""
     import submitit
 
     from pretrain.cluster.jobs import ToolJob
 
-    tool = tmp_path / "tool.py"
-    tool.write_text(
+    (tmp_path / "fake_lorac_tool.py").write_text(
         f"import sys\nopen({str(tmp_path / 'argv')!r}, 'w').write(' '.join(sys.argv[1:]))\n"
     )
-    job = ToolJob(str(tool), ["--config-file", "c.yaml"], procs_per_node=2)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    )
+    job = ToolJob("fake_lorac_tool", ["--config-file", "c.yaml"], procs_per_node=2)
     ex = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
     assert ex.submit(job).result() == 0
     argv = (tmp_path / "argv").read_text()

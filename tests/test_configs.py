@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.config import load_config
+from pretrain.data.loader import augment_views_on_device, build_batch_augment
 from pretrain.modeling import build_model
 
 CONFIGS = sorted(
@@ -115,13 +116,16 @@ def test_forward_of_shipped_in100_model_hands_five_row_q_to_the_prior(monkeypatc
         "MODEL.HEAD_OUT_DIM",
         8,
     ]
-    model = build_model(load_config(str(root / "in100_r18_lorac_beta2.yaml"), opts))
+    cfg = load_config(str(root / "in100_r18_lorac_beta2.yaml"), opts)
+    model = build_model(cfg)
     model.set_beta(2.0)
     shapes = []
     real = losses.nuclear_norm
     monkeypatch.setattr(losses, "nuclear_norm", lambda x: shapes.append(tuple(x.shape)) or real(x))
     views = [torch.randint(0, 255, (4, 3, s, s), dtype=torch.uint8) for s in model.view_sizes]
-    out = model({"views": views, "seeds": torch.arange(4), "iteration": 0})
+    batch = {"views": views, "seeds": torch.arange(4), "iteration": 0}
+    batch = augment_views_on_device(batch, build_batch_augment(cfg), "cpu", apply_color=True)
+    out = model(batch)
     assert torch.isfinite(out["loss_contrastive"])
     assert shapes == [(4, 5, 8)]  # (N, rows, d): one 5-row Q per instance
 

@@ -266,7 +266,7 @@ def test_cli_reports_dropped_keys_and_output(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["garbage", "text", "missing", "no_backbone"])
-def test_cli_bad_input_exits_1_with_one_line(kind, tmp_path):
+def test_cli_bad_input_exits_2_with_one_line(kind, tmp_path):
     path = tmp_path / f"{kind}.pth"
     if kind == "garbage":
         path.write_bytes(np.random.default_rng(0).bytes(4096))
@@ -275,7 +275,7 @@ def test_cli_bad_input_exits_1_with_one_line(kind, tmp_path):
     elif kind == "no_backbone":
         torch.save({"state_dict": {"weight": torch.zeros(3)}}, path)
     result = _cli(path, tmp_path / "out.pkl")
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert str(path) in lines[0] and "Traceback" not in result.stderr

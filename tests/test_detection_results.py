@@ -114,5 +114,5 @@ def test_cli_writes_both_tables(runs, tmp_path):
         timeout=120,
     )
     assert (
-        bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+        bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
     )

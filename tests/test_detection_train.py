@@ -252,7 +252,7 @@ def _train_net(*argv: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 def _one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr and lines[-1].startswith("error: "), result.stderr
     return lines[-1]

@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tiny_opts
-from test_analysis_helpers import assert_png_not_blank, load_tool, make_fashion_mnist
+from test_analysis_helpers import assert_png_not_blank, exit_status, make_fashion_mnist
 
+from transfer.cli.study import main as study_main
 from transfer.study import METHODS, Method, StudyError, StudyOptions, run_study
 from transfer.study.report import MethodSummary, verdict
-
-study_main = load_tool("study").main
 
 
 def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
@@ -151,12 +150,12 @@ def test_verdict_compares_the_mean_difference_with_the_larger_seed_std():
 def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys):
     root = make_fashion_mnist(tmp_path / "fmnist")
     base = ["--output-dir", str(tmp_path / "out"), "--results", str(tmp_path / "r.md")]
-    assert study_main([*base, "--methods", "lorac", "simclr"]) == 2
+    assert exit_status(study_main, [*base, "--methods", "lorac", "simclr"]) == 2
     assert "error: --methods lorac simclr: choose from" in capsys.readouterr().err
-    assert study_main([*base, "DATASETS.ROOT", str(tmp_path / "nowhere")]) == 2
+    assert exit_status(study_main, [*base, "DATASETS.ROOT", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "DATASETS.ROOT" in err and err.count("\n") == 1
-    assert study_main([*base, "SOLVER.NO_SUCH_KEY", "1"]) == 2
+    assert exit_status(study_main, [*base, "SOLVER.NO_SUCH_KEY", "1"]) == 2
     assert "NO_SUCH_KEY" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing ran
 

@@ -35,7 +35,6 @@ from pretrain.data.color import (
 from pretrain.data.transforms import (
     CropSpec,
     MultiCropTransform,
-    crop_resize,
     image_to_tensor,
     mocov2_specs,
     multicrop_specs,
@@ -207,15 +206,56 @@ def ks_statistic(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((cdf_a - cdf_b).abs().max())
 
 
+def interpolate_crop(image: torch.Tensor, box, size: int, flip: bool = False) -> torch.Tensor:
+    """The crop + resize the transform used to write by hand: torch's bilinear antialiased
+    uint8 kernel on the crop window of a (1, 3, H, W) image."""
+    top, left, h, w = box
+    out = torch.nn.functional.interpolate(
+        image[:, :, top : top + h, left : left + w],
+        size=(size, size),
+        mode="bilinear",
+        antialias=True,
+        align_corners=False,
+    )[0]
+    return (out.flip(-1) if flip else out).contiguous()
+
+
+def test_views_are_unchanged_by_torchvision_resized_crop():
+    """Proves the views (now torchvision's v2 ``resized_crop``) equal, pixel for pixel, those of
+    the former hand-written crop + interpolate on a random image, for the same generator: same
+    boxes, flips and pixels, contiguous uint8."""
+    rng = np.random.default_rng(0)
+    img = Image.fromarray(rng.integers(0, 256, (150, 200, 3), dtype=np.uint8))
+    crops = [CropSpec(64, (0.14, 1.0), 3), CropSpec(24, (0.05, 0.14), 5), CropSpec(150, (1, 1), 1)]
+    transform = MultiCropTransform(crops, ColorSpec(), color_on_device=True)
+    image = image_to_tensor(img)
+    for seed in range(5):
+        views = transform(img, torch.Generator().manual_seed(seed))
+        g = torch.Generator().manual_seed(seed)
+        expected = []
+        for spec in crops:
+            boxes = sample_crop_boxes(200, 150, spec.scale, spec.ratio, spec.count, g)
+            flips = torch.rand(spec.count, generator=g) < ColorSpec().flip_prob
+            expected += [
+                interpolate_crop(image, box, spec.size, flip)
+                for box, flip in zip(boxes, flips.tolist(), strict=True)
+            ]
+        assert len(views) == len(expected) == 9
+        for view, ref in zip(views, expected, strict=True):
+            assert view.dtype == torch.uint8 and view.is_contiguous()
+            assert torch.equal(view, ref)
+
+
 def test_crop_pixels_equal_torchvision_resized_crop():
+    """The former hand-written crop equals torchvision's ``resized_crop`` on a plain CHW tensor
+    too, and PIL's own bilinear resize differs from it by rounding only."""
     img = colorful_image(200, 150)
     image = image_to_tensor(img)
     for box, size in [((10, 20, 100, 130), 64), ((0, 0, 150, 200), 96), ((50, 60, 20, 25), 40)]:
-        ours = crop_resize(image, box, size)
+        ours = interpolate_crop(image, box, size)
         ref = TF.resized_crop(TF.pil_to_tensor(img), *box, [size, size], antialias=True)
         assert torch.equal(ours, ref)
-        assert torch.equal(crop_resize(image, box, size, flip=True), ref.flip(-1))
-        # PIL's own bilinear resize differs by rounding only.
+        assert torch.equal(interpolate_crop(image, box, size, flip=True), ref.flip(-1))
         pil = TF.pil_to_tensor(TF.resized_crop(img, *box, [size, size], antialias=True))
         assert (ours.float() - pil.float()).abs().mean() < 0.5
 

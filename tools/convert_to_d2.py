@@ -1,46 +1,10 @@
 #!/usr/bin/env python
 """Convert a ResNet-50 (or 18/34/101/152) backbone checkpoint into a detectron2 weights file.
-
-Accepts every checkpoint layout of docs/checkpoints.md (this project's, MoCo/LORAC, torchvision,
-SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, detectron2). Heads, key/momentum encoders
-and queues are dropped on purpose and listed. The output (.pkl or .pth) loads into the configs
-in configs/ with exact names (no matching heuristics):
-
-    python tools/convert_to_d2.py output/pretrain/model_final.pth pretrained/lorac_r50.pkl
+The options and the code are in transfer.cli.convert_to_d2, which setup.py also installs as
+`lorac-convert-to-d2`.
 """
 
-from __future__ import annotations
-
-import argparse
-import sys
-
-from pretrain.checkpoint_io import CheckpointError
-from transfer.detection.convert import FPN_PREFIX, ConversionError, convert_checkpoint
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("input", help="checkpoint to read (.pth/.pth.tar/.pt)")
-    parser.add_argument("output", help="detectron2 weights file to write (.pkl or .pth)")
-    parser.add_argument(
-        "--prefix",
-        default=FPN_PREFIX,
-        help=f"name prefix of the ResNet inside the detectron2 model (default {FPN_PREFIX!r}, "
-        "the ResNet-FPN backbones of configs/)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        report = convert_checkpoint(args.input, args.output, prefix=args.prefix)
-    except (CheckpointError, ConversionError, OSError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 1
-    print(f"read {report.input_path}: {report.source_format} layout, {report.arch}")
-    print(f"dropped {len(report.dropped)} keys on purpose (not part of the backbone):")
-    for key in report.dropped:
-        print(f"  {key}")
-    print(f"wrote {report.num_converted} tensors as {report.prefix}* to {report.output_path}")
-    return 0
-
+from transfer.cli.convert_to_d2 import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -10,6 +10,9 @@ ops, so nothing is lost. An official detectron2 that already imports is kept unt
 Usage: python tools/install_detectron2.py [--force]
 """
 
+# The one tool that is a standalone script rather than a console script of the package:
+# `make venv` runs it before this project is installed, so it imports nothing from the project.
+
 from __future__ import annotations
 
 import argparse

@@ -1,86 +1,10 @@
 #!/usr/bin/env python
-"""`make study`: pretrain LORAC, MoCo-M and MoCo-v2 at demo scale with several seeds, evaluate each
-checkpoint (kNN, linear probe, test nuclear norm) and write a results page with a plot.
-
-  python tools/study.py --output-dir output/study --results docs/results.md
-  python tools/study.py --seeds 0 --methods lorac mocom SOLVER.MAX_ITER 20   # a quick look
-
-Interrupted? Run the same command again: finished runs (study.json) are skipped and an unfinished
-one resumes from its last checkpoint.
+"""`make study`: pretrain LORAC, MoCo-M and MoCo-v2 at demo scale with several seeds, evaluate
+each checkpoint (kNN, linear probe, test nuclear norm) and write a results page with a plot. The
+options and the code are in transfer.cli.study, which setup.py also installs as `lorac-study`.
 """
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pretrain.checkpoint_io import CheckpointError  # noqa: E402
-from pretrain.config import ConfigError  # noqa: E402
-from pretrain.data.datasets import DatasetError  # noqa: E402
-from transfer.analysis import AnalysisError  # noqa: E402
-from transfer.classification.config import ConfigError as ProbeConfigError  # noqa: E402
-from transfer.classification.datasets import DatasetError as ProbeDatasetError  # noqa: E402
-from transfer.study import METHODS, StudyError, StudyOptions, run_study  # noqa: E402
-
-ERRORS = (
-    StudyError,
-    ConfigError,
-    ProbeConfigError,
-    DatasetError,
-    ProbeDatasetError,
-    CheckpointError,
-    AnalysisError,
-)
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    d = StudyOptions()
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--output-dir", default=d.output_dir, help="run directories go here")
-    p.add_argument("--results", default=d.results, help="Markdown report (plot: same name .png)")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(d.seeds))
-    p.add_argument("--methods", nargs="+", default=list(d.methods), help=f"of {list(METHODS)}")
-    p.add_argument("--knn-train", type=int, default=d.knn_train, help="kNN reference images")
-    p.add_argument("--knn-test", type=int, default=d.knn_test, help="kNN test images")
-    p.add_argument(
-        "--nuclear-images", type=int, default=d.nuclear_images, help="test images for ||Q_hat||_*"
-    )
-    p.add_argument("--probe-epochs", type=int, default=d.probe_epochs, help="linear-probe epochs")
-    p.add_argument(
-        "--jobs", type=int, default=d.jobs, help="runs at once (processes, nproc/jobs threads each)"
-    )
-    p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
-    return p.parse_args(argv)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    opt = StudyOptions(
-        output_dir=args.output_dir,
-        results=args.results,
-        seeds=args.seeds,
-        methods=args.methods,
-        knn_train=args.knn_train,
-        knn_test=args.knn_test,
-        nuclear_images=args.nuclear_images,
-        probe_epochs=args.probe_epochs,
-        jobs=args.jobs,
-        opts=args.opts,
-        command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
-    )
-    try:
-        outcomes = run_study(opt)
-    except ERRORS as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    done = sum(o.status == "done" for o in outcomes)
-    print(f"{done} run(s) done now, {len(outcomes) - done} skipped; wrote {args.results}")
-    return 0
-
+from transfer.cli.study import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,78 +1,10 @@
 #!/usr/bin/env python
-"""Submit LORAC pretraining (or an evaluation tool) to SLURM through submitit.
-
-  python tools/submit_pretrain.py --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml \
-      --nodes 4 --gpus-per-node 8 --partition gpu --timeout 4320 \
-      OUTPUT_DIR /checkpoints/lorac DATASETS.ROOT /data/imagenet/train
-  python tools/submit_pretrain.py ... --dry-run        # print the sbatch script and config
-  python tools/submit_pretrain.py ... --local --gpus-per-node 0 --tasks-per-node 2   # here
-  python tools/submit_pretrain.py --entry linear_probe --nodes 1 --gpus-per-node 8 \
-      --config-file configs/eval/linear_lorac_in1k.yaml --checkpoint ... --data-root ...
-
-Preempted or timed-out jobs save a checkpoint at the end of the current iteration, requeue and
-resume from it. See docs/cluster.md.
+"""Submit LORAC pretraining (or an evaluation tool) to SLURM through submitit. The options and
+the code are in pretrain.cli.submit_pretrain, which setup.py also installs as `lorac-submit-
+pretrain`.
 """
 
-import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pretrain.cluster.submit import ENTRIES, JobRequest, SubmitError, dry_run_text, submit  # noqa: E402
-
-
-def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--entry", default="pretrain", choices=sorted(ENTRIES))
-    p.add_argument("--config-file", default="")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=1, help="one process per GPU")
-    p.add_argument("--tasks-per-node", type=int, default=None,
-                   help="CPU processes per node, with --gpus-per-node 0")  # fmt: skip
-    p.add_argument("--partition", default=None)
-    p.add_argument("--timeout", type=int, default=72 * 60, help="time limit in minutes")
-    p.add_argument("--cpus-per-task", type=int, default=None,
-                   help="default: DATALOADER.NUM_WORKERS + 1 for pretraining")  # fmt: skip
-    p.add_argument("--mem", type=float, default=None, help="memory per node in GB")
-    p.add_argument("--account", default=None)
-    p.add_argument("--qos", default=None)
-    p.add_argument("--constraint", default=None)
-    p.add_argument("--job-name", default="lorac")
-    p.add_argument("--job-dir", default="", help="submitit folder (default OUTPUT_DIR/submitit)")
-    p.add_argument("--signal-delay", type=int, default=120,
-                   help="save and requeue this many seconds before the time limit")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true", help="print, do not submit")
-    p.add_argument("--local", action="store_true", help="run on this machine (submitit local)")
-    # the rest: config overrides (KEY VALUE ...), or the tool's own flags for other entries
-    return p.parse_known_args(argv)
-
-
-def main(argv=None) -> int:
-    args, rest = parse_args(argv)
-    req = JobRequest(
-        entry=args.entry, config_file=args.config_file, args=rest, nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
-        partition=args.partition, timeout_min=args.timeout, cpus_per_task=args.cpus_per_task,
-        mem_gb=args.mem, account=args.account, qos=args.qos, constraint=args.constraint,
-        job_name=args.job_name, job_dir=args.job_dir, signal_delay_s=args.signal_delay,
-    )  # fmt: skip
-    try:
-        if args.dry_run:
-            print(dry_run_text(req, local=args.local), end="")
-            return 0
-        job = submit(req, local=args.local)
-    except SubmitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"job {job.job_id}: {req.entry} on {req.nodes} node(s) x {req.procs_per_node} "
-          f"process(es); log {job.paths.stdout}")  # fmt: skip
-    if args.local:
-        print(f"finished: {job.results()[0]}")  # rank 0's return value
-    return 0
-
+from pretrain.cli.submit_pretrain import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,46 +1,10 @@
 #!/usr/bin/env python
-"""Fine-tune and evaluate Faster/Mask/Keypoint R-CNN on COCO from a converted backbone.
-
-detectron2's tools/train_net.py with this project's trainer (transfer/detection/trainer.py):
-
-    python tools/train_net.py --config-file configs/coco_mask_rcnn_lorac.yaml --num-gpus 8 \
-        MODEL.WEIGHTS pretrained/lorac_r50.pkl OUTPUT_DIR output/coco/mask_lorac
-    python tools/train_net.py --config-file configs/coco_mask_rcnn_lorac.yaml \
-        --register-coco fruits data/trainval.json data/images MODEL.DEVICE cpu \
-        DATASETS.TRAIN "('fruits',)" DATASETS.TEST "('fruits',)" MODEL.ROI_HEADS.NUM_CLASSES 3
-
-COCO 2017 is read from $DETECTRON2_DATASETS/coco (detectron2's builtin layout). Setup problems
-(unknown config keys, missing files, weights that do not fit) end with one `error:` line.
+"""Fine-tune and evaluate Faster/Mask/Keypoint R-CNN on COCO from a converted backbone. The
+options and the code are in transfer.cli.train_net, which setup.py also installs as `lorac-
+train-net`.
 """
 
-from __future__ import annotations
-
-import sys
-
-from detectron2.engine import launch
-
-from pretrain.errors import LoracError
-from transfer.detection.trainer import build_argument_parser, load_checked_config, run
-
-
-def main() -> int:
-    args = build_argument_parser().parse_args()
-    try:
-        # Fail fast in this process, before spawning workers that would each fail the same way.
-        load_checked_config(args)
-        launch(
-            run,
-            args.num_gpus,
-            num_machines=args.num_machines,
-            machine_rank=args.machine_rank,
-            dist_url=args.dist_url,
-            args=(args,),
-        )
-    except LoracError as e:  # ConfigError (config) or DetectionSetupError (data, weights)
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
+from transfer.cli.train_net import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

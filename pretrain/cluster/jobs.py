@@ -4,9 +4,10 @@
   torch.distributed from its SLURM/submitit variables (``pretrain.engine.launch.setup``), builds
   the trainer, resumes from ``OUTPUT_DIR/last_checkpoint`` and trains. Preemption and time-limit
   signals are handled at iteration boundaries by the trainer's ``StopOnSignal`` hook.
-* :class:`ToolJob`: one task per node running a detectron2-``launch`` tool (``tools/train_net.py``,
-  ``tools/linear_probe.py``, ...) with ``--num-machines/--machine-rank/--dist-url`` from the job;
-  ``launch`` then starts the node's processes. Requeued runs get ``--resume``.
+* :class:`ToolJob`: one task per node running a detectron2-``launch`` tool as ``python -m
+  MODULE`` (``transfer.cli.train_net``, ``transfer.cli.linear_probe``, ...) with
+  ``--num-machines/--machine-rank/--dist-url`` from the job; ``launch`` then starts the node's
+  processes. Requeued runs get ``--resume``.
 
 If a time-limit signal arrives before training started (while the trainer is still being
 built), submitit's own handler calls ``checkpoint()``: for both classes that is "run the same
@@ -57,7 +58,7 @@ class PretrainJob(Checkpointable):
 
 
 def tool_command(
-    script: str,
+    module: str,
     argv: Sequence[str],
     procs_per_node: int,
     num_nodes: int,
@@ -65,11 +66,12 @@ def tool_command(
     master: str,
     port: int | str,
 ) -> list[str]:
-    """The command line one node runs: the tool with detectron2's multi-machine ``launch`` flags
-    (``node``, ``master`` and ``port`` may be placeholders, for ``--dry-run``)."""
+    """The command line one node runs: ``python -m module`` with detectron2's multi-machine
+    ``launch`` flags (``node``, ``master`` and ``port`` may be placeholders, for ``--dry-run``)."""
     return [
         sys.executable,
-        script,
+        "-m",
+        module,
         *argv,
         "--num-gpus",
         str(procs_per_node),
@@ -83,10 +85,11 @@ def tool_command(
 
 
 class ToolJob(Checkpointable):
-    """A detectron2-``launch`` tool on every node of the job (one task per node)."""
+    """A detectron2-``launch`` tool (``python -m module``) on every node of the job (one task per
+    node)."""
 
-    def __init__(self, script: str, argv: Sequence[str], procs_per_node: int):
-        self.script, self.argv, self.procs_per_node = script, list(argv), procs_per_node
+    def __init__(self, module: str, argv: Sequence[str], procs_per_node: int):
+        self.module, self.argv, self.procs_per_node = module, list(argv), procs_per_node
 
     def __call__(self) -> int:
         from submitit import JobEnvironment
@@ -96,7 +99,7 @@ class ToolJob(Checkpointable):
         master = first_host(nodelist) if nodelist else "127.0.0.1"
         restart = int(os.environ.get("SLURM_RESTART_COUNT", 0))
         cmd = tool_command(
-            self.script,
+            self.module,
             self.argv,
             self.procs_per_node,
             job.num_nodes,
@@ -107,10 +110,10 @@ class ToolJob(Checkpointable):
         print("running:", " ".join(cmd), flush=True)
         code = subprocess.call(cmd)
         if code:
-            raise RuntimeError(f"{os.path.basename(self.script)} exited with status {code}")
+            raise RuntimeError(f"{self.module} exited with status {code}")
         return code
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
         # The tool saved periodic checkpoints itself; the requeued run continues from them.
         argv = self.argv if "--resume" in self.argv else [*self.argv, "--resume"]
-        return DelayedSubmission(ToolJob(self.script, argv, self.procs_per_node))
+        return DelayedSubmission(ToolJob(self.module, argv, self.procs_per_node))

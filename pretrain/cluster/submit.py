@@ -1,7 +1,7 @@
 """Submitting pretraining (or an evaluation tool) to SLURM with submitit, or running it locally.
 
-``tools/submit_pretrain.py`` is the command line; everything it does is here so that tests and
-notebooks can submit the same way. Layout of a job:
+``tools/submit_pretrain.py`` (:mod:`pretrain.cli.submit_pretrain`) is the command line; everything
+it does is here so that tests and notebooks can submit the same way. Layout of a job:
 
 * ``--entry pretrain``: one SLURM task per process, ``--gpus-per-node`` tasks per node (one per
   GPU) or, on CPU nodes (``--gpus-per-node 0``), ``--tasks-per-node`` processes;
@@ -18,7 +18,6 @@ import contextlib
 import io
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import submitit
@@ -39,13 +38,14 @@ __all__ = [
     "submit",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-# entry -> the tool a node runs (pretrain runs in-process, one task per process)
+# entry -> the tool's module, which a node runs as `python -m MODULE` (pretrain runs in-process,
+# one task per process). Module names, not imports: the evaluation tools live in transfer/, a
+# layer above this one, and run in their own processes.
 ENTRIES = {
-    "pretrain": "tools/train_pretrain.py",
-    "train_net": "tools/train_net.py",
-    "linear_probe": "tools/linear_probe.py",
-    "semi_supervised": "tools/semi_supervised.py",
+    "pretrain": "pretrain.cli.train_pretrain",
+    "train_net": "transfer.cli.train_net",
+    "linear_probe": "transfer.cli.linear_probe",
+    "semi_supervised": "transfer.cli.semi_supervised",
 }
 
 
@@ -160,12 +160,12 @@ def build_job(req: JobRequest) -> BuiltJob:
             "# resolved config (OUTPUT_DIR/config.yaml once the job starts)\n" + cfg.dump(),
             cfg.DATALOADER.NUM_WORKERS + 1,  # data workers + the training process
         )
-    script = str(REPO / ENTRIES[req.entry])
+    module = ENTRIES[req.entry]
     argv = (["--config-file", req.config_file] if req.config_file else []) + list(req.args)
-    cmd = tool_command(script, argv, req.procs_per_node, req.nodes, "<node id>", "<first node>",
+    cmd = tool_command(module, argv, req.procs_per_node, req.nodes, "<node id>", "<first node>",
                        "<port from job id>")  # fmt: skip
     return BuiltJob(
-        ToolJob(script, argv, req.procs_per_node),
+        ToolJob(module, argv, req.procs_per_node),
         req.job_dir or os.path.join("output", "submitit", req.entry),
         "# every node runs\n" + " ".join(cmd) + "\n",
         None,

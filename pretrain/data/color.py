@@ -405,7 +405,7 @@ class BatchColorAugment:
         std: Sequence[float] = IMAGENET_STD_RGB,
         *,
         cpu_chunk_pixels: int = 2**19,
-    ):
+    ) -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
         self.color = color

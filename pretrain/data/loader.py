@@ -1,19 +1,44 @@
-"""The pretraining data loader: deterministic per-iteration batches of uint8 multi-crop views."""
+"""The pretraining data path: deterministic per-iteration batches of uint8 multi-crop views
+(``build_pretrain_loader``), and their last step on the model's device
+(``augment_views_on_device``: colour augmentation and normalisation, run by the trainer).
+
+Every random choice of iteration t is a function of (SEED, t, position in the global batch):
+the sampler's per-sample seeds drive crops and colours, and each batch carries one ShuffleBN
+seed per key crop (``shuffle_seeds``, the same on every process) for the model.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
 from pretrain.cluster.preemption import shield_data_worker
-from pretrain.data.color import ColorParams, sample_color_params
-from pretrain.data.datasets import BadImageError, DatasetError, build_source
-from pretrain.data.sampler import IterationBatchSampler
+from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
+from pretrain.data.datasets import (
+    BadImageError,
+    DatasetError,
+    FashionMNISTSource,
+    ImageFolderSource,
+    build_source,
+)
+from pretrain.data.sampler import IterationBatchSampler, sample_seed
+from pretrain.data.transforms import CropSpec, MultiCropTransform
 
-__all__ = ["PretrainDataset", "build_pretrain_loader", "build_train_transform", "collate_views"]
+__all__ = [
+    "PretrainDataset",
+    "augment_views_on_device",
+    "build_batch_augment",
+    "build_pretrain_loader",
+    "build_train_transform",
+    "collate_views",
+    "shuffle_seeds",
+]
 
 
 class PretrainDataset(Dataset):
@@ -24,7 +49,13 @@ class PretrainDataset(Dataset):
     main process and logs the running count.
     """
 
-    def __init__(self, source, transform, color=None, max_consecutive_bad: int = 64):
+    def __init__(
+        self,
+        source: ImageFolderSource | FashionMNISTSource,
+        transform: MultiCropTransform,
+        color: ColorSpec | None = None,
+        max_consecutive_bad: int = 64,
+    ) -> None:
         self.source, self.transform = source, transform
         self.color = color  # ColorSpec: draw this sample's device-side colour parameters here
         self.max_consecutive_bad = max_consecutive_bad
@@ -61,8 +92,16 @@ class PretrainDataset(Dataset):
         )
 
 
-def collate_views(batch: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v)."""
+def shuffle_seeds(run_seed: int, iteration: int, key_crops: int) -> list[int]:
+    """The ShuffleBN permutation seed of each key crop at ``iteration``, equal on every process."""
+    return [sample_seed(run_seed, iteration, -2 - crop) >> 16 for crop in range(key_crops)]
+
+
+def collate_views(
+    batch: list[dict[str, Any]], run_seed: int = 0, key_crops: int = 0
+) -> dict[str, Any]:
+    """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v);
+    ``shuffle_seeds`` holds :func:`shuffle_seeds` for ``key_crops`` key crops."""
     n_views = len(batch[0]["views"])
     color = None
     if batch[0].get("color") is not None:  # per view: the ColorParams of every sample, stacked
@@ -79,25 +118,24 @@ def collate_views(batch: list[dict[str, Any]]) -> dict[str, Any]:
         "index": torch.tensor([b["index"] for b in batch]),
         "seeds": torch.tensor([b["seed"] for b in batch]),
         "iteration": batch[0]["iteration"],
+        "shuffle_seeds": shuffle_seeds(run_seed, batch[0]["iteration"], key_crops),
         "skipped_files": [p for b in batch for p in b["skipped_files"]],
     }
 
 
 class _WithIteration:
-    """Adds the iteration number to each sampler item (the model seeds ShuffleBN with it)."""
+    """Adds the iteration number to each sampler item (the batch's ShuffleBN seeds need it)."""
 
-    def __init__(self, sampler: IterationBatchSampler):
+    def __init__(self, sampler: IterationBatchSampler) -> None:
         self.sampler = sampler
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         for it, items in enumerate(self.sampler, start=self.sampler.start_iter):
             yield [(i, s, it) for i, s in items]
 
 
-def build_train_transform(cfg):
+def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
     """The worker-side multi-crop transform and the colour spec named by ``cfg.INPUT``."""
-    from pretrain.data.transforms import ColorSpec, CropSpec, MultiCropTransform
-
     inp = cfg.INPUT
     crops = [CropSpec(inp.LARGE_SIZE, tuple(inp.LARGE_SCALE), inp.LARGE_CROPS)]
     if inp.SMALL_CROPS:
@@ -112,8 +150,38 @@ def build_train_transform(cfg):
     return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
 
 
+def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
+    """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec."""
+    return BatchColorAugment(build_train_transform(cfg)[1])
+
+
+def augment_views_on_device(
+    batch: dict[str, Any],
+    augment: BatchColorAugment,
+    device: torch.device | str,
+    *,
+    apply_color: bool,
+) -> dict[str, Any]:
+    """The data path's last step, on the model's device: the loader's uint8 views -> float32
+    views, colour-augmented there when ``apply_color`` (INPUT.COLOR_ON_DEVICE), and normalised.
+
+    The colour parameters are the loader's per-sample ``color_params`` (drawn in the workers from
+    each sample's seed, so they do not depend on how the batch is split across processes);
+    without them they are drawn from a generator seeded with the batch's first sample seed.
+    Returns a copy of ``batch`` with the new ``views``.
+    """
+    views = [v.to(device, non_blocking=True) for v in batch["views"]]
+    params = batch.get("color_params") if apply_color else None
+    g = torch.Generator().manual_seed(int(batch["seeds"][0]) & 0xFFFFFFFFFFFF)
+    return {**batch, "views": augment(views, g, apply_color=apply_color, params=params)}
+
+
 def build_pretrain_loader(
-    cfg, rank: int, world_size: int, start_iter: int, source=None
+    cfg: CfgNode,
+    rank: int,
+    world_size: int,
+    start_iter: int,
+    source: ImageFolderSource | FashionMNISTSource | None = None,
 ) -> DataLoader:
     """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``.
 
@@ -129,7 +197,9 @@ def build_pretrain_loader(
         PretrainDataset(source, transform, color if cfg.INPUT.COLOR_ON_DEVICE else None),
         batch_sampler=_WithIteration(sampler),
         num_workers=workers,
-        collate_fn=collate_views,
+        collate_fn=functools.partial(
+            collate_views, run_seed=cfg.SEED, key_crops=cfg.INPUT.KEY_CROPS
+        ),
         pin_memory=cfg.MODEL.DEVICE == "cuda",
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,

@@ -6,12 +6,14 @@ import logging
 import math
 
 from detectron2.engine import HookBase
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 __all__ = ["BetaSchedule", "MomentumUpdate", "beta_at", "unwrap"]
 
 
-def unwrap(model):
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DistributedDataParallel wrapper, or ``model`` itself."""
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
@@ -23,9 +25,9 @@ def beta_at(iteration: int, beta: float, inf_iters: int) -> float:
 class BetaSchedule(HookBase):
     """Sets the model's beta before every step (stateless: a function of the iteration)."""
 
-    def __init__(self, beta: float, inf_iters: int):
+    def __init__(self, beta: float, inf_iters: int) -> None:
         self.beta, self.inf_iters = float(beta), int(inf_iters)
-        self._last = None
+        self._last: float | None = None
 
     def before_step(self) -> None:
         b = beta_at(self.trainer.iter, self.beta, self.inf_iters)

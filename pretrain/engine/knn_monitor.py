@@ -15,42 +15,26 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
 from pretrain.config import ConfigError
-from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
+from pretrain.data.datasets import (
+    FASHION_MNIST,
+    FashionMNISTSource,
+    ImageFolderSource,
+    TransformedDataset,
+)
+from pretrain.data.splits import evenly_spaced
 from pretrain.evaluation.knn_hook import KNNHook
 
 __all__ = ["build_knn_hook", "knn_sources"]
 
 
-class _Labelled(Dataset):
-    """Item k: uint8 (3, s, s) centre crop of ``source`` image ``indices[k]`` and its label."""
-
-    def __init__(self, source, indices: list[int], size: int):
-        self.source, self.indices = source, indices
-        self.transform = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
-        i = self.indices[k]
-        return self.transform(self.source.load(i)), self.source.label(i)
-
-
-def _spread(total: int, count: int) -> list[int]:
-    if count >= total:
-        return list(range(total))
-    return [int(i) for i in np.linspace(0, total - 1, count).round()]
-
-
 def knn_sources(cfg):
     """(reference source, test source) of the kNN monitor; ConfigError naming TEST.KNN_ROOT."""
-    if cfg.DATASETS.TYPE == "fashion_mnist":
+    if cfg.DATASETS.TYPE == FASHION_MNIST:
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
         return FashionMNISTSource(root, "train"), FashionMNISTSource(root, "test")
     root = cfg.TEST.KNN_ROOT
@@ -73,8 +57,11 @@ def build_knn_hook(cfg, trainer) -> KNNHook:
     train_src, test_src = knn_sources(cfg)
     size, t = cfg.INPUT.LARGE_SIZE, cfg.TEST
 
+    # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
+    crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
+
     def loader(source, count: int) -> DataLoader:
-        data = _Labelled(source, _spread(len(source), count), size)
+        data = TransformedDataset(source, crop, evenly_spaced(len(source), count))
         return DataLoader(data, batch_size=t.KNN_BATCH_SIZE, shuffle=False, num_workers=0)
 
     model = trainer.model.module if hasattr(trainer.model, "module") else trainer.model
@@ -85,7 +72,7 @@ def build_knn_hook(cfg, trainer) -> KNNHook:
         was_training = backbone.training
         backbone.eval()
         try:
-            x = model.color_augment([images.to(device)], None, apply_color=False)[0]
+            x = trainer.color_augment([images.to(device)], None, apply_color=False)[0]
             if model.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             return backbone(x)

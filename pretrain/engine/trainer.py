@@ -8,16 +8,21 @@ import time
 
 import numpy as np
 import torch
-from detectron2.engine import SimpleTrainer, hooks
+from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, get_event_storage
+from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.cluster.preemption import StopOnSignal
 from pretrain.config import ConfigError, validate_cfg
 from pretrain.data.datasets import build_source
-from pretrain.data.loader import build_pretrain_loader
+from pretrain.data.loader import (
+    augment_views_on_device,
+    build_batch_augment,
+    build_pretrain_loader,
+)
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
@@ -29,7 +34,7 @@ __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
 logger = logging.getLogger(__name__)
 
 
-def schedule_lengths(cfg, num_images: int) -> tuple[int, int, int]:
+def schedule_lengths(cfg: CfgNode, num_images: int) -> tuple[int, int, int]:
     """(iterations per epoch, max_iter, iterations with beta = inf) for ``num_images``."""
     ipe = num_images // cfg.SOLVER.IMS_PER_BATCH
     if ipe == 0:
@@ -49,7 +54,7 @@ class MetricPrinter(CommonMetricPrinter):
     detectron2's ETA estimate then divides by the zero iterations in between.
     """
 
-    def __init__(self, max_iter: int | None = None, window_size: int = 20):
+    def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
         super().__init__(max_iter, window_size)
         self._printed: int | None = None
 
@@ -63,7 +68,9 @@ class MetricPrinter(CommonMetricPrinter):
 class PretrainTrainer(SimpleTrainer):
     """Builds everything from a config and runs ``run_step`` with autocast and a finite check.
 
-    The model returns ``{"loss_*": tensor, "metrics": {name: float}}``; losses are summed and
+    Each step runs the data path's last step on the model's device (colour augmentation and
+    normalisation of the loader's uint8 views, ``color_augment``) and hands the views to the
+    model, which returns ``{"loss_*": tensor, "metrics": {name: float}}``; losses are summed and
     back-propagated, metrics go to the event storage (console with ETA, metrics.json,
     TensorBoard). Checkpoints hold the model (both encoders, queues), optimizer, LR scheduler,
     iteration and RNG states, and the unreadable files met so far (on any rank); data order and
@@ -71,7 +78,7 @@ class PretrainTrainer(SimpleTrainer):
     stopped.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: CfgNode) -> None:
         world = comm.get_world_size()
         validate_cfg(cfg, world)
         self.cfg = cfg
@@ -90,6 +97,7 @@ class PretrainTrainer(SimpleTrainer):
         amp = cfg.SOLVER.AMP
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
         self.device_type = cfg.MODEL.DEVICE
+        self.color_augment = build_batch_augment(cfg)
         self.grad_scaler = (
             torch.amp.GradScaler("cuda")
             if self.amp_dtype == torch.float16 and self.device_type == "cuda"
@@ -107,7 +115,7 @@ class PretrainTrainer(SimpleTrainer):
         self.register_hooks(self.build_hooks())
 
     # -- construction ----------------------------------------------------------------------
-    def build_hooks(self) -> list:
+    def build_hooks(self) -> list[HookBase]:
         cfg = self.cfg
         ret = [
             hooks.IterationTimer(),
@@ -134,7 +142,7 @@ class PretrainTrainer(SimpleTrainer):
         ret.append(self.stop_on_signal)
         return ret
 
-    def extra_hooks(self) -> list:
+    def extra_hooks(self) -> list[HookBase]:
         """Hooks added before checkpointing/writing (the kNN monitor, when configured)."""
         if self.cfg.TEST.KNN_PERIOD <= 0:
             return []
@@ -157,7 +165,7 @@ class PretrainTrainer(SimpleTrainer):
             )
         return resumed
 
-    def train(self):  # type: ignore[override]
+    def train(self) -> None:  # type: ignore[override]
         rank, world = comm.get_rank(), comm.get_world_size()
         self.reset_data_loader(
             lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source)
@@ -228,6 +236,14 @@ class PretrainTrainer(SimpleTrainer):
             dtype=self.amp_dtype or torch.bfloat16,
             enabled=self.amp_dtype is not None,
         ):
+            # Inside autocast, as when the model ran it, so that AMP runs stay reproducible (the
+            # contrast's grayscale mean is a matmul, which autocast lowers).
+            data = augment_views_on_device(
+                data,
+                self.color_augment,
+                self.device_type,
+                apply_color=self.cfg.INPUT.COLOR_ON_DEVICE,
+            )
             out = self.model(data)
         losses = {k: v for k, v in out.items() if k.startswith("loss")}
         total = sum(losses.values())

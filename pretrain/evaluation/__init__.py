@@ -1,1 +1,1 @@
-"""Evaluation used while pretraining and after it: the one weighted-kNN implementation."""
+"""Evaluation used while pretraining and after it: the one feature extractor and weighted kNN."""

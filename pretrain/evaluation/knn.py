@@ -1,16 +1,22 @@
 """Weighted k-nearest-neighbour classification on L2-normalised features (Wu et al. 2018).
 
-Each of the k nearest training features (cosine similarity s) votes for its label with weight
+Each of the k nearest reference features (cosine similarity s) votes for its label with weight
 exp(s / T); the class with the largest total wins. Defaults k = 200, T = 0.07 as in the
-InstDisc / MoCo literature.
+InstDisc / MoCo literature. This is the project's one kNN: the pretraining monitor
+(:mod:`.knn_hook`), the demo, ``tools/knn_eval.py``, the nuclear-norm analysis and the study all
+score features with it; which images are references and which are queries is theirs to choose.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
 
-__all__ = ["knn_accuracy", "weighted_knn_predict"]
+from .features import extract_features
+
+__all__ = ["knn_accuracy", "knn_top1", "weighted_knn_predict"]
 
 
 def weighted_knn_predict(
@@ -53,12 +59,41 @@ def knn_accuracy(
     train_labels: torch.Tensor,
     test_features: torch.Tensor,
     test_labels: torch.Tensor,
-    num_classes: int,
+    num_classes: int | None = None,
     k: int = 200,
     temperature: float = 0.07,
 ) -> float:
-    """Top-1 accuracy (in [0, 1]) of :func:`weighted_knn_predict`."""
+    """Top-1 accuracy (in [0, 1]) of :func:`weighted_knn_predict`.
+
+    ``num_classes`` defaults to one more than the largest label of either set.
+    """
+    if num_classes is None:
+        num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     scores = weighted_knn_predict(
         train_features, train_labels, test_features, num_classes, k, temperature
     )
     return (scores.argmax(1).cpu() == test_labels.long().cpu()).float().mean().item()
+
+
+def knn_top1(
+    model: nn.Module,
+    references: Dataset,
+    test: Dataset,
+    *,
+    k: int = 200,
+    temperature: float = 0.07,
+    num_classes: int | None = None,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> float:
+    """:func:`knn_accuracy` of ``model``'s features of the ``test`` images, the ``references``
+    as neighbours (both datasets of ``(image tensor, label)``, features by
+    :func:`.features.extract_features`)."""
+    f_ref, y_ref = extract_features(
+        model, references, device, batch_size, num_workers, "kNN train features"
+    )
+    f_test, y_test = extract_features(
+        model, test, device, batch_size, num_workers, "kNN test features"
+    )
+    return knn_accuracy(f_ref, y_ref, f_test, y_test, num_classes, k, temperature)

@@ -8,55 +8,27 @@ default, see :mod:`.knn`) into the trainer's event storage as ``knn/top1`` (a fr
 
 Contract of ``feature_fn(images) -> (B, D) features``: it receives each batch exactly as the
 loaders yield it (on CPU), moves it to its device, and is responsible for eval mode (e.g. the
-query backbone with BatchNorm statistics frozen); :func:`module_feature_fn` builds such a callable
-and restores the module's training mode afterwards. The hook runs it under ``torch.no_grad()``
-on the main process only (the other processes wait at a barrier); it is meant for small
-monitoring sets (ImageNet-100 subsets, Fashion-MNIST), not full ImageNet.
+query backbone with BatchNorm statistics frozen); :func:`.features.module_feature_fn` builds such
+a callable and restores the module's training mode afterwards. The hook embeds with
+:func:`.features.embed` (under ``torch.no_grad()``) on the main process only (the other processes
+wait at a barrier); it is meant for small monitoring sets (ImageNet-100 subsets, Fashion-MNIST),
+not full ImageNet.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-import torch
 from detectron2.engine import HookBase
 from detectron2.utils import comm
-from torch import nn
 
+from .features import FeatureFn, embed
 from .knn import knn_accuracy
 
-__all__ = ["KNNHook", "embed", "module_feature_fn"]
+__all__ = ["KNNHook"]
 
 logger = logging.getLogger(__name__)
-
-FeatureFn = Callable[[torch.Tensor], torch.Tensor]
-
-
-@torch.no_grad()
-def embed(feature_fn: FeatureFn, loader: Iterable) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(features (N, D) float32 CPU, labels (N,))`` of every ``(images, labels)`` batch."""
-    feats, labels = [], []
-    for images, targets in loader:
-        feats.append(feature_fn(images).flatten(1).float().cpu())
-        labels.append(torch.as_tensor(targets, dtype=torch.int64))
-    if not feats:
-        raise ValueError("kNN: a loader yielded no batches")
-    return torch.cat(feats), torch.cat(labels)
-
-
-def module_feature_fn(module: nn.Module, device: torch.device | str) -> FeatureFn:
-    """``feature_fn`` running ``module`` in eval mode on ``device``, restoring its mode after."""
-
-    def fn(images: torch.Tensor) -> torch.Tensor:
-        was_training = module.training
-        module.eval()
-        try:
-            return module(images.to(device, non_blocking=True))
-        finally:
-            module.train(was_training)
-
-    return fn
 
 
 class KNNHook(HookBase):

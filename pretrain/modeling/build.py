@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import torch
+from fvcore.common.config import CfgNode
 from fvcore.common.registry import Registry
 
 META_ARCH_REGISTRY = Registry("PRETRAIN_META_ARCH")
 META_ARCH_REGISTRY.__doc__ = "Pretraining meta-architectures; see pretrain.modeling for the API."
 
 
-def build_model(cfg, world_size: int = 1) -> torch.nn.Module:
+def build_model(cfg: CfgNode, world_size: int = 1) -> torch.nn.Module:
     """Build ``cfg.MODEL.META_ARCHITECTURE`` on ``cfg.MODEL.DEVICE``.
 
     The RNG is seeded with ``cfg.SEED`` first so every process (and a resumed run) starts from the

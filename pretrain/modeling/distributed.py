@@ -7,10 +7,12 @@ import torch.distributed as dist
 
 
 def world_size() -> int:
+    """The number of processes (1 without an initialised process group)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def rank() -> int:
+    """This process's rank (0 without an initialised process group)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 

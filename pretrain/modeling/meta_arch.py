@@ -8,6 +8,10 @@ but j) and, when a prior is configured, the views that enter Q. The objective is
 :func:`pretrain.losses.multicrop_lorac_loss` (Q per instance from LOSS.LOWRANK_VIEWS and all keys
 by default). MoCo-M is the same model with prior "none" (or beta = inf); MoCo-v2 is two views, one
 key crop, prior "none": f then sees only the query view, as published.
+
+The model is encoders, queues and the loss: its input views arrive augmented and normalised (the
+data path's last step, :func:`pretrain.data.loader.augment_views_on_device`, run by the trainer
+on the model's device), with the ShuffleBN seeds of the iteration.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import copy
 import math
 from collections import defaultdict
+from typing import Any
 
 import torch
+from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.data.sampler import sample_seed
 from pretrain.losses import multicrop_lorac_loss_with_stats
 from pretrain.modeling.build import META_ARCH_REGISTRY
 from pretrain.modeling.distributed import (
@@ -29,6 +34,7 @@ from pretrain.modeling.distributed import (
     world_size,
 )
 from pretrain.modeling.encoder import Encoder, convert_norm
+from pretrain.priors import Prior, build_prior
 
 __all__ = ["MultiViewMoCo"]
 
@@ -49,19 +55,15 @@ class MultiViewMoCo(nn.Module):
         momentum: float,
         tau: float,
         beta: float,
-        prior: str,
+        prior: Prior,
         lowrank_views: str,
         q_construction: str,
-        prior_kwargs: dict,
         prior_m: int,
         shuffle_bn: bool,
         key_bn_splits: int,
         norm: str,
-        color_augment,
-        color_on_device: bool,
         channels_last: bool,
-        seed: int,
-    ):
+    ) -> None:
         super().__init__()
         self.encoder_q = Encoder(arch, hidden_dim, out_dim, stem)
         self.encoder_k = copy.deepcopy(self.encoder_q)  # plain BN: ShuffleBN handles leakage
@@ -70,7 +72,7 @@ class MultiViewMoCo(nn.Module):
         self.encoder_q = convert_norm(self.encoder_q, norm)
         self.view_sizes, self.num_key_crops, self.num_large = view_sizes, num_key_crops, num_large
         self.momentum, self.tau, self.beta = momentum, tau, beta
-        self.prior, self.prior_kwargs, self.prior_m = prior, prior_kwargs, prior_m
+        self.prior, self.prior_m = prior, prior_m
         self.q_construction = q_construction
         self.key_views = list(range(num_key_crops))
         self.lowrank_views = self.resolve_lowrank_views(
@@ -78,12 +80,11 @@ class MultiViewMoCo(nn.Module):
         )
         # f runs on the views the objective reads (a lone key crop is no query of its own key).
         used = {v for j in self.key_views for v in range(len(view_sizes)) if v != j}
-        if prior != "none":
+        if prior.enabled:
             used |= set(self.lowrank_views)
         self.query_views = sorted(used)
         self.shuffle_bn, self.key_bn_splits = shuffle_bn, key_bn_splits
-        self.color_augment, self.color_on_device = color_augment, color_on_device
-        self.channels_last, self.seed = channels_last, seed
+        self.channels_last = channels_last
         queues = nn.functional.normalize(torch.randn(num_key_crops, queue_size, out_dim), dim=-1)
         self.register_buffer("queues", queues)  # (J, K, d)
         self.register_buffer("queue_ptr", torch.zeros(num_key_crops, dtype=torch.long))
@@ -91,10 +92,7 @@ class MultiViewMoCo(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     @classmethod
-    def from_config(cls, cfg, world_size: int = 1) -> dict:
-        from pretrain.data.color import BatchColorAugment
-        from pretrain.data.loader import build_train_transform
-
+    def from_config(cls, cfg: CfgNode, world_size: int = 1) -> dict[str, Any]:
         inp, loss, mod = cfg.INPUT, cfg.LOSS, cfg.MODEL
         sizes = [inp.LARGE_SIZE] * inp.LARGE_CROPS + [inp.SMALL_SIZE] * inp.SMALL_CROPS
         norm = mod.NORM
@@ -102,7 +100,6 @@ class MultiViewMoCo(nn.Module):
             norm = "BN"
         elif norm == "auto":
             norm = "SyncBN" if mod.DEVICE == "cuda" else "NaiveSyncBN"
-        _, color = build_train_transform(cfg)
         return {
             "arch": mod.ARCH,
             "stem": mod.STEM,
@@ -115,22 +112,20 @@ class MultiViewMoCo(nn.Module):
             "momentum": mod.MOMENTUM,
             "tau": loss.TAU,
             "beta": float(loss.BETA),
-            "prior": loss.PRIOR,
+            "prior": build_prior(loss.PRIOR, c=loss.C, c0=loss.C0, sigma2=loss.SIGMA2),
             "lowrank_views": loss.LOWRANK_VIEWS,
             "q_construction": loss.Q_CONSTRUCTION,
-            "prior_kwargs": {"c": loss.C, "c0": loss.C0, "sigma2": loss.SIGMA2},
             "prior_m": loss.PRIOR_M,
             "shuffle_bn": mod.SHUFFLE_BN,
             "key_bn_splits": mod.KEY_BN_SPLITS,
             "norm": norm,
-            "color_augment": BatchColorAugment(color),
-            "color_on_device": inp.COLOR_ON_DEVICE,
             "channels_last": mod.CHANNELS_LAST,
-            "seed": cfg.SEED,
         }
 
     @staticmethod
-    def resolve_lowrank_views(spec: str, num_views: int, num_large: int, num_keys: int) -> list:
+    def resolve_lowrank_views(
+        spec: str, num_views: int, num_large: int, num_keys: int
+    ) -> list[int]:
         """View indices of LOSS.LOWRANK_VIEWS ("large", "all" or "queries")."""
         if spec == "large":
             return list(range(num_large))
@@ -160,16 +155,17 @@ class MultiViewMoCo(nn.Module):
         torch._foreach_lerp_(k, q, 1.0 - self.momentum)
 
     # -- forward -------------------------------------------------------------------------
-    def _prepare(self, batch: dict) -> list[torch.Tensor]:
+    def _prepare(self, batch: dict[str, Any]) -> list[torch.Tensor]:
         device = self.queues.device
         views = [v.to(device, non_blocking=True) for v in batch["views"]]
         if len(views) != len(self.view_sizes):
             raise ValueError(f"expected {len(self.view_sizes)} views, got {len(views)}")
-        apply = self.color_on_device and self.training
-        params = batch.get("color_params") if apply else None
-        # Without per-sample parameters from the loader, draw them from the batch's first seed.
-        g = torch.Generator().manual_seed(int(batch["seeds"][0]) & 0xFFFFFFFFFFFF)
-        views = self.color_augment(views, g, apply_color=apply, params=params)
+        if any(not v.is_floating_point() for v in views):
+            raise ValueError(
+                "views must be float, augmented and normalised "
+                "(pretrain.data.loader.augment_views_on_device), got "
+                f"{sorted({str(v.dtype) for v in views})}"
+            )
         if self.channels_last:
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         return views
@@ -188,10 +184,10 @@ class MultiViewMoCo(nn.Module):
         return out
 
     @torch.no_grad()
-    def _encode_keys(self, x: torch.Tensor, iteration: int, crop: int) -> torch.Tensor:
+    def _encode_keys(self, x: torch.Tensor, seed: int | None) -> torch.Tensor:
         """g(x) with ShuffleBN; returns the keys of the whole global batch, in batch order.
 
-        The global batch is permuted with a seed shared by all processes, each process encodes
+        The global batch is permuted with ``seed``, shared by all processes, each process encodes
         its slice in ``key_bn_splits`` BN groups, and the keys are gathered and un-permuted.
         With one process and one split this is a plain forward (BN is permutation invariant).
         """
@@ -199,8 +195,13 @@ class MultiViewMoCo(nn.Module):
         groups = n_proc * self.key_bn_splits
         if not self.shuffle_bn or groups == 1:
             return concat_all_gather(self.encoder_k(x))
+        if seed is None:
+            raise ValueError(
+                "ShuffleBN needs batch['shuffle_seeds'], one seed per key crop equal on every "
+                "process (pretrain.data.loader.shuffle_seeds)"
+            )
         x_all = concat_all_gather(x)
-        g = torch.Generator().manual_seed(sample_seed(self.seed, iteration, -2 - crop) >> 16)
+        g = torch.Generator().manual_seed(seed)
         perm = torch.randperm(x_all.shape[0], generator=g).to(x.device)
         mine = x_all[perm[rank() * b : (rank() + 1) * b]]
         k_mine = torch.cat([self.encoder_k(c) for c in mine.chunk(self.key_bn_splits)])
@@ -219,19 +220,23 @@ class MultiViewMoCo(nn.Module):
         self.queues[crop, ptr : ptr + n] = keys.to(self.queues.dtype)
         self.queue_ptr[crop] = (ptr + n) % k
 
-    def forward(self, batch: dict) -> dict:
+    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
+        ``batch["shuffle_seeds"]``: J ints, the same on every process."""
         views = self._prepare(batch)
         b = views[0].shape[0]
-        iteration = int(batch.get("iteration", 0))
+        seeds = list(batch.get("shuffle_seeds") or [None] * self.num_key_crops)
+        if len(seeds) != self.num_key_crops:
+            raise ValueError(f"expected {self.num_key_crops} shuffle_seeds, got {len(seeds)}")
         encoded = self._encode_queries(views)
         ref = encoded[self.query_views[0]]
         # (V, B, d); a view f skipped is never read by the objective
         q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
-        global_keys = [self._encode_keys(views[j], iteration, j) for j in range(self.num_key_crops)]
+        global_keys = [self._encode_keys(views[j], seeds[j]) for j in range(self.num_key_crops)]
         r = rank()
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
         global_lowrank = None
-        if self.prior == "batchwise":  # Eq. (14): one P over the global batch
+        if self.prior.batchwise:  # Eq. (14): one P over the global batch
             global_lowrank = all_gather_with_grad(q[self.lowrank_views], dim=1)
         loss, stats = multicrop_lorac_loss_with_stats(
             q,
@@ -245,7 +250,6 @@ class MultiViewMoCo(nn.Module):
             prior_m=self.prior_m or None,
             q_construction=self.q_construction,
             global_lowrank=global_lowrank,
-            **self.prior_kwargs,
         )
         if self.training:
             for j in range(self.num_key_crops):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pretrain.data.splits import evenly_spaced
 from pretrain.tables import write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.models import load_pretrained
@@ -25,7 +26,6 @@ from transfer.analysis.nuclear_norm_stats import (
     ModelStats,
     accuracy_for,
     augmented_nuclear_norms,
-    evenly_spaced,
     knn_top1,
     open_split,
     read_accuracy_csv,

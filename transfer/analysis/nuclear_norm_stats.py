@@ -25,17 +25,25 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from pretrain.data.color import BatchColorAugment, ColorSpec
-from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
+from pretrain.data.datasets import (
+    FASHION_MNIST,
+    DatasetError,
+    FashionMNISTSource,
+    ImageFolderSource,
+    TransformedDataset,
+    dataset_type,
+)
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
+from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses import nuclear_norm
 from pretrain.tables import read_csv
 from transfer.analysis import AnalysisError
+from transfer.classification.transforms import eval_transform
 
 __all__ = [
     "ModelStats",
     "augmented_nuclear_norms",
-    "evenly_spaced",
     "knn_top1",
     "open_split",
     "read_accuracy_csv",
@@ -66,26 +74,18 @@ def open_split(dataset: str, root: str, split: str, class_list: str = ""):
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, got {split!r}")
-    if dataset == "fashion-mnist":
+    try:
+        kind = dataset_type(dataset)
+    except DatasetError as e:
+        raise AnalysisError(f"--dataset: {e}") from None
+    if kind == FASHION_MNIST:
         return FashionMNISTSource(root, split)
-    if dataset != "imagefolder":
-        raise AnalysisError(f"--dataset {dataset!r}: expected fashion-mnist or imagefolder")
     sub = os.path.join(root, "val" if split == "test" else "train")
     if os.path.isdir(sub):
         return ImageFolderSource(sub, class_list)
     if split == "train":
         raise AnalysisError(f"{root}: no train/ folder for the kNN reference images")
     return ImageFolderSource(root, class_list)
-
-
-def evenly_spaced(total: int, count: int) -> list[int]:
-    """``count`` distinct indices spread over ``range(total)`` (all of them if count <= 0).
-
-    Spread rather than the first ``count`` so that a class-sorted ImageFolder keeps all classes.
-    """
-    if count <= 0 or count >= total:
-        return list(range(total))
-    return [int(i) for i in np.linspace(0, total - 1, count).round()]
 
 
 def view_spec(cfg, views: int) -> tuple[CropSpec, ColorSpec]:
@@ -153,18 +153,6 @@ def augmented_nuclear_norms(
     return torch.cat(out).numpy()
 
 
-class _SourceImages(Dataset):
-    def __init__(self, source, indices: Sequence[int], transform):
-        self.source, self.indices, self.transform = source, list(indices), transform
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
-        i = self.indices[k]
-        return self.transform(self.source.load(i)), self.source.label(i)
-
-
 def knn_top1(
     backbone: torch.nn.Module,
     train: tuple[object, Sequence[int]],
@@ -178,20 +166,19 @@ def knn_top1(
     num_workers: int = 0,
 ) -> float:
     """Weighted kNN top-1 in % (T = 0.07) of the pooled backbone features, eval pipeline:
-    resize to ``size / crop_fraction``, centre crop ``size``, ImageNet normalisation."""
-    from transfer.classification.features import extract_features
-    from transfer.classification.knn import knn_accuracy
-    from transfer.classification.transforms import eval_transform
-
+    resize to ``size / crop_fraction``, centre crop ``size``, ImageNet normalisation.
+    ``train`` and ``test`` are ``(source, indices)``: the references and the queries."""
     tf = eval_transform(round(size / crop_fraction), size)
-    f_train, y_train = extract_features(
-        backbone, _SourceImages(*train, tf), device, batch_size, num_workers, "kNN train features"
+    top1 = _knn_top1(
+        backbone,
+        TransformedDataset(train[0], tf, train[1]),
+        TransformedDataset(test[0], tf, test[1]),
+        k=k,
+        device=device,
+        batch_size=batch_size,
+        num_workers=num_workers,
     )
-    f_test, y_test = extract_features(
-        backbone, _SourceImages(*test, tf), device, batch_size, num_workers, "kNN test features"
-    )
-    num_classes = int(max(y_train.max(), y_test.max())) + 1
-    return 100.0 * knn_accuracy(f_train, y_train, f_test, y_test, num_classes, k=k)
+    return 100.0 * top1
 
 
 _KEY_COLUMNS = ("label", "run", "Method", "Model")

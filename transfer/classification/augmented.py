@@ -30,10 +30,12 @@ from fvcore.common.param_scheduler import CosineParamScheduler
 from torch import nn
 from torch.utils.data import ConcatDataset, Dataset
 
+from pretrain.data.datasets import TransformedDataset
+from pretrain.evaluation.features import extract_features
+
 from .backbone import EvalBackbone
-from .datasets import TransformedDataset
 from .engine import infinite_batches, run_training
-from .features import extract_features
+from .linear import linear_head
 from .probe import LinearProbe
 from .transfer_datasets import TransferData
 from .transforms import eval_transform, train_transform
@@ -57,10 +59,7 @@ class LinearHeads(nn.ModuleList):
     def __init__(self, feature_dim: int, num_classes: int, num_heads: int, seed: int = 0):
         if num_heads < 1:
             raise ValueError(f"need at least one head, got {num_heads}")
-        init = nn.Linear(feature_dim, num_classes)
-        with torch.no_grad():
-            init.weight.normal_(0.0, 0.01, generator=torch.Generator().manual_seed(seed))
-            init.bias.zero_()
+        init = linear_head(feature_dim, num_classes, torch.Generator().manual_seed(seed))
         super().__init__([copy.deepcopy(init) for _ in range(num_heads)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

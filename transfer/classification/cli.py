@@ -1,24 +1,16 @@
-"""Command-line pieces shared by the classification tools in ``tools/``."""
+"""Command-line pieces shared by the classification tools (:mod:`transfer.cli`)."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-import sys
-from collections.abc import Callable
 
 from detectron2.utils import comm
 
-from pretrain.checkpoint_io import CheckpointError
-
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
-from .config import ConfigError
-from .datasets import DatasetError
 
 __all__ = [
     "add_model_args",
-    "clean_errors",
     "key_value",
     "model_from_args",
     "model_name",
@@ -71,18 +63,3 @@ def model_name(args: argparse.Namespace) -> str:
 
 def table_dir(args: argparse.Namespace) -> str:
     return args.table_dir or args.output_dir
-
-
-def clean_errors(main: Callable) -> Callable:
-    """Turn the project's input errors into one ``error: ...`` line and exit status 2."""
-
-    @functools.wraps(main)
-    def wrapper(*a, **kw):
-        try:
-            return main(*a, **kw)
-        except (CheckpointError, DatasetError, ConfigError) as e:
-            if comm.is_main_process():
-                print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
-
-    return wrapper

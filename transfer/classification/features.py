@@ -1,10 +1,11 @@
-"""Frozen-feature extraction and the on-disk feature cache.
+"""The on-disk cache of frozen features of the transfer evaluations.
 
-Features are the backbone's globally pooled output, computed in eval mode without gradients.
-The cache stores one file per (backbone, dataset, split) under a key that hashes the backbone
-identity (checkpoint SHA-256 or random-init recipe), the dataset name and root, the split name,
-its size and labels, the transform's ``repr`` and the storage dtype; any change gives a new key, so
-a stale file is never read. Files are written atomically (temporary file + rename).
+Features themselves come from :func:`pretrain.evaluation.features.extract_features` (the
+backbone's globally pooled output, eval mode, no gradients). The cache stores one file per
+(backbone, dataset, split) under a key that hashes the backbone identity (checkpoint SHA-256 or
+random-init recipe), the dataset name and root, the split name, its size and labels, the
+transform's ``repr`` and the storage dtype; any change gives a new key, so a stale file is never
+read. Files are written atomically (temporary file + rename).
 """
 
 from __future__ import annotations
@@ -16,47 +17,12 @@ import os
 from collections.abc import Callable
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
 
-__all__ = ["FeatureCache", "extract_features", "labels_digest"]
+__all__ = ["FeatureCache", "labels_digest"]
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
-
-
-def extract_features(
-    model: nn.Module,
-    dataset: Dataset,
-    device: torch.device | str = "cpu",
-    batch_size: int = 256,
-    num_workers: int = 0,
-    desc: str = "features",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order.
-
-    ``model`` is switched to eval mode (and left there); a progress bar shows the ETA.
-    """
-    device = torch.device(device)
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=num_workers,
-        pin_memory=device.type == "cuda",
-    )
-    model.eval()
-    feats, labels = [], []
-    with torch.inference_mode():
-        for images, targets in tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True):
-            out = model(images.to(device, non_blocking=True))
-            feats.append(out.flatten(1).float().cpu())
-            labels.append(torch.as_tensor(targets, dtype=torch.int64))
-    if not feats:
-        raise ValueError(f"{desc}: dataset is empty, nothing to extract")
-    return torch.cat(feats), torch.cat(labels)
 
 
 def labels_digest(labels: torch.Tensor) -> str:

@@ -1,7 +1,8 @@
 """Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST (k=200, T=0.07).
 
 Train and test features are extracted once (eval pipeline, cached like the transfer features)
-and every test image is classified by its k nearest training features, see :mod:`.knn`.
+and every test image is classified by its k nearest training features, see
+:mod:`pretrain.evaluation.knn`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
+from pretrain.data.datasets import (
+    FASHION_MNIST,
+    DatasetError,
+    FashionMNISTSource,
+    TransformedDataset,
+    dataset_type,
+)
+from pretrain.evaluation.features import extract_features
+from pretrain.evaluation.knn import knn_accuracy
+
 from .backbone import EvalBackbone
-from .datasets import DatasetError, FashionMNIST, TransformedDataset, build_image_folder
-from .features import FeatureCache, extract_features, labels_digest
-from .knn import knn_accuracy
+from .datasets import build_image_folder
+from .features import FeatureCache, labels_digest
 from .transforms import eval_transform
 
 __all__ = ["KNNResult", "knn_sets", "run_knn"]
@@ -34,20 +44,20 @@ class KNNResult:
 def knn_sets(
     dataset: str, root: str, image_size: int = 32, class_list: str = "", limit: int | None = None
 ) -> tuple[Dataset, Dataset, int]:
-    """``(train, test, num_classes)`` as PIL-image datasets with a ``targets`` list."""
-    if dataset == "fashion-mnist":
+    """``(train, test, num_classes)`` as PIL-image datasets with a ``targets`` list: the train
+    split (``<root>/train``) is the references, the test split (``<root>/val``) the queries;
+    ``limit`` keeps the first N images of each Fashion-MNIST split."""
+    if dataset_type(dataset) == FASHION_MNIST:
         return (
-            FashionMNIST(root, "train", image_size, limit=limit),
-            FashionMNIST(root, "test", image_size, limit=limit),
+            FashionMNISTSource(root, "train", limit or 0, image_size=image_size),
+            FashionMNISTSource(root, "test", limit or 0, image_size=image_size),
             10,
         )
-    if dataset == "imagefolder":
-        train = build_image_folder(os.path.join(root, "train"), class_list)
-        test = build_image_folder(os.path.join(root, "val"), class_list)
-        if train.classes != test.classes:
-            raise DatasetError(f"{root}: train/ and val/ have different classes")
-        return train, test, len(train.classes)
-    raise ValueError(f"unknown dataset {dataset!r}: use fashion-mnist or imagefolder")
+    train = build_image_folder(os.path.join(root, "train"), class_list)
+    test = build_image_folder(os.path.join(root, "val"), class_list)
+    if train.classes != test.classes:
+        raise DatasetError(f"{root}: train/ and val/ have different classes")
+    return train, test, len(train.classes)
 
 
 def run_knn(

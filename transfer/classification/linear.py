@@ -23,7 +23,27 @@ from fvcore.common.param_scheduler import CosineParamScheduler, ParamScheduler
 from torch import nn
 from tqdm import tqdm
 
-__all__ = ["best_index", "iterations_for", "log_spaced", "predict", "train_linear_heads"]
+__all__ = [
+    "best_index",
+    "iterations_for",
+    "linear_head",
+    "log_spaced",
+    "predict",
+    "train_linear_heads",
+]
+
+
+def linear_head(
+    feature_dim: int, num_classes: int, generator: torch.Generator | None = None
+) -> nn.Linear:
+    """``nn.Linear(feature_dim, num_classes)`` initialised as MoCo's linear classifier
+    (``main_lincls.py``): weights N(0, 0.01) drawn from ``generator`` (default: torch's global
+    generator), biases 0."""
+    head = nn.Linear(feature_dim, num_classes)
+    with torch.no_grad():
+        head.weight.normal_(0.0, 0.01, generator=generator)
+        head.bias.zero_()
+    return head
 
 
 def log_spaced(low: float, high: float, num: int) -> list[float]:
@@ -95,10 +115,7 @@ def train_linear_heads(
     device = torch.device(device)
     schedule = schedule or CosineParamScheduler(1.0, 0.0)
     gen = torch.Generator().manual_seed(seed)
-    init = nn.Linear(features.shape[1], num_classes)
-    with torch.no_grad():
-        init.weight.normal_(0.0, 0.01, generator=gen)
-        init.bias.zero_()
+    init = linear_head(features.shape[1], num_classes, gen)
     heads = nn.ModuleList([nn.Linear(features.shape[1], num_classes) for _ in lrs]).to(device)
     for h in heads:
         h.load_state_dict(init.state_dict())

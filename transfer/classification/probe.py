@@ -19,8 +19,16 @@ from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
 
+from pretrain.data.datasets import (
+    FASHION_MNIST,
+    FashionMNISTSource,
+    TransformedDataset,
+    dataset_type,
+)
+from pretrain.errors import DatasetError
+
 from .backbone import EvalBackbone
-from .datasets import DatasetError, FashionMNIST, TransformedDataset, build_image_folder
+from .datasets import build_image_folder
 from .engine import (
     build_schedule,
     evaluate_topk,
@@ -29,6 +37,7 @@ from .engine import (
     run_training,
     wrap_ddp,
 )
+from .linear import linear_head
 from .transforms import eval_transform, train_transform
 
 __all__ = ["LinearProbe", "ProbeResult", "build_classification_sets", "run_linear_probe"]
@@ -39,9 +48,13 @@ logger = logging.getLogger(__name__)
 def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Dataset, int]:
     """``(train, val, num_classes)`` yielding PIL images: ImageFolder ``<root>/train`` and
     ``<root>/val`` (optionally restricted to ``DATA.CLASS_LIST``) or Fashion-MNIST idx files."""
-    if cfg.DATA.NAME == "fashion-mnist":
+    if dataset_type(cfg.DATA.NAME) == FASHION_MNIST:
         size = cfg.DATA.IMAGE_SIZE
-        return FashionMNIST(data_root, "train", size), FashionMNIST(data_root, "test", size), 10
+        return (
+            FashionMNISTSource(data_root, "train", image_size=size),
+            FashionMNISTSource(data_root, "test", image_size=size),
+            10,
+        )
     train = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
     val = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
     if train.classes != val.classes:
@@ -69,9 +82,7 @@ class LinearProbe(nn.Module):
         self.device = torch.device(device)
         self.backbone = backbone.requires_grad_(False).to(self.device)
         if classifier is None:
-            classifier = nn.Linear(feature_dim, num_classes)
-            classifier.weight.data.normal_(0.0, 0.01)  # MoCo main_lincls.py initialisation
-            classifier.bias.data.zero_()
+            classifier = linear_head(feature_dim, num_classes)
         self.classifier = classifier.to(self.device)
         self.head = wrap_ddp(self.classifier, self.device)  # DDP on the linear layer only
 

@@ -19,20 +19,17 @@ import logging
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.data.datasets import TransformedDataset
+from pretrain.data.splits import per_class_split
+from pretrain.errors import DatasetError
+
 from .backbone import EvalBackbone
-from .datasets import (
-    DatasetError,
-    TransformedDataset,
-    build_image_folder,
-    read_subset_file,
-    subset_indices,
-)
+from .datasets import build_image_folder, read_subset_file, subset_indices
 from .engine import (
     build_schedule,
     evaluate_topk,
@@ -41,7 +38,7 @@ from .engine import (
     run_training,
     wrap_ddp,
 )
-from .linear import best_index, log_spaced
+from .linear import best_index, linear_head, log_spaced
 from .transforms import eval_transform, train_transform
 
 __all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
@@ -56,9 +53,7 @@ class FineTuneClassifier(nn.Module):
         super().__init__()
         self.device = torch.device(device)
         self.backbone = backbone
-        self.head = nn.Linear(feature_dim, num_classes)
-        self.head.weight.data.normal_(0.0, 0.01)
-        self.head.bias.data.zero_()
+        self.head = linear_head(feature_dim, num_classes)
         self.to(self.device)
 
     def logits(self, images: torch.Tensor) -> torch.Tensor:
@@ -71,13 +66,8 @@ class FineTuneClassifier(nn.Module):
 
 def heldout_indices(targets: list[int], exclude: set[int], per_class: int, seed: int) -> list[int]:
     """Up to ``per_class`` seeded indices per class among those not in ``exclude``."""
-    rng = np.random.default_rng(seed)
-    targets_arr = np.asarray(targets)
-    out: list[int] = []
-    for c in np.unique(targets_arr):
-        pool = [i for i in np.flatnonzero(targets_arr == c) if i not in exclude]
-        out += [int(i) for i in rng.permutation(pool)[:per_class]]
-    return sorted(out)
+    held, _ = per_class_split(targets, [per_class], seed, exclude)
+    return held.tolist()
 
 
 @dataclass

@@ -27,13 +27,14 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.data.datasets import TransformedDataset
+from pretrain.evaluation.features import extract_features
 from pretrain.tables import update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
-from .datasets import TransformedDataset
-from .features import FeatureCache, extract_features
+from .features import FeatureCache
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
 from .report import pct, plot_transfer_bars, transfer_columns

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from fvcore.common.registry import Registry
-from PIL import Image
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 from tqdm import tqdm
 
-from .datasets import DatasetError, FileListDataset
+from pretrain.data.datasets import ImageFolderSource, decodes
+from pretrain.data.splits import per_class_split
+from pretrain.errors import DatasetError
 
 __all__ = [
     "DATASET_NAMES",
@@ -112,7 +113,7 @@ _LABEL_ATTRS = (
     (tvd.Food101, "_labels"),
     (tvd.OxfordIIITPet, "_labels"),
     (tvd.SUN397, "_labels"),
-    (FileListDataset, "targets"),
+    (ImageFolderSource, "targets"),
 )
 
 
@@ -207,30 +208,8 @@ def stratified_holdout(
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {fraction}")
-    rng = np.random.default_rng(seed)
-    keep, held = [], []
-    for c in np.unique(labels):
-        idx = np.flatnonzero(labels == c)
-        idx = idx[rng.permutation(len(idx))]
-        n_val = min(int(round(fraction * len(idx))), len(idx) - 1)
-        held.append(idx[:n_val])
-        keep.append(idx[n_val:])
-    return np.sort(np.concatenate(keep)), np.sort(np.concatenate(held))
-
-
-def _per_class_take(labels: np.ndarray, counts: list[int], seed: int) -> list[np.ndarray]:
-    """Seeded per-class split: first ``counts[0]`` of each class, next ``counts[1]``, ..., rest."""
-    rng = np.random.default_rng(seed)
-    parts: list[list[np.ndarray]] = [[] for _ in range(len(counts) + 1)]
-    for c in np.unique(labels):
-        idx = np.flatnonzero(labels == c)
-        idx = idx[rng.permutation(len(idx))]
-        start = 0
-        for i, n in enumerate(counts):
-            parts[i].append(idx[start : start + n])
-            start += n
-        parts[-1].append(idx[start:])
-    return [np.sort(np.concatenate(p)) for p in parts]
+    held, keep = per_class_split(labels, lambda n: [min(int(round(fraction * n)), n - 1)], seed)
+    return keep, held
 
 
 def _make(key, root, sources, num_classes, splits, protocol, classes=()) -> TransferData:
@@ -345,7 +324,7 @@ def caltech101(root: str, ctx: BuildContext) -> TransferData:
         raise DatasetError(f"caltech101: {root}: expected {LAYOUTS['caltech101']}")
     ds = _tv("caltech101", tvd.Caltech101, root)
     labels = _labels(ds)
-    trainval, test = _per_class_take(labels, [30], ctx.seed)
+    trainval, test = per_class_split(labels, [30], ctx.seed)
     keep, held = stratified_holdout(labels[trainval], ctx.val_fraction, ctx.seed)
     splits = {
         "train": [("all", trainval[keep])],
@@ -395,7 +374,8 @@ def sun397(root: str, ctx: BuildContext) -> TransferData:
 
 
 def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
-    """Which images PIL can fully decode; remembered in ``cache_dir`` keyed by paths and sizes."""
+    """Which images decode (:func:`pretrain.data.datasets.decodes`); remembered in
+    ``cache_dir`` keyed by paths and sizes."""
     sig = hashlib.sha256(json.dumps([(p, os.path.getsize(p)) for p in paths]).encode()).hexdigest()[
         :24
     ]
@@ -403,14 +383,8 @@ def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
     if memo and os.path.isfile(memo):
         with open(memo) as f:
             return json.load(f)
-    ok = []
-    for p in tqdm(paths, desc="birdsnap: checking images decode", unit="img", dynamic_ncols=True):
-        try:
-            with Image.open(p) as img:
-                img.load()
-            ok.append(True)
-        except (OSError, SyntaxError, ValueError):
-            ok.append(False)
+    desc = "birdsnap: checking images decode"
+    ok = [decodes(p) for p in tqdm(paths, desc=desc, unit="img", dynamic_ncols=True)]
     if memo:
         os.makedirs(cache_dir, exist_ok=True)
         with open(memo, "w") as f:
@@ -423,25 +397,18 @@ def birdsnap(root: str, ctx: BuildContext) -> TransferData:
     images = os.path.join(root, "images")
     if not os.path.isdir(images):
         raise DatasetError(f"birdsnap: {images} does not exist; expected {LAYOUTS['birdsnap']}")
-    classes = sorted(d.name for d in os.scandir(images) if d.is_dir())
-    if not classes:
-        raise DatasetError(f"birdsnap: no class folders in {images}")
-    exts = (".jpg", ".jpeg", ".png")
-    samples = [
-        (os.path.join(images, c, f), i)
-        for i, c in enumerate(classes)
-        for f in sorted(os.listdir(os.path.join(images, c)))
-        if f.lower().endswith(exts)
-    ]
-    ok = _decodable([p for p, _ in samples], ctx.cache_dir)
-    broken = [p for (p, _), good in zip(samples, ok, strict=True) if not good]
-    if broken:
-        logger.warning("birdsnap: %d images do not decode and are skipped", len(broken))
-    ds = FileListDataset([s for s, good in zip(samples, ok, strict=True) if good])
-    val, test, train = _per_class_take(_labels(ds), [5, 5], ctx.seed)
+    try:
+        ds = ImageFolderSource(images, extensions=(".jpg", ".jpeg", ".png"))
+    except DatasetError as e:
+        raise DatasetError(f"birdsnap: {e}; expected {LAYOUTS['birdsnap']}") from None
+    ok = _decodable([p for p, _ in ds.samples], ctx.cache_dir)
+    if not all(ok):
+        logger.warning("birdsnap: %d images do not decode and are skipped", ok.count(False))
+    ds.keep(ok)
+    val, test, train = per_class_split(_labels(ds), [5, 5], ctx.seed)
     splits = {"train": [("all", train)], "val": [("all", val)], "test": [("all", test)]}
     protocol = f"per class 5 val + 5 test (seed {ctx.seed}), rest of the decodable images train"
-    return _make("birdsnap", root, {"all": ds}, len(classes), splits, protocol, classes)
+    return _make("birdsnap", root, {"all": ds}, len(ds.classes), splits, protocol, ds.classes)
 
 
 def source_digest(data: TransferData, source: str) -> dict:

@@ -12,15 +12,18 @@ from PIL import Image
 from torchvision import transforms as T
 
 from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.data.datasets import to_rgb
 
 __all__ = ["ToRGB", "eval_transform", "train_transform"]
 
 
 class ToRGB:
-    """Convert any PIL image (greyscale Caltech-101 pictures, palette PNGs) to RGB."""
+    """Convert any PIL image (greyscale Caltech-101 pictures, palette PNGs, 16-bit PNGs) to RGB
+    with :func:`pretrain.data.datasets.to_rgb`; a class rather than ``T.Lambda`` for a stable
+    ``repr`` (part of the feature-cache key)."""
 
     def __call__(self, img: Image.Image) -> Image.Image:
-        return img if img.mode == "RGB" else img.convert("RGB")
+        return to_rgb(img)
 
     def __repr__(self) -> str:
         return "ToRGB()"

@@ -1,9 +1,10 @@
-"""Fine-tune and evaluate detectron2 R-CNNs from converted backbones (``tools/train_net.py``).
+"""Fine-tune and evaluate detectron2 R-CNNs from converted backbones (``tools/train_net.py``,
+:mod:`transfer.cli.train_net`).
 
 :class:`DetectionTrainer` is detectron2's ``DefaultTrainer`` with COCO evaluation (pycocotools,
 no compiled ops), a strict check of ``MODEL.WEIGHTS`` against the built model, and DDP that also
 works for multi-process CPU runs. :func:`setup` and :func:`run` are the body of the training
-script; :func:`build_argument_parser` is detectron2's parser plus dataset registration options.
+tool; :func:`build_argument_parser` is detectron2's parser plus dataset registration options.
 """
 
 from __future__ import annotations
@@ -45,10 +46,14 @@ class DetectionTrainer(DefaultTrainer):
     """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights."""
 
     def __init__(self, cfg: CfgNode):
-        # DefaultTrainer.__init__ builds the same objects in the same order, but hands DDP
-        # device_ids=[local_rank], which torch rejects for CPU modules; multi-process CPU runs
-        # (tests, laptops) need device_ids=None. Everything else is built by the public
-        # classmethods, so subclasses can still override them.
+        if cfg.MODEL.DEVICE != "cpu" or comm.get_world_size() == 1:
+            super().__init__(cfg)
+            return
+        # Multi-process CPU runs (tests, laptops): DefaultTrainer.__init__ gives DDP
+        # device_ids=[local_rank], which torch rejects for CPU modules, and detectron2's public API
+        # has no way to pass device_ids=None; so these runs build the same objects in the same
+        # order as DefaultTrainer.__init__, through its public builders, and set its private
+        # _trainer (the loop) as it does.
         TrainerBase.__init__(self)
         if not logging.getLogger("detectron2").isEnabledFor(logging.INFO):
             setup_logger()
@@ -56,8 +61,7 @@ class DetectionTrainer(DefaultTrainer):
         model = self.build_model(cfg)
         optimizer = self.build_optimizer(cfg, model)
         data_loader = self.build_train_loader(cfg)
-        device_ids = None if cfg.MODEL.DEVICE == "cpu" else [comm.get_local_rank()]
-        model = create_ddp_model(model, broadcast_buffers=False, device_ids=device_ids)
+        model = create_ddp_model(model, broadcast_buffers=False, device_ids=None)
         loop = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
         self._trainer = loop(model, data_loader, optimizer)
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from fvcore.common.config import CfgNode
 
 from pretrain.config import load_config
+from pretrain.config_files import config_path
 from pretrain.errors import LoracError
 
 __all__ = [
@@ -19,7 +20,7 @@ __all__ = [
     "load_method_configs",
 ]
 
-_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "configs")
+_CONFIGS = config_path()
 
 
 class StudyError(LoracError):

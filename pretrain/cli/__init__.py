@@ -1,0 +1,7 @@
+"""Command-line entry points of the pretraining side.
+
+Each module holds one tool's argument parsing and ``main(argv=None) -> int``; setup.py installs
+them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that call the same
+``main``. :func:`.user_errors.exit_on_user_error` gives every tool (here and in
+:mod:`transfer.cli`) the same ending for a user error: one ``error:`` line, exit status 2.
+"""

@@ -1,0 +1,39 @@
+"""Pretrain LORAC / MoCo-M / MoCo-v2 (one process per GPU, or CPU processes with gloo).
+
+  python tools/train_pretrain.py --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml \
+      --num-gpus 8 OUTPUT_DIR output/lorac DATASETS.ROOT /data/imagenet/train
+
+Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from detectron2.engine import launch
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.engine.launch import argument_parser, setup
+from pretrain.engine.trainer import PretrainTrainer
+
+__all__ = ["main", "train"]
+
+
+@exit_on_user_error
+def train(args: argparse.Namespace) -> None:
+    """Set up, resume and train in one process (what ``launch`` runs in each worker)."""
+    cfg = setup(args)
+    trainer = PretrainTrainer(cfg)
+    trainer.resume()
+    trainer.train()
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser(__doc__.splitlines()[0]).parse_args(argv)
+    launch(train, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""The one way every tool ends on a user error: an ``error: <message>`` line and exit status 2.
+
+A :class:`~pretrain.errors.LoracError` is an error the user can fix (a bad config value, file,
+dataset, checkpoint or request); anything else is a bug and keeps its traceback. argparse ends
+bad command lines with the same status, so a caller (a shell, SLURM, a test) can tell "fix the
+input" from "crashed" by the exit status alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from pretrain.errors import USER_ERROR_EXIT_CODE, LoracError
+
+__all__ = ["exit_on_user_error"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _is_main_process() -> bool:
+    # Read from sys.modules instead of importing torch: without torch.distributed imported there
+    # is no process group, and tools such as collect_detection_results start without torch.
+    dist = sys.modules.get("torch.distributed")
+    return (
+        dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
+    )
+
+
+def _is_worker_user_error_exit(e: BaseException) -> bool:
+    """Whether ``e`` is detectron2's ``launch`` reporting a worker that exited through
+    :func:`exit_on_user_error` (that worker has printed the error line already)."""
+    mp = sys.modules.get("torch.multiprocessing")
+    return (
+        mp is not None
+        and isinstance(e, mp.ProcessExitedException)
+        and e.exit_code == USER_ERROR_EXIT_CODE
+    )
+
+
+def exit_on_user_error(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a tool's ``main``, and the module-level function detectron2's ``launch`` runs in
+    each worker process: a :class:`LoracError` prints ``error: <message>`` on one line to stderr
+    (on the main process only) and raises ``SystemExit(2)``, as argparse does for a bad command
+    line. In the parent of ``launch``'s workers, a worker that ended this way ends the tool the
+    same way, without a second line or a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except LoracError as e:
+            if _is_main_process():
+                print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+            raise SystemExit(USER_ERROR_EXIT_CODE) from None
+        except Exception as e:
+            if _is_worker_user_error_exit(e):
+                raise SystemExit(USER_ERROR_EXIT_CODE) from None
+            raise
+
+    return wrapper

@@ -1,0 +1,66 @@
+"""Index subsets of a dataset: evenly spaced, and seeded per-class splits.
+
+Both sides of the project use them: pretraining's kNN monitor and the nuclear-norm analysis take
+evenly spaced images; the transfer datasets (validation and test splits) and the
+semi-supervised / study probes (held-out images for the learning-rate choice) take seeded
+per-class splits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+import numpy as np
+
+__all__ = ["evenly_spaced", "per_class_split"]
+
+
+def evenly_spaced(total: int, count: int) -> list[int]:
+    """``count`` distinct indices spread over ``range(total)`` (all of them if count <= 0).
+
+    Spread rather than the first ``count`` so that a class-sorted image folder keeps every class.
+    """
+    if count <= 0 or count >= total:
+        return list(range(total))
+    return [int(i) for i in np.linspace(0, total - 1, count).round()]
+
+
+def per_class_split(
+    labels: Sequence[int] | np.ndarray,
+    counts: Sequence[int] | Callable[[int], Sequence[int]],
+    seed: int,
+    exclude: Collection[int] = (),
+) -> list[np.ndarray]:
+    """Seeded per-class split: ``len(counts) + 1`` sorted index arrays into ``labels``.
+
+    For each class (in sorted order) its indices not in ``exclude`` are shuffled by one
+    ``numpy.random.default_rng(seed)`` shared by all classes; part ``j`` takes the next
+    ``counts[j]`` of them and the last part the rest. ``counts`` may be a function of the
+    class's number of eligible images (e.g. a fraction of it).
+
+    Hand-written rather than ``sklearn.model_selection.StratifiedShuffleSplit``: that one
+    allocates the held-out count over the whole set (a class can get one image more or fewer
+    than its share), refuses classes with a single image and draws other indices for a seed,
+    and the transfer splits and the study's documented probe results depend on these indices.
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    excluded = set(exclude)
+    parts: list[list[np.ndarray]] = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if excluded:
+            idx = np.asarray([i for i in idx if i not in excluded], dtype=np.int64)
+        idx = idx[rng.permutation(len(idx))]
+        sizes = counts(len(idx)) if callable(counts) else counts
+        if not parts:
+            parts = [[] for _ in range(len(sizes) + 1)]
+        start = 0
+        for j, n in enumerate(sizes):
+            parts[j].append(idx[start : start + n])
+            start += n
+        parts[-1].append(idx[start:])
+    if not parts:  # no labels at all
+        n_parts = 1 + len(counts(0) if callable(counts) else counts)
+        return [np.zeros(0, dtype=np.int64) for _ in range(n_parts)]
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]

@@ -1,0 +1,41 @@
+"""`make demo`: pretrain LORAC on Fashion-MNIST (ResNet-18, CPU, a few minutes), report the kNN
+top-1 of the learned features beside raw pixels and a randomly initialised network, and convert
+the backbone to detectron2 when its stem allows (see docs/demo.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.demo import format_knn_report, run_demo
+from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
+
+__all__ = ["main"]
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--output-dir", default="output/demo")
+    ap.add_argument("--knn-train", type=int, default=10000, help="kNN reference images")
+    ap.add_argument("--knn-test", type=int, default=10000, help="kNN test images")
+    ap.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE ...")
+    args = ap.parse_args(argv)
+    res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
+    print()
+    print(f"pretraining: {res.iterations} iterations in {res.train_seconds / 60:.1f} min")
+    print(f"checkpoint        : {res.checkpoint}")
+    if res.stem == "imagenet":
+        d2 = os.path.join(args.output_dir, "model_final_d2.pkl")
+        convert_checkpoint(res.checkpoint, d2)
+        print(f"detectron2 weights: {d2}")
+    else:
+        why = D2_STEM_UNSUPPORTED.format(stem=res.stem)
+        print(why[0].upper() + why[1:] + ".")
+    print(format_knn_report(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

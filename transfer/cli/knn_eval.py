@@ -1,0 +1,95 @@
+"""Weighted kNN classification of frozen features (k=200, T=0.07).
+
+  python tools/knn_eval.py --random-init resnet18 --dataset fashion-mnist \
+      --data-root /usr/share/datasets/fashion-mnist --image-size 32 --output-dir out/knn
+  python tools/knn_eval.py --checkpoint model.pth --dataset imagefolder \
+      --data-root /data/imagenet100 --output-dir out/knn_in100
+
+See docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.run_setup import dump_run_info
+from pretrain.tables import update_table
+from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.engine import resolve_device
+from transfer.classification.features import FeatureCache
+from transfer.classification.knn_eval import knn_sets, run_knn
+from transfer.classification.report import pct
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_model_args(parser)
+    parser.add_argument("--dataset", choices=["fashion-mnist", "imagefolder"], required=True)
+    parser.add_argument("--data-root", required=True, help="idx directory or <root>/{train,val}")
+    parser.add_argument("--class-list", default="", help="imagefolder: restrict to these classes")
+    parser.add_argument("--image-size", type=int, default=32, help="Fashion-MNIST upsampling")
+    parser.add_argument(
+        "--resize",
+        type=int,
+        default=0,
+        help="default: 256 (imagefolder) or --image-size (fashion-mnist)",
+    )
+    parser.add_argument("--crop", type=int, default=0, help="default: 224 or --image-size")
+    parser.add_argument("--limit", type=int, default=None, help="fashion-mnist: first N per split")
+    parser.add_argument("--k", type=int, default=200)
+    parser.add_argument("--temperature", type=float, default=0.07)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--num-workers", type=int, default=4)
+    parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
+    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    return parser.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dump_run_info(args.output_dir, args=args)
+    fm = args.dataset == "fashion-mnist"
+    resize = args.resize or (args.image_size if fm else 256)
+    crop = args.crop or (args.image_size if fm else 224)
+    train, test, num_classes = knn_sets(
+        args.dataset, args.data_root, args.image_size, args.class_list, args.limit
+    )
+    res = run_knn(
+        model_from_args(args),
+        train,
+        test,
+        num_classes,
+        name=args.dataset,
+        resize=resize,
+        crop=crop,
+        k=args.k,
+        temperature=args.temperature,
+        cache=FeatureCache(args.cache_dir),
+        device=resolve_device(args.device),
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+    )
+    column = f"{args.dataset} kNN top-1"
+    row = {
+        "Model": model_name(args),
+        column: pct(res.top1),
+        "k": res.k,
+        "T": res.temperature,
+        "train/test": f"{res.num_train}/{res.num_test}",
+        "input": f"{crop}px",
+    }
+    csv_path = os.path.join(table_dir(args), "knn.csv")
+    update_table(csv_path, ["Model", column, "k", "T"], row, "Weighted kNN classification")
+    print(f"kNN (k={res.k}, T={res.temperature}) top-1 {pct(res.top1)} -> {csv_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

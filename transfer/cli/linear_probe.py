@@ -1,0 +1,97 @@
+"""Linear classification on frozen features (paper Table 1, ImageNet-100 ablations).
+
+  python tools/linear_probe.py --config-file configs/eval/linear_lorac_in1k.yaml \
+      --checkpoint lorac_200ep.pth --data-root /data/imagenet --output-dir out/lin_lorac
+  python tools/linear_probe.py ... --num-gpus 4            # DDP on the linear layer
+
+See docs/evaluation.md for recipes, layouts and the tables it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from detectron2.engine import default_argument_parser, launch
+from detectron2.utils import comm
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.run_setup import setup_run
+from pretrain.tables import update_table
+from transfer.classification.cli import (
+    add_model_args,
+    key_value,
+    model_from_args,
+    model_name,
+    table_dir,
+)
+from transfer.classification.config import linear_probe_defaults, load_config
+from transfer.classification.engine import resolve_device
+from transfer.classification.probe import run_linear_probe
+from transfer.classification.report import LINEAR_COLUMNS, pct
+
+__all__ = ["main", "parse_args", "probe"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = default_argument_parser(epilog=__doc__)
+    add_model_args(parser)
+    parser.add_argument(
+        "--data-root",
+        required=True,
+        help="ImageFolder root (train/, val/) or "
+        "the Fashion-MNIST idx directory with DATA.NAME fashion-mnist",
+    )
+    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    parser.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        type=key_value,
+        help="extra Table 1 columns, e.g. 'train. epoch=200'",
+    )
+    args = parser.parse_args(argv)
+    if args.eval_only:  # detectron2's parser offers it; these tools have nothing to evaluate alone
+        parser.error("--eval-only is not supported by this tool")
+    return args
+
+
+@exit_on_user_error
+def probe(args: argparse.Namespace) -> None:
+    """Train and evaluate the probe in one process (what ``launch`` runs in each worker)."""
+    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
+    if args.device:
+        opts += ["DEVICE", args.device]
+    cfg = load_config(linear_probe_defaults(), args.config_file, opts)
+    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
+    setup_run(cfg)
+    result = run_linear_probe(
+        cfg, backbone, args.data_root, resolve_device(cfg.DEVICE), args.resume
+    )
+    if comm.is_main_process():
+        epochs = cfg.SOLVER.EPOCHS if not cfg.SOLVER.MAX_ITER else f"{result.max_iter} it"
+        row = {
+            "Method": model_name(args),
+            "arch.": backbone.arch,
+            "pars. (M)": f"{backbone.num_params / 1e6:.1f}",
+            "batchsize": cfg.SOLVER.BATCH_SIZE,
+            "epochs": epochs,
+            "Top-1": pct(result.top1),
+            "Top-5": pct(result.top5),
+            **dict(args.meta),
+        }
+        csv_path = os.path.join(table_dir(args), "table1_linear.csv")
+        update_table(csv_path, LINEAR_COLUMNS, row, "Linear classification (paper Table 1)")
+        print(f"top-1 {pct(result.top1)}  top-5 {pct(result.top5)}  -> {csv_path}")
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    launch(probe, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""Semi-supervised fine-tuning on 1% / 10% of ImageNet labels (paper Table 3).
+
+  python tools/semi_supervised.py --config-file configs/eval/semi_1pct.yaml \
+      --checkpoint lorac_200ep.pth --name LORAC --data-root /data/imagenet \
+      --split-file 1percent.txt --output-dir out/semi1_lorac --table-dir out/tables --num-gpus 4
+
+Runs the whole learning-rate sweep (one fine-tuning per lr, each in <output>/lr_<lr>/), picks the
+lr on held-out unlabelled training images and reports ImageNet val top-1/top-5 of that run.
+See docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict
+
+from detectron2.engine import default_argument_parser, launch
+from detectron2.utils import comm
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.run_setup import setup_run
+from pretrain.tables import update_table
+from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.config import load_config, semi_supervised_defaults
+from transfer.classification.engine import resolve_device
+from transfer.classification.report import SEMI_COLUMNS, pct
+from transfer.classification.semi import run_semi_supervised
+
+__all__ = ["fine_tune", "main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = default_argument_parser(epilog=__doc__)
+    add_model_args(parser)
+    parser.add_argument("--data-root", required=True, help="ImageNet root with train/ and val/")
+    parser.add_argument("--split-file", default="", help="SimCLR 1percent.txt / 10percent.txt")
+    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    args = parser.parse_args(argv)
+    if args.eval_only:  # detectron2's parser offers it; these tools have nothing to evaluate alone
+        parser.error("--eval-only is not supported by this tool")
+    return args
+
+
+@exit_on_user_error
+def fine_tune(args: argparse.Namespace) -> None:
+    """The lr sweep and its report in one process (what ``launch`` runs in each worker)."""
+    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
+    if args.split_file:
+        opts += ["DATA.SPLIT_FILE", args.split_file]
+    if args.device:
+        opts += ["DEVICE", args.device]
+    cfg = load_config(semi_supervised_defaults(), args.config_file, opts)
+    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
+    setup_run(cfg)
+    res = run_semi_supervised(cfg, backbone, args.data_root, resolve_device(cfg.DEVICE))
+    if comm.is_main_process():
+        with open(os.path.join(cfg.OUTPUT_DIR, "semi_results.json"), "w") as f:
+            json.dump(asdict(res), f, indent=2)
+        p = f"{res.percent}%"
+        row = {"Model": model_name(args), f"{p} Top-1": pct(res.top1), f"{p} Top-5": pct(res.top5)}
+        csv_path = os.path.join(table_dir(args), "table3_semi.csv")
+        update_table(csv_path, SEMI_COLUMNS, row, "Semi-supervised learning (paper Table 3)")
+        print(
+            f"{p} labels: best lr {res.best_lr:.4g}: top-1 {pct(res.top1)} top-5 "
+            f"{pct(res.top5)} -> {csv_path}"
+        )
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    launch(
+        fine_tune, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

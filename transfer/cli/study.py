@@ -1,0 +1,68 @@
+"""`make study`: pretrain LORAC, MoCo-M and MoCo-v2 at demo scale with several seeds, evaluate each
+checkpoint (kNN, linear probe, test nuclear norm) and write a results page with a plot.
+
+  python tools/study.py --output-dir output/study --results docs/results.md
+  python tools/study.py --seeds 0 --methods lorac mocom SOLVER.MAX_ITER 20   # a quick look
+
+Interrupted? Run the same command again: finished runs (study.json) are skipped and an unfinished
+one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from pretrain.cli.user_errors import exit_on_user_error
+from transfer.study import METHODS, StudyOptions, run_study
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    d = StudyOptions()
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--output-dir", default=d.output_dir, help="run directories go here")
+    p.add_argument("--results", default=d.results, help="Markdown report (plot: same name .png)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(d.seeds))
+    p.add_argument("--methods", nargs="+", default=list(d.methods), help=f"of {list(METHODS)}")
+    p.add_argument("--knn-train", type=int, default=d.knn_train, help="kNN reference images")
+    p.add_argument("--knn-test", type=int, default=d.knn_test, help="kNN test images")
+    p.add_argument(
+        "--nuclear-images", type=int, default=d.nuclear_images, help="test images for ||Q_hat||_*"
+    )
+    p.add_argument("--probe-epochs", type=int, default=d.probe_epochs, help="linear-probe epochs")
+    p.add_argument(
+        "--jobs", type=int, default=d.jobs, help="runs at once (processes, nproc/jobs threads each)"
+    )
+    p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
+    return p.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    opt = StudyOptions(
+        output_dir=args.output_dir,
+        results=args.results,
+        seeds=args.seeds,
+        methods=args.methods,
+        knn_train=args.knn_train,
+        knn_test=args.knn_test,
+        nuclear_images=args.nuclear_images,
+        probe_epochs=args.probe_epochs,
+        jobs=args.jobs,
+        opts=args.opts,
+        command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
+    )
+    outcomes = run_study(opt)
+    done = sum(o.status == "done" for o in outcomes)
+    print(f"{done} run(s) done now, {len(outcomes) - done} skipped; wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""Fine-tune and evaluate Faster/Mask/Keypoint R-CNN on COCO from a converted backbone.
+
+detectron2's tools/train_net.py with this project's trainer (transfer/detection/trainer.py):
+
+    python tools/train_net.py --config-file configs/coco_mask_rcnn_lorac.yaml --num-gpus 8 \
+        MODEL.WEIGHTS pretrained/lorac_r50.pkl OUTPUT_DIR output/coco/mask_lorac
+    python tools/train_net.py --config-file configs/coco_mask_rcnn_lorac.yaml \
+        --register-coco fruits data/trainval.json data/images MODEL.DEVICE cpu \
+        DATASETS.TRAIN "('fruits',)" DATASETS.TEST "('fruits',)" MODEL.ROI_HEADS.NUM_CLASSES 3
+
+COCO 2017 is read from $DETECTRON2_DATASETS/coco (detectron2's builtin layout). Setup problems
+(unknown config keys, missing files, weights that do not fit) end with one `error:` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from detectron2.engine import launch
+
+from pretrain.cli.user_errors import exit_on_user_error
+from transfer.detection.trainer import build_argument_parser, load_checked_config, run
+
+__all__ = ["main", "train"]
+
+
+@exit_on_user_error
+def train(args: argparse.Namespace) -> dict:
+    """:func:`transfer.detection.trainer.run` in one process (what ``launch`` runs per worker)."""
+    return run(args)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = build_argument_parser().parse_args(argv)
+    # Fail fast in this process, before spawning workers that would each fail the same way.
+    load_checked_config(args)
+    launch(
+        train,
+        args.num_gpus,
+        num_machines=args.num_machines,
+        machine_rank=args.machine_rank,
+        dist_url=args.dist_url,
+        args=(args,),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

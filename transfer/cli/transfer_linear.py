@@ -1,0 +1,70 @@
+"""Linear transfer to 12 classification datasets (paper Table 2).
+
+  python tools/transfer_linear.py --config-file configs/eval/transfer_linear.yaml \
+      --checkpoint lorac_200ep.pth --name LORAC --data-root /data/transfer \
+      --output-dir out/transfer_lorac --table-dir out/tables
+  python tools/transfer_linear.py ... --datasets cifar10,dtd        # a subset
+  python tools/transfer_linear.py --config-file configs/eval/transfer_linear_augmented.yaml ...
+
+TRANSFER.PROTOCOL: cached_features (default: centre-crop features computed once and cached) or
+augmented (the paper's random-resized-crop + flip images through the frozen backbone every step).
+
+Each dataset is read from <data-root>/<key> (or TRANSFER.ROOTS.<KEY>) in its published layout.
+See docs/evaluation.md for layouts, validation splits, protocols, their costs and budgets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.run_setup import setup_run
+from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.config import load_config, transfer_defaults
+from transfer.classification.engine import resolve_device
+from transfer.classification.transfer import run_transfer, write_tables
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config-file", default="", metavar="FILE")
+    add_model_args(parser)
+    parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")
+    parser.add_argument("--datasets", default="", help="comma-separated keys (default: all 12)")
+    parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
+    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
+    return parser.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
+    if args.data_root:
+        opts += ["TRANSFER.DATA_ROOT", args.data_root]
+    if args.datasets:
+        opts += ["TRANSFER.DATASETS", str([d.strip() for d in args.datasets.split(",")])]
+    if args.cache_dir:
+        opts += ["FEATURES.CACHE_DIR", args.cache_dir]
+    if args.device:
+        opts += ["DEVICE", args.device]
+    cfg = load_config(transfer_defaults(), args.config_file, opts)
+    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
+    setup_run(cfg)
+    results = run_transfer(cfg, backbone, resolve_device(cfg.DEVICE))
+    md = write_tables(table_dir(args), model_name(args), results)
+    with open(md) as f:
+        print(f.read())
+    details = os.path.join(table_dir(args), "transfer_details.csv")
+    print(f"tables: {md} (+ .csv, .png); per-lr details: {details}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
