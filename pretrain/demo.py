@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from fvcore.common.config import CfgNode
 from torchvision import transforms as T
 
 from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
@@ -24,6 +25,7 @@ from pretrain.data.datasets import (
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import knn_accuracy
 from pretrain.modeling import build_model
+from pretrain.priors import PRIOR_REGISTRY
 
 __all__ = [
     "DEMO_CONFIG",
@@ -54,10 +56,10 @@ class DemoResult:
     header: str = ""
 
 
-def method_label(cfg) -> str:
+def method_label(cfg: CfgNode) -> str:
     """The name the demo prints for the method ``cfg`` trains: LORAC, MoCo-M or MoCo-v2."""
     inp, loss = cfg.INPUT, cfg.LOSS
-    if loss.PRIOR != "none" and math.isfinite(float(loss.BETA)):
+    if PRIOR_REGISTRY.get(loss.PRIOR).enabled and math.isfinite(float(loss.BETA)):
         return "LORAC"
     if inp.LARGE_CROPS == 2 and inp.SMALL_CROPS == 0 and inp.KEY_CROPS == 1:
         return "MoCo-v2"
