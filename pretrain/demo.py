@@ -6,10 +6,12 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from fvcore.common.config import CfgNode
+from torch.utils.data import Dataset
 from torchvision import transforms as T
 
 from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
@@ -73,7 +75,14 @@ def format_knn_report(res: DemoResult) -> str:
     return "\n".join([res.header] + [f"  {name:<15}{100 * acc:.2f} %" for name, acc in rows])
 
 
-def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: int, norm=None):
+def _knn_splits(
+    dataset_type: str,
+    root: str,
+    size: int,
+    n_train: int,
+    n_test: int,
+    norm: Sequence[Callable] | None = None,
+) -> tuple[Dataset, Dataset]:
     """(reference, test) datasets of (tensor, label) for the demo's kNN.
 
     Fashion-MNIST: the first ``n_train`` training images are the references, the first
@@ -138,7 +147,7 @@ def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tenso
     return flat_train - mean, flat_test - mean
 
 
-def _stack(ds) -> tuple[torch.Tensor, torch.Tensor]:
+def _stack(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = zip(*(ds[i] for i in range(len(ds))), strict=True)
     return torch.stack(images), torch.tensor(labels)
 

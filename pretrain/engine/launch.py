@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import torch
@@ -9,6 +10,7 @@ from detectron2.config import CfgNode as D2CfgNode
 from detectron2.engine import default_argument_parser, default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
+from fvcore.common.config import CfgNode
 
 from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config import load_config
@@ -16,7 +18,7 @@ from pretrain.config import load_config
 __all__ = ["argument_parser", "setup"]
 
 
-def argument_parser(description: str):
+def argument_parser(description: str) -> argparse.ArgumentParser:
     """detectron2's parser: --config-file, --num-gpus, --num-machines, --machine-rank,
     --dist-url, --resume, --eval-only, trailing KEY VALUE overrides."""
     p = default_argument_parser()
@@ -29,7 +31,7 @@ def _normalise_opts(opts: list[str]) -> list[str]:
     return [{"inf": "1e999", "-inf": "-1e999"}.get(o, o) for o in opts]
 
 
-def setup(args):
+def setup(args: argparse.Namespace) -> CfgNode:
     """Load and validate the config, fall back to CPU without a GPU, dump config and env."""
     cfg = load_config(args.config_file, _normalise_opts(list(args.opts)))
     if cfg.MODEL.DEVICE == "cuda" and not torch.cuda.is_available():
