@@ -42,7 +42,9 @@ _FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
 
 @numba.njit(inline="always", fastmath=_FASTMATH, error_model="numpy")
-def _rotate_rows(arr, i, j, cos, sin):  # pragma: no cover - compiled
+def _rotate_rows(
+    arr: np.ndarray, i: int, j: int, cos: np.ndarray, sin: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """(arr[i], arr[j]) <- (cos arr[i] - sin arr[j], sin arr[i] + cos arr[j]), lane by lane."""
     for lane in range(LANES):
         x = arr[i, lane]
@@ -52,7 +54,9 @@ def _rotate_rows(arr, i, j, cos, sin):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, error_model="numpy")
-def nuclear_norm_kernel(x, uvt, norms, with_grad, relative_tol):  # pragma: no cover - compiled
+def nuclear_norm_kernel(
+    x: np.ndarray, uvt: np.ndarray, norms: np.ndarray, with_grad: bool, relative_tol: float
+) -> int:  # pragma: no cover - compiled
     """Nuclear norms of ``x`` (B, m, n), m <= n, C-contiguous.
 
     Writes ``norms`` (B,) float64 and, when ``with_grad``, ``uvt`` (B, m, n) in ``x``'s dtype;

@@ -69,7 +69,7 @@ class BackboneWeights:
         return f"{self.path}: {self.source_format} layout, {self.arch}"
 
 
-def _numpy_to_torch(obj):
+def _numpy_to_torch(obj: object) -> object:
     if isinstance(obj, np.ndarray) and obj.dtype != object:
         # not np.ascontiguousarray: it turns 0-d arrays (num_batches_tracked) into shape (1,)
         return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())

@@ -6,9 +6,12 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from fvcore.common.config import CfgNode
+from torch.utils.data import Dataset
 from torchvision import transforms as T
 
 from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
@@ -24,6 +27,7 @@ from pretrain.data.datasets import (
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import knn_accuracy
 from pretrain.modeling import build_model
+from pretrain.priors import PRIOR_REGISTRY
 
 __all__ = [
     "DEMO_CONFIG",
@@ -54,10 +58,10 @@ class DemoResult:
     header: str = ""
 
 
-def method_label(cfg) -> str:
+def method_label(cfg: CfgNode) -> str:
     """The name the demo prints for the method ``cfg`` trains: LORAC, MoCo-M or MoCo-v2."""
     inp, loss = cfg.INPUT, cfg.LOSS
-    if loss.PRIOR != "none" and math.isfinite(float(loss.BETA)):
+    if PRIOR_REGISTRY.get(loss.PRIOR).enabled and math.isfinite(float(loss.BETA)):
         return "LORAC"
     if inp.LARGE_CROPS == 2 and inp.SMALL_CROPS == 0 and inp.KEY_CROPS == 1:
         return "MoCo-v2"
@@ -71,7 +75,14 @@ def format_knn_report(res: DemoResult) -> str:
     return "\n".join([res.header] + [f"  {name:<15}{100 * acc:.2f} %" for name, acc in rows])
 
 
-def _knn_splits(dataset_type: str, root: str, size: int, n_train: int, n_test: int, norm=None):
+def _knn_splits(
+    dataset_type: str,
+    root: str,
+    size: int,
+    n_train: int,
+    n_test: int,
+    norm: Sequence[Callable] | None = None,
+) -> tuple[Dataset, Dataset]:
     """(reference, test) datasets of (tensor, label) for the demo's kNN.
 
     Fashion-MNIST: the first ``n_train`` training images are the references, the first
@@ -136,7 +147,7 @@ def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tenso
     return flat_train - mean, flat_test - mean
 
 
-def _stack(ds) -> tuple[torch.Tensor, torch.Tensor]:
+def _stack(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = zip(*(ds[i] for i in range(len(ds))), strict=True)
     return torch.stack(images), torch.tensor(labels)
 

@@ -130,7 +130,17 @@ def _validate_hparams(
     return _resolve_prior(prior, c, c0, sigma2, function)
 
 
-def _validate(queries, key, negatives, tau, beta, prior, c, c0, sigma2) -> Prior:
+def _validate(
+    queries: torch.Tensor,
+    key: torch.Tensor,
+    negatives: torch.Tensor,
+    tau: float,
+    beta: float,
+    prior: str | Prior,
+    c: float | None,
+    c0: float | None,
+    sigma2: float | None,
+) -> Prior:
     _check("queries", queries.dim() == 3, f"must be (M-1, N, d), got {tuple(queries.shape)}")
     _check("queries", queries.shape[0] >= 1, "needs at least one query view")
     _check("key", key.dim() == 2, f"must be (N, d), got {tuple(key.shape)}")
@@ -199,7 +209,9 @@ def log_prior(
     return prior.log_h(nuc, m_rows, tau=tau, beta=beta), nuc.detach()
 
 
-def _logged_nuclear_norm(q, k, lowrank_views, batchwise: bool) -> torch.Tensor:
+def _logged_nuclear_norm(
+    q: torch.Tensor, k: torch.Tensor, lowrank_views: Sequence[int] | None, batchwise: bool
+) -> torch.Tensor:
     """Mean ||Q||_* (||P||_* for a batchwise prior) for logging when the prior itself is off."""
     with torch.no_grad():
         low = _select(q, lowrank_views)
@@ -316,7 +328,14 @@ def _view_indices(
 
 
 def _validate_multicrop(
-    views, keys, queues, key_views, lowrank_views, q_construction, global_lowrank, prior: Prior
+    views: torch.Tensor,
+    keys: torch.Tensor,
+    queues: torch.Tensor,
+    key_views: Sequence[int],
+    lowrank_views: Sequence[int],
+    q_construction: str,
+    global_lowrank: torch.Tensor | None,
+    prior: Prior,
 ) -> tuple[list[int], list[int]]:
     check = _checker("multicrop_lorac_loss")
     check("views", views.dim() == 3, f"must be (V, N, d), got {tuple(views.shape)}")

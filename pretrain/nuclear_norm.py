@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 # Eigenvalues below this fraction of the largest (times the short side) are treated as zero: in
 # float64 the Gram matrix is accurate to ~1e-16 relative, so anything below ~1e-13 is round-off.
@@ -171,14 +171,14 @@ def _decompose(
 
 class _NuclearNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, backend: str | None) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: FunctionCtx, x: torch.Tensor, backend: str | None) -> torch.Tensor:  # type: ignore[override]
         values, uvt = _decompose(x, with_grad=True, backend=backend)
         ctx.save_for_backward(uvt)
         return values.to(x.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         (uvt,) = ctx.saved_tensors
         if uvt.device.type != "cpu":
             return grad_out[..., None, None] * uvt, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -37,7 +37,7 @@ SAFE_PICKLE_GLOBALS = frozenset(
 
 
 class _WeightsUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str):
+    def __init__(self, file: BinaryIO, path: str) -> None:
         super().__init__(file, encoding="latin1")  # Python 2 pickles hold numpy data as str
         self.path = path
 

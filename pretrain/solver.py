@@ -49,7 +49,7 @@ class LARS(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         eta: float = 0.001,
         eps: float = 1e-8,
-    ):
+    ) -> None:
         for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
             if v < 0:
                 raise ValueError(f"LARS: {name} must be >= 0, got {v}")

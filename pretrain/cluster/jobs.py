@@ -33,7 +33,7 @@ class PretrainJob(Checkpointable):
     """Pretraining in one task. ``opts`` are config overrides (KEY VALUE ...); ``extra_hooks``
     (picklable ``HookBase`` objects) are registered after the trainer's own hooks."""
 
-    def __init__(self, config_file: str, opts: Sequence[str], extra_hooks: Sequence = ()):
+    def __init__(self, config_file: str, opts: Sequence[str], extra_hooks: Sequence = ()) -> None:
         self.config_file = config_file
         self.opts = list(opts)
         self.extra_hooks = list(extra_hooks)
@@ -88,7 +88,7 @@ class ToolJob(Checkpointable):
     """A detectron2-``launch`` tool (``python -m module``) on every node of the job (one task per
     node)."""
 
-    def __init__(self, module: str, argv: Sequence[str], procs_per_node: int):
+    def __init__(self, module: str, argv: Sequence[str], procs_per_node: int) -> None:
         self.module, self.argv, self.procs_per_node = module, list(argv), procs_per_node
 
     def __call__(self) -> int:

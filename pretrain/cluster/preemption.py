@@ -43,6 +43,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from types import FrameType
 
 import torch
 import torch.distributed as dist
@@ -65,7 +66,7 @@ class Preempted(SystemExit):
     it). ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
     """
 
-    def __init__(self, message: str):
+    def __init__(self, message: str) -> None:
         super().__init__(0)
         self.message = message
 
@@ -132,7 +133,7 @@ def shield_data_worker(worker_id: int) -> None:
     threading.Thread(target=wait, name="lorac-worker-signals", daemon=True).start()
 
 
-def _ignore_child(signum: int, frame) -> None:
+def _ignore_child(signum: int, frame: FrameType | None) -> None:
     """SIGCHLD while stopping: a worker that died is noticed when its batch is missing."""
 
 
@@ -151,7 +152,7 @@ class StopOnSignal(HookBase):
         self,
         signals: Mapping[int, int] | None = None,
         requeue: Callable[[], None] | None = None,
-    ):
+    ) -> None:
         self._signals = dict(_default_signals() if signals is None else signals)
         self._requeue = requeue or requeue_slurm_job
         self._received = NONE
@@ -163,7 +164,7 @@ class StopOnSignal(HookBase):
         """Whether this process received a stop signal during this ``train()``."""
         return self._received != NONE
 
-    def _on_signal(self, signum: int, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between two bytecodes of the training loop: record only (see module docstring).
         action = self._signals.get(signum, STOP)
         if action > self._received:

@@ -34,7 +34,7 @@ CPU, so a CUDA batch never waits on a device-to-host synchronisation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -337,7 +337,11 @@ def _blur_subset_(
     x.index_copy_(0, idx_dev, out)
 
 
-def _subset_(x: torch.Tensor, mask: torch.Tensor, fn) -> None:
+def _subset_(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
     """Replace the samples of x selected by the CPU bool ``mask`` with ``fn(x[mask], idx)``."""
     idx = mask.nonzero().squeeze(1)
     if idx.numel() == 0:

@@ -22,6 +22,7 @@ from importlib import resources
 
 import numpy as np
 import torch
+from fvcore.common.config import CfgNode
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import DatasetFolder
@@ -367,7 +368,9 @@ class TransformedDataset(Dataset):
     evaluation) without touching the attributes of torchvision's classes.
     """
 
-    def __init__(self, base: Dataset, transform: Callable, indices: Sequence[int] | None = None):
+    def __init__(
+        self, base: Dataset, transform: Callable, indices: Sequence[int] | None = None
+    ) -> None:
         self.base = base
         self.transform = transform
         self.indices = None if indices is None else list(indices)
@@ -380,7 +383,7 @@ class TransformedDataset(Dataset):
         return self.transform(img), int(label)
 
 
-def build_source(cfg, split: str = "train") -> Dataset:
+def build_source(cfg: CfgNode, split: str = "train") -> Dataset:
     """The pretraining source named by ``cfg.DATASETS``."""
     d = cfg.DATASETS
     if d.TYPE == FASHION_MNIST:

@@ -38,7 +38,7 @@ class IterationBatchSampler:
 
     def __init__(
         self, size: int, global_batch: int, rank: int, world_size: int, seed: int, start_iter: int
-    ):
+    ) -> None:
         if global_batch % world_size:
             raise ValueError(f"global batch {global_batch} not divisible by {world_size} ranks")
         if size < global_batch:

@@ -171,7 +171,7 @@ class MultiCropTransform:
         crops: Sequence[CropSpec],
         color: ColorSpec,
         color_on_device: bool = True,
-    ):
+    ) -> None:
         if not crops:
             raise ValueError("at least one CropSpec is needed")
         self.crops = tuple(crops)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import torch
 from fvcore.common.checkpoint import Checkpointer
@@ -44,7 +45,7 @@ def _create_temporary(folder: str, prefix: str) -> tuple[int, str]:
     raise FileExistsError(f"{folder}: no free temporary name starting with {prefix!r}")
 
 
-def _atomic_replace(final: str, write) -> None:
+def _atomic_replace(final: str, write: Callable[[BinaryIO], object]) -> None:
     folder = os.path.dirname(os.path.abspath(final))
     fd, tmp = _create_temporary(folder, ".tmp-" + os.path.basename(final) + "-")
     try:

@@ -14,8 +14,10 @@ class-sorted folder keeps every class.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
+from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
@@ -29,10 +31,15 @@ from pretrain.data.datasets import (
 from pretrain.data.splits import evenly_spaced
 from pretrain.evaluation.knn_hook import KNNHook
 
+if TYPE_CHECKING:  # trainer.py imports this module lazily; a run-time import would be a cycle
+    from pretrain.engine.trainer import PretrainTrainer
+
 __all__ = ["build_knn_hook", "knn_sources"]
 
 
-def knn_sources(cfg):
+def knn_sources(
+    cfg: CfgNode,
+) -> tuple[FashionMNISTSource | ImageFolderSource, FashionMNISTSource | ImageFolderSource]:
     """(reference source, test source) of the kNN monitor; ConfigError naming TEST.KNN_ROOT."""
     if cfg.DATASETS.TYPE == FASHION_MNIST:
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
@@ -52,7 +59,7 @@ def knn_sources(cfg):
     )
 
 
-def build_knn_hook(cfg, trainer) -> KNNHook:
+def build_knn_hook(cfg: CfgNode, trainer: PretrainTrainer) -> KNNHook:
     """The :class:`KNNHook` for ``trainer`` (a PretrainTrainer) as ``cfg.TEST`` describes it."""
     train_src, test_src = knn_sources(cfg)
     size, t = cfg.INPUT.LARGE_SIZE, cfg.TEST
@@ -60,7 +67,7 @@ def build_knn_hook(cfg, trainer) -> KNNHook:
     # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
     crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
 
-    def loader(source, count: int) -> DataLoader:
+    def loader(source: FashionMNISTSource | ImageFolderSource, count: int) -> DataLoader:
         data = TransformedDataset(source, crop, evenly_spaced(len(source), count))
         return DataLoader(data, batch_size=t.KNN_BATCH_SIZE, shuffle=False, num_workers=0)
 

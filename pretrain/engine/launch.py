@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import torch
 from detectron2.engine import default_argument_parser
+from fvcore.common.config import CfgNode
 
 from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config import load_config
@@ -14,7 +16,7 @@ from pretrain.run_setup import setup_run
 __all__ = ["argument_parser", "setup"]
 
 
-def argument_parser(description: str):
+def argument_parser(description: str) -> argparse.ArgumentParser:
     """detectron2's parser: --config-file, --num-gpus, --num-machines, --machine-rank,
     --dist-url, --resume, --eval-only, trailing KEY VALUE overrides."""
     p = default_argument_parser()
@@ -27,7 +29,7 @@ def _normalise_opts(opts: list[str]) -> list[str]:
     return [{"inf": "1e999", "-inf": "-1e999"}.get(o, o) for o in opts]
 
 
-def setup(args):
+def setup(args: argparse.Namespace) -> CfgNode:
     """Load and validate the config, fall back to CPU without a GPU, set up logs and seeds."""
     cfg = load_config(args.config_file, _normalise_opts(list(args.opts)))
     if cfg.MODEL.DEVICE == "cuda" and not torch.cuda.is_available():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import FunctionCtx
 
 
 def world_size() -> int:
@@ -35,14 +36,14 @@ class _GatherWithGrad(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         ctx.n = x.shape[0]
         out = [torch.empty_like(x) for _ in range(world_size())]
         dist.all_gather(out, x.contiguous())
         return torch.cat(out)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         grad = grad.contiguous()
         dist.all_reduce(grad)
         r = rank()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
@@ -66,7 +67,9 @@ class ModelStats:
     top1_source: str = ""
 
 
-def open_split(dataset: str, root: str, split: str, class_list: str = ""):
+def open_split(
+    dataset: str, root: str, split: str, class_list: str = ""
+) -> FashionMNISTSource | ImageFolderSource:
     """The ``test`` (or ``train``) images of ``dataset`` as a pretrain image source.
 
     ``imagefolder``: ``root/<class>/<image>``; when ``root`` has ``train/`` and ``val/`` the test
@@ -88,7 +91,7 @@ def open_split(dataset: str, root: str, split: str, class_list: str = ""):
     return ImageFolderSource(root, class_list)
 
 
-def view_spec(cfg, views: int) -> tuple[CropSpec, ColorSpec]:
+def view_spec(cfg: CfgNode, views: int) -> tuple[CropSpec, ColorSpec]:
     """The run's large-crop spec with ``views`` crops, and its colour spec."""
     from pretrain.data.loader import build_train_transform
 
@@ -99,7 +102,14 @@ def view_spec(cfg, views: int) -> tuple[CropSpec, ColorSpec]:
 class AugmentedViews(Dataset):
     """Item k: the uint8 crops (V, 3, s, s) of image ``indices[k]`` and that image index."""
 
-    def __init__(self, source, indices: Sequence[int], crop: CropSpec, color: ColorSpec, seed: int):
+    def __init__(
+        self,
+        source: FashionMNISTSource | ImageFolderSource,
+        indices: Sequence[int],
+        crop: CropSpec,
+        color: ColorSpec,
+        seed: int,
+    ) -> None:
         self.source, self.indices, self.seed = source, list(indices), seed
         self.transform = MultiCropTransform([crop], color, color_on_device=True)
 
@@ -115,7 +125,7 @@ class AugmentedViews(Dataset):
 @torch.no_grad()
 def augmented_nuclear_norms(
     encoder: torch.nn.Module,
-    source,
+    source: FashionMNISTSource | ImageFolderSource,
     indices: Sequence[int],
     crop: CropSpec,
     color: ColorSpec,

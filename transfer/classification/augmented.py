@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ class LinearHeads(nn.ModuleList):
     and zero biases (drawn with ``seed``, as :func:`.linear.train_linear_heads` does);
     ``forward`` stacks their logits."""
 
-    def __init__(self, feature_dim: int, num_classes: int, num_heads: int, seed: int = 0):
+    def __init__(self, feature_dim: int, num_classes: int, num_heads: int, seed: int = 0) -> None:
         if num_heads < 1:
             raise ValueError(f"need at least one head, got {num_heads}")
         init = linear_head(feature_dim, num_classes, torch.Generator().manual_seed(seed))
@@ -77,7 +77,7 @@ class SweepProbe(LinearProbe):
 
 
 def split_images(
-    data: TransferData, splits: Sequence[str], transform
+    data: TransferData, splits: Sequence[str], transform: Callable
 ) -> tuple[Dataset, torch.Tensor]:
     """The images of ``splits`` (e.g. ``("train", "val")``) with ``transform``, and their labels."""
     parts = [(src, idx) for split in splits for src, idx in data.splits[split]]
@@ -88,7 +88,7 @@ def split_images(
 
 
 def centre_crop_features(
-    data: TransferData, split: str, backbone: EvalBackbone, cfg: CfgNode, device
+    data: TransferData, split: str, backbone: EvalBackbone, cfg: CfgNode, device: torch.device | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Features (N, D) and labels (N,) of ``split`` on the evaluation pipeline, not cached."""
     transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
@@ -113,7 +113,7 @@ def train_heads_augmented(
     cfg: CfgNode,
     lrs: Sequence[float],
     iters: int,
-    device,
+    device: torch.device | str,
     output_dir: str,
 ) -> list[nn.Linear]:
     """One linear head per lr trained for ``iters`` steps of ``TRANSFER.BATCH_SIZE`` augmented

@@ -75,9 +75,9 @@ class LinearProbe(nn.Module):
         backbone: nn.Module,
         feature_dim: int,
         num_classes: int,
-        device,
+        device: torch.device | str,
         classifier: nn.Module | None = None,
-    ):
+    ) -> None:
         super().__init__()
         self.device = torch.device(device)
         self.backbone = backbone.requires_grad_(False).to(self.device)
@@ -116,7 +116,11 @@ class ProbeResult:
 
 
 def run_linear_probe(
-    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device, resume: bool = False
+    cfg: CfgNode,
+    backbone: EvalBackbone,
+    data_root: str,
+    device: torch.device | str,
+    resume: bool = False,
 ) -> ProbeResult:
     train_base, val_base, num_classes = build_classification_sets(cfg, data_root)
     train_set = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP))

@@ -49,7 +49,9 @@ logger = logging.getLogger(__name__)
 class FineTuneClassifier(nn.Module):
     """Backbone + linear layer, all trained; ``forward((images, labels))`` -> loss dict."""
 
-    def __init__(self, backbone: nn.Module, feature_dim: int, num_classes: int, device):
+    def __init__(
+        self, backbone: nn.Module, feature_dim: int, num_classes: int, device: torch.device | str
+    ) -> None:
         super().__init__()
         self.device = torch.device(device)
         self.backbone = backbone
@@ -83,7 +85,9 @@ class SemiResult:
     max_iter: int
 
 
-def run_semi_supervised(cfg: CfgNode, backbone: EvalBackbone, data_root: str, device) -> SemiResult:
+def run_semi_supervised(
+    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device: torch.device | str
+) -> SemiResult:
     if not cfg.DATA.SPLIT_FILE:
         raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
     names = read_subset_file(cfg.DATA.SPLIT_FILE)
@@ -129,7 +133,7 @@ def run_semi_supervised(cfg: CfgNode, backbone: EvalBackbone, data_root: str, de
             weight_decay=s.WEIGHT_DECAY,
         )
 
-        def eval_fn(model=model) -> dict[str, float]:
+        def eval_fn(model: FineTuneClassifier = model) -> dict[str, float]:
             model.eval()
             try:
                 kw = dict(batch_size=cfg.TEST.BATCH_SIZE, num_workers=cfg.DATA.NUM_WORKERS)

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -212,7 +213,15 @@ def stratified_holdout(
     return keep, held
 
 
-def _make(key, root, sources, num_classes, splits, protocol, classes=()) -> TransferData:
+def _make(
+    key: str,
+    root: str,
+    sources: dict[str, Dataset],
+    num_classes: int,
+    splits: Mapping[str, Sequence[tuple[str, np.ndarray]]],
+    protocol: str,
+    classes: Sequence[str] = (),
+) -> TransferData:
     labels = {name: _labels(ds) for name, ds in sources.items()}
     splits = {
         s: [(src, np.asarray(idx, dtype=np.int64)) for src, idx in parts]
@@ -221,7 +230,9 @@ def _make(key, root, sources, num_classes, splits, protocol, classes=()) -> Tran
     return TransferData(key, root, num_classes, sources, labels, splits, protocol, list(classes))
 
 
-def _official_val(key, root, cls, names: tuple[str, str, str], **kw) -> TransferData:
+def _official_val(
+    key: str, root: str, cls: type[Dataset], names: tuple[str, str, str], **kw
+) -> TransferData:
     """Datasets with an official train / val / test split."""
     srcs = {n: _tv(key, cls, root, split=n, **kw) for n in names}
     classes = list(srcs[names[0]].classes)
@@ -235,7 +246,14 @@ def _official_val(key, root, cls, names: tuple[str, str, str], **kw) -> Transfer
     return _make(key, root, srcs, len(classes), splits, f"official {'/'.join(names)}", classes)
 
 
-def _heldout_val(key, root, train_ds, test_ds, ctx: BuildContext, classes) -> TransferData:
+def _heldout_val(
+    key: str,
+    root: str,
+    train_ds: Dataset,
+    test_ds: Dataset,
+    ctx: BuildContext,
+    classes: Sequence[str],
+) -> TransferData:
     """Datasets with only train / test: hold out ``val_fraction`` of train, stratified."""
     srcs = {"train": train_ds, "test": test_ds}
     keep, held = stratified_holdout(_labels(train_ds), ctx.val_fraction, ctx.seed)

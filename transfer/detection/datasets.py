@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 
 from detectron2.config import CfgNode
-from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
 from .config import DetectionSetupError
@@ -143,7 +143,7 @@ def check_datasets(cfg: CfgNode) -> None:
             _check_keypoints(cfg, name, meta)
 
 
-def _check_keypoints(cfg: CfgNode, name: str, meta) -> None:
+def _check_keypoints(cfg: CfgNode, name: str, meta: Metadata) -> None:
     names = meta.get("keypoint_names")
     if names is None:
         raise DetectionSetupError(

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import weakref
+from collections.abc import Sequence
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
@@ -26,7 +27,7 @@ from detectron2.engine import (
     create_ddp_model,
     default_argument_parser,
 )
-from detectron2.evaluation import COCOEvaluator
+from detectron2.evaluation import COCOEvaluator, DatasetEvaluator
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 class DetectionTrainer(DefaultTrainer):
     """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights."""
 
-    def __init__(self, cfg: CfgNode):
+    def __init__(self, cfg: CfgNode) -> None:
         if cfg.MODEL.DEVICE != "cpu" or comm.get_world_size() == 1:
             super().__init__(cfg)
             return
@@ -91,7 +92,12 @@ class DetectionTrainer(DefaultTrainer):
         )
 
     @classmethod
-    def test(cls, cfg: CfgNode, model: torch.nn.Module, evaluators=None) -> dict:
+    def test(
+        cls,
+        cfg: CfgNode,
+        model: torch.nn.Module,
+        evaluators: DatasetEvaluator | Sequence[DatasetEvaluator] | None = None,
+    ) -> dict:
         """``DefaultTrainer.test``, also saving the results as ``OUTPUT_DIR/results.json`` (the
         evaluation at the end of training is the last one, so the file ends up final)."""
         results = super().test(cfg, model, evaluators)
