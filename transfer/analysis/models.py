@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from fvcore.common.config import CfgNode
 
 from pretrain.checkpoint_io import load_checkpoint_file
 from pretrain.checkpoint_layouts import find_matches
@@ -27,7 +28,7 @@ class PretrainedModel:
     label: str
     checkpoint: str
     config_path: str
-    cfg: object  # the run's frozen CfgNode (MODEL.DEVICE set to the analysis device)
+    cfg: CfgNode  # the run's frozen CfgNode (MODEL.DEVICE set to the analysis device)
     model: torch.nn.Module
 
     @property
@@ -39,7 +40,7 @@ class PretrainedModel:
         return str(self.cfg.LOSS.PRIOR)
 
 
-def beta_of(cfg) -> float:
+def beta_of(cfg: CfgNode) -> float:
     """The prior's final beta; inf when the prior is off (``none``: MoCo-M / MoCo-v2)."""
     if cfg.LOSS.PRIOR == "none":
         return math.inf

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -19,6 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "Point",
@@ -48,7 +53,7 @@ def beta_text(beta: float) -> str:
     return INF_TEXT if math.isinf(beta) else f"{beta:g}"
 
 
-def _save(fig, path: str) -> None:
+def _save(fig: Figure, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -90,7 +95,7 @@ def plot_histograms(
     return counts
 
 
-def _sweep_axes(ax, points: Sequence[Point], x_of) -> None:
+def _sweep_axes(ax: Axes, points: Sequence[Point], x_of: Callable[[Point], float]) -> None:
     """A log x axis whose ticks are the points' betas, infinity last (see the module doc)."""
     ax.set_xscale("log")
     ax.xaxis.set_minor_locator(NullLocator())

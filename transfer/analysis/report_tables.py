@@ -35,7 +35,7 @@ class Table:
         self.kinds.append(kind)
 
 
-def _paper_cell(value, mark: str) -> str:
+def _paper_cell(value: float | str | None, mark: str) -> str:
     if value is None:
         return "/"
     text = f"{value:.1f}" if isinstance(value, float) else str(value)

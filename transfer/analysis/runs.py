@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -62,7 +63,7 @@ class RunData:
         ys = [y for y in ys if not (skip_zero and y == 0.0)]
         return ys[-1] if ys else None
 
-    def cfg(self, dotted: str, default=None):
+    def cfg(self, dotted: str, default: Any = None) -> Any:
         node = self.config
         for part in dotted.split("."):
             if not isinstance(node, dict) or part not in node:

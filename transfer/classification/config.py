@@ -138,7 +138,7 @@ def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
 
 
 def _validate(cfg: CN, src: str) -> None:
-    def need(cond: bool, key: str, value, what: str) -> None:
+    def need(cond: bool, key: str, value: object, what: str) -> None:
         if not cond:
             raise ConfigError(f"{src}: {key} = {value!r}: {what}")
 

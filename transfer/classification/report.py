@@ -30,7 +30,9 @@ def pct(x: float) -> str:
     return f"{100.0 * x:.2f}"
 
 
-def plot_transfer_bars(png_path: str, rows: Sequence[Mapping[str, str]], datasets: Sequence[str]):
+def plot_transfer_bars(
+    png_path: str, rows: Sequence[Mapping[str, str]], datasets: Sequence[str]
+) -> None:
     """Grouped bars: one group per dataset (and Average), one bar per model row."""
     import matplotlib
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from torch import nn
+from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
@@ -89,7 +91,13 @@ def dataset_root(cfg: CfgNode, key: str) -> str:
     return os.path.join(cfg.TRANSFER.DATA_ROOT, key)
 
 
-def _features(data: TransferData, backbone: EvalBackbone, cfg, cache, device):
+def _features(
+    data: TransferData,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    cache: FeatureCache,
+    device: torch.device | str,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
     out = {}
     for src, ds in data.sources.items():
@@ -101,7 +109,7 @@ def _features(data: TransferData, backbone: EvalBackbone, cfg, cache, device):
             **source_digest(data, src),
         }
 
-        def compute(ds=ds, src=src):
+        def compute(ds: Dataset = ds, src: str = src) -> tuple[torch.Tensor, torch.Tensor]:
             return extract_features(
                 backbone.model,
                 TransformedDataset(ds, transform),
@@ -119,7 +127,10 @@ def _features(data: TransferData, backbone: EvalBackbone, cfg, cache, device):
     return out
 
 
-def _gather(feats, parts) -> tuple[torch.Tensor, torch.Tensor]:
+def _gather(
+    feats: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    parts: Sequence[tuple[str, np.ndarray]],
+) -> tuple[torch.Tensor, torch.Tensor]:
     xs, ys = zip(*[(feats[s][0][idx], feats[s][1][idx]) for s, idx in parts], strict=True)
     return torch.cat(xs), torch.cat(ys)
 
@@ -130,18 +141,24 @@ EvalFn = Callable[[str], tuple[torch.Tensor, torch.Tensor]]
 
 
 def _protocol(
-    data: TransferData, backbone: EvalBackbone, cfg: CfgNode, cache: FeatureCache | None, device
+    data: TransferData,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    cache: FeatureCache | None,
+    device: torch.device | str,
 ) -> tuple[TrainFn, EvalFn]:
     """How classifiers are trained and which features they are scored on, per protocol."""
     t = cfg.TRANSFER
     if t.PROTOCOL == "augmented":
 
-        def train_augmented(splits, lrs, iters, desc):
+        def train_augmented(
+            splits: Sequence[str], lrs: Sequence[float], iters: int, desc: str
+        ) -> list[nn.Linear]:
             out = os.path.join(cfg.OUTPUT_DIR, "augmented", data.key, "+".join(splits))
             logger.info("%s (augmented images)", desc)
             return train_heads_augmented(data, splits, backbone, cfg, lrs, iters, device, out)
 
-        def centre_crops(split):
+        def centre_crops(split: str) -> tuple[torch.Tensor, torch.Tensor]:
             return centre_crop_features(data, split, backbone, cfg, device)
 
         return train_augmented, centre_crops
@@ -160,11 +177,13 @@ def _protocol(
         device=device,
     )
 
-    def train_cached(splits, lrs, iters, desc):
+    def train_cached(
+        splits: Sequence[str], lrs: Sequence[float], iters: int, desc: str
+    ) -> list[nn.Linear]:
         x, y = _gather(feats, [part for split in splits for part in data.splits[split]])
         return train_linear_heads(x, y, data.num_classes, lrs, iters, **common, desc=desc)
 
-    def cached(split):
+    def cached(split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _gather(feats, data.splits[split])
 
     return train_cached, cached
@@ -175,7 +194,7 @@ def transfer_dataset(
     backbone: EvalBackbone,
     cfg: CfgNode,
     cache: FeatureCache | None,
-    device,
+    device: torch.device | str,
 ) -> DatasetResult:
     """Sweep, select on val, retrain on train+val, score test for one dataset.
 

@@ -9,6 +9,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from fvcore.common.config import CfgNode
+
 from .config import StudyOptions, load_method_configs
 from .report import write_report
 from .run import RunPaths, evaluate_run, pretrain_run, read_json, run_log, write_json
@@ -45,7 +47,7 @@ def _eta(spent: list[float], left: int) -> str:
 
 
 def _do_run(
-    opt: StudyOptions, cfg, run: RunPaths, label: str, settings: dict, threads: int = 0
+    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict, threads: int = 0
 ) -> dict:
     """Pretrain (resuming) and evaluate one run, write its study.json; returns the result.
 

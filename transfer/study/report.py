@@ -118,7 +118,7 @@ def _table(columns: Sequence[str], rows: Sequence[Mapping]) -> list[str]:
     return markdown_table(columns, rows, align=aligns, missing="-").splitlines()
 
 
-def _fmt(value, digits: int = 1, scale: float = 1.0) -> str:
+def _fmt(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value / scale:.{digits}f}"
 
 

@@ -15,12 +15,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fvcore.common.config import CfgNode
 
 from pretrain.engine.checkpoint import atomic_write_bytes
 
 from .config import StudyOptions
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RunPaths", "evaluate_run", "pretrain_run", "read_json", "write_json"]
 
@@ -113,7 +117,14 @@ def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
     return stats
 
 
-def linear_probe(f_train, y_train, f_test, y_test, opt: StudyOptions, seed: int) -> dict:
+def linear_probe(
+    f_train: torch.Tensor,
+    y_train: torch.Tensor,
+    f_test: torch.Tensor,
+    y_test: torch.Tensor,
+    opt: StudyOptions,
+    seed: int,
+) -> dict:
     """Top-1 of a linear classifier on frozen features, with the transfer harness's classifier
     (:func:`transfer.classification.linear.train_linear_heads`, SGD, cosine, batch 256): the lr
     is chosen among ``probe_num_lrs`` log-spaced values on ``probe_heldout_per_class`` seeded
