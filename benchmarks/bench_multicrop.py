@@ -64,7 +64,7 @@ def decode(path: Path) -> Image.Image:
 class _PILBlur:
     """The reference blur: PIL's GaussianBlur(radius=sigma) with probability p (SwAV, MoCo)."""
 
-    def __init__(self, p: float, sigma: tuple[float, float]):
+    def __init__(self, p: float, sigma: tuple[float, float]) -> None:
         self.p, self.sigma = p, sigma
 
     def __call__(self, img: Image.Image) -> Image.Image:
