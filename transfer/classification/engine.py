@@ -30,6 +30,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Subset
 from tqdm import tqdm
 
+from transfer.classification.metrics import topk_hits
+
 __all__ = [
     "build_schedule",
     "evaluate_topk",
@@ -130,10 +132,7 @@ def evaluate_topk(
     for images, labels in tqdm(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
         logits = logits_fn(images.to(device, non_blocking=True))
         labels = labels.to(device)
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices  # (B, 5)
-        hit = top == labels[:, None]
-        counts[0] += hit[:, 0].sum()
-        counts[1] += hit.any(dim=1).sum()
+        counts[:2] += topk_hits(logits, labels, (1, 5)).sum(dim=0)
         counts[2] += len(labels)
     if world > 1:
         torch.distributed.all_reduce(counts)

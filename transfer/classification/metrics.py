@@ -13,7 +13,14 @@ from collections.abc import Sequence
 import torch
 from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
-__all__ = ["METRICS", "mean_per_class_accuracy", "score", "top1_accuracy", "topk_accuracy"]
+__all__ = [
+    "METRICS",
+    "mean_per_class_accuracy",
+    "score",
+    "top1_accuracy",
+    "topk_accuracy",
+    "topk_hits",
+]
 
 METRICS = ("top1", "mean_per_class")
 
@@ -54,10 +61,17 @@ def topk_accuracy(
     class index, where ``torch.topk`` (the rest of this harness) breaks them otherwise.
     """
     _check(logits, labels)
+    hits = topk_hits(logits.cpu(), labels.cpu(), ks)  # (N, len(ks))
+    return {k: hits[:, i].float().mean().item() for i, k in enumerate(ks)}
+
+
+def topk_hits(logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> torch.Tensor:
+    """(N, len(ks)) booleans: whether row n's label is among its ``ks[i]`` highest logits (k is
+    capped at C). The one top-k rule: :func:`topk_accuracy` averages it, and the streaming
+    evaluation (``engine.evaluate_topk``) sums it over batches and processes."""
     maxk = min(max(ks), logits.shape[1])
-    top = logits.topk(maxk, dim=1).indices.cpu()  # (N, maxk)
-    hit = top == labels.long().cpu()[:, None]
-    return {k: hit[:, : min(k, maxk)].any(dim=1).float().mean().item() for k in ks}
+    hit = logits.topk(maxk, dim=1).indices == labels.long()[:, None]  # (N, maxk)
+    return torch.stack([hit[:, : min(k, maxk)].any(dim=1) for k in ks], dim=1)
 
 
 def score(metric: str, logits: torch.Tensor, labels: torch.Tensor) -> float:
