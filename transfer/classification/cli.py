@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 from detectron2.utils import comm
+from fvcore.common.config import CfgNode
+
+from pretrain.run_setup import setup_run
 
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
+from .config import load_config
 
 __all__ = [
     "add_model_args",
     "key_value",
     "model_from_args",
     "model_name",
+    "reject_eval_only",
+    "start_run",
     "table_dir",
 ]
 
@@ -63,3 +70,26 @@ def model_name(args: argparse.Namespace) -> str:
 
 def table_dir(args: argparse.Namespace) -> str:
     return args.table_dir or args.output_dir
+
+
+def reject_eval_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """detectron2's ``default_argument_parser`` offers ``--eval-only``; these tools have nothing to
+    evaluate alone, so it is a usage error."""
+    if args.eval_only:
+        parser.error("--eval-only is not supported by this tool")
+
+
+def start_run(
+    defaults: CfgNode, args: argparse.Namespace, extra_opts: Sequence[str] = ()
+) -> tuple[CfgNode, EvalBackbone]:
+    """The start every classification tool shares: the config (``--config-file``, the tool's own
+    overrides ``extra_opts``, then ``OUTPUT_DIR`` and ``--device``), the backbone, then the run
+    directory. The backbone is read before anything is written, so a bad checkpoint leaves no
+    run directory behind."""
+    opts = [*args.opts, *extra_opts, "OUTPUT_DIR", args.output_dir]
+    if args.device:
+        opts += ["DEVICE", args.device]
+    cfg = load_config(defaults, args.config_file, opts)
+    backbone = model_from_args(args)
+    setup_run(cfg)
+    return cfg, backbone

@@ -16,16 +16,16 @@ from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.run_setup import setup_run
 from pretrain.tables import update_table
 from transfer.classification.cli import (
     add_model_args,
     key_value,
-    model_from_args,
     model_name,
+    reject_eval_only,
+    start_run,
     table_dir,
 )
-from transfer.classification.config import linear_probe_defaults, load_config
+from transfer.classification.config import linear_probe_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.probe import run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
@@ -52,20 +52,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="extra Table 1 columns, e.g. 'train. epoch=200'",
     )
     args = parser.parse_args(argv)
-    if args.eval_only:  # detectron2's parser offers it; these tools have nothing to evaluate alone
-        parser.error("--eval-only is not supported by this tool")
+    reject_eval_only(parser, args)
     return args
 
 
 @exit_on_user_error
 def probe(args: argparse.Namespace) -> None:
     """Train and evaluate the probe in one process (what ``launch`` runs in each worker)."""
-    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
-    if args.device:
-        opts += ["DEVICE", args.device]
-    cfg = load_config(linear_probe_defaults(), args.config_file, opts)
-    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
-    setup_run(cfg)
+    cfg, backbone = start_run(linear_probe_defaults(), args)
     result = run_linear_probe(
         cfg, backbone, args.data_root, resolve_device(cfg.DEVICE), args.resume
     )

@@ -20,10 +20,15 @@ from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.run_setup import setup_run
 from pretrain.tables import update_table
-from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
-from transfer.classification.config import load_config, semi_supervised_defaults
+from transfer.classification.cli import (
+    add_model_args,
+    model_name,
+    reject_eval_only,
+    start_run,
+    table_dir,
+)
+from transfer.classification.config import semi_supervised_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import run_semi_supervised
@@ -38,22 +43,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--split-file", default="", help="SimCLR 1percent.txt / 10percent.txt")
     parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
     args = parser.parse_args(argv)
-    if args.eval_only:  # detectron2's parser offers it; these tools have nothing to evaluate alone
-        parser.error("--eval-only is not supported by this tool")
+    reject_eval_only(parser, args)
     return args
 
 
 @exit_on_user_error
 def fine_tune(args: argparse.Namespace) -> None:
     """The lr sweep and its report in one process (what ``launch`` runs in each worker)."""
-    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
-    if args.split_file:
-        opts += ["DATA.SPLIT_FILE", args.split_file]
-    if args.device:
-        opts += ["DEVICE", args.device]
-    cfg = load_config(semi_supervised_defaults(), args.config_file, opts)
-    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
-    setup_run(cfg)
+    split = ["DATA.SPLIT_FILE", args.split_file] if args.split_file else []
+    cfg, backbone = start_run(semi_supervised_defaults(), args, split)
     res = run_semi_supervised(cfg, backbone, args.data_root, resolve_device(cfg.DEVICE))
     if comm.is_main_process():
         with open(os.path.join(cfg.OUTPUT_DIR, "semi_results.json"), "w") as f:

@@ -19,9 +19,8 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.run_setup import setup_run
-from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
-from transfer.classification.config import load_config, transfer_defaults
+from transfer.classification.cli import add_model_args, model_name, start_run, table_dir
+from transfer.classification.config import transfer_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.transfer import run_transfer, write_tables
 
@@ -45,18 +44,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    opts = [*args.opts, "OUTPUT_DIR", args.output_dir]
+    opts = []
     if args.data_root:
         opts += ["TRANSFER.DATA_ROOT", args.data_root]
     if args.datasets:
         opts += ["TRANSFER.DATASETS", str([d.strip() for d in args.datasets.split(",")])]
     if args.cache_dir:
         opts += ["FEATURES.CACHE_DIR", args.cache_dir]
-    if args.device:
-        opts += ["DEVICE", args.device]
-    cfg = load_config(transfer_defaults(), args.config_file, opts)
-    backbone = model_from_args(args)  # a bad checkpoint fails before any output is written
-    setup_run(cfg)
+    cfg, backbone = start_run(transfer_defaults(), args, opts)
     results = run_transfer(cfg, backbone, resolve_device(cfg.DEVICE))
     md = write_tables(table_dir(args), model_name(args), results)
     with open(md) as f:
