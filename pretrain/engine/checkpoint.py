@@ -11,59 +11,14 @@ use ``torch.load(weights_only=True)``; everything in a checkpoint besides tensor
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 from fvcore.common.checkpoint import Checkpointer
 
-__all__ = ["AtomicCheckpointer", "atomic_write_bytes"]
+from pretrain.atomic_io import atomic_replace, atomic_write_bytes
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _create_temporary(folder: str, prefix: str) -> tuple[int, str]:
-    """A new file ``folder/<prefix><random>``, created as ``open()`` creates files.
-
-    ``tempfile.mkstemp`` would give mode 0o600 whatever the umask; ``os.open`` with 0o666 lets
-    the kernel apply the umask (and a directory's default ACL) exactly as for any other file.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        path = os.path.join(folder, prefix + secrets.token_hex(6))
-        try:
-            return os.open(path, flags, 0o666), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{folder}: no free temporary name starting with {prefix!r}")
-
-
-def _atomic_replace(final: str, write: Callable[[BinaryIO], object]) -> None:
-    folder = os.path.dirname(os.path.abspath(final))
-    fd, tmp = _create_temporary(folder, ".tmp-" + os.path.basename(final) + "-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        _fsync_dir(folder)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old or the new content, never a mix."""
-    _atomic_replace(path, lambda f: f.write(data))
+__all__ = ["AtomicCheckpointer"]
 
 
 class AtomicCheckpointer(Checkpointer):
@@ -89,7 +44,7 @@ class AtomicCheckpointer(Checkpointer):
         basename = f"{name}.pth"
         path = os.path.join(self.save_dir, basename)
         self.logger.info(f"Saving checkpoint to {path}")
-        _atomic_replace(path, lambda f: torch.save(data, f))
+        atomic_replace(path, lambda f: torch.save(data, f))
         self.tag_last_checkpoint(basename)
 
     def tag_last_checkpoint(self, last_filename_basename: str) -> None:

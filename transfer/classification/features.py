@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from pretrain.atomic_io import atomic_replace
+
 __all__ = ["FeatureCache", "labels_digest"]
 
 logger = logging.getLogger(__name__)
@@ -68,10 +70,9 @@ class FeatureCache:
         self.misses += 1
         feats, labels = compute()
         os.makedirs(self.directory, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
         stored = feats.to(_DTYPES[self.dtype])
         meta = json.dumps(parts, default=str)
-        torch.save({"key": key, "parts": meta, "features": stored, "labels": labels}, tmp)
-        os.replace(tmp, path)
+        record = {"key": key, "parts": meta, "features": stored, "labels": labels}
+        atomic_replace(path, lambda f: torch.save(record, f))
         logger.info("feature cache write: %s (%s)", path, tuple(feats.shape))
         return stored.float(), labels

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pretrain.engine.checkpoint import atomic_write_bytes
+from pretrain.atomic_io import atomic_write_bytes
 from pretrain.tables import markdown_table
 
 from .config import StudyOptions
