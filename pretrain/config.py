@@ -152,13 +152,16 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
-    from pretrain.losses import PRIORS, Q_CONSTRUCTIONS
+    from pretrain.losses import Q_CONSTRUCTIONS
+    from pretrain.priors import prior_names
 
     loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
     _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")
     beta = float(loss.BETA)
     _need(beta > 0, "LOSS.BETA", loss.BETA, "must be > 0 (inf disables the prior)")
-    _need(loss.PRIOR in PRIORS, "LOSS.PRIOR", loss.PRIOR, f"must be one of {PRIORS}")
+    # Asked of the registry now, so that a prior registered by a user's module is accepted too.
+    priors = prior_names()
+    _need(loss.PRIOR in priors, "LOSS.PRIOR", loss.PRIOR, f"must be one of {priors}")
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
     _need(
         loss.LOWRANK_VIEWS in ("large", "all", "queries"),
