@@ -124,3 +124,24 @@ def test_an_instance_with_constants_is_rejected():
     q, k, neg = _unit(3, 4, 8, seed=10), _unit(4, 8, seed=11), _unit(10, 8, seed=12)
     with pytest.raises(ValueError, match="lorac_loss: prior"):
         lorac_loss(q, k, neg, tau=0.2, beta=1.0, prior=ConstantPrior(c=3.0), c=2.0)
+
+
+def test_config_accepts_a_prior_registered_after_import(monkeypatch, tmp_path):
+    """LOSS.PRIOR is checked against the registry when the config is validated, so a prior a
+    user's module registers (after pretrain.losses was imported) is accepted, and an unknown
+    name is still refused."""
+    from pretrain.config import ConfigError, get_cfg, validate_cfg
+
+    @dataclasses.dataclass(frozen=True)
+    class HalfLaplace(LaplacePrior):
+        name = "half_laplace"
+
+    # the registry's own map, restored by monkeypatch (fvcore offers no unregister)
+    monkeypatch.setitem(PRIOR_REGISTRY._obj_map, HalfLaplace.name, HalfLaplace)
+    cfg = get_cfg()
+    cfg.DATASETS.ROOT = str(tmp_path)
+    cfg.LOSS.PRIOR = "half_laplace"
+    validate_cfg(cfg)
+    cfg.LOSS.PRIOR = "not_a_prior"
+    with pytest.raises(ConfigError, match="LOSS.PRIOR"):
+        validate_cfg(cfg)
