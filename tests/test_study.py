@@ -21,14 +21,7 @@ from transfer.study.report import MethodSummary, verdict
 
 
 def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
-    # fp32: the demo config's bfloat16 CPU kernels give results that depend on the thread count,
-    # and the --jobs test compares an in-process run (the parent's threads) with subprocesses.
-    overrides = {
-        "DATASETS.TYPE": "fashion_mnist",
-        "INPUT.LARGE_SIZE": 16,
-        "SOLVER.MAX_ITER": 2,
-        "SOLVER.AMP.ENABLED": False,
-    }
+    overrides = {"DATASETS.TYPE": "fashion_mnist", "INPUT.LARGE_SIZE": 16, "SOLVER.MAX_ITER": 2}
     opts = tiny_opts(root, out, **overrides, **kw.pop("overrides", {}))
     return StudyOptions(
         output_dir=str(out),
