@@ -29,7 +29,8 @@ $(FASHION_MNIST):
 demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
 
-# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (about 1.5-2 h on 2 cores); resumes if
+# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (one LORAC run of the 3.75-epoch demo
+# recipe: ~13.5 min on one thread, two runs at once; the whole study is not yet timed); resumes if
 # interrupted. Writes docs/results.md and docs/results.png.
 # 9 runs (3 methods x 3 seeds); STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each
 # (a ResNet-18 at 24 px gains little from a second thread). Resumes where it stopped.
