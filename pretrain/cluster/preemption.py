@@ -108,17 +108,19 @@ def _default_signals() -> dict[int, int]:
 def shield_data_worker(worker_id: int) -> None:
     """``worker_init_fn`` of data loaders: survive stop signals meant for the main process.
 
-    Blocks the stop signals (SIGTERM, SIGUSR1, SIGUSR2, submitit's) in this worker and takes
-    them on a daemon thread with ``sigwaitinfo``, which tells the sender: SIGTERM from the parent
-    process (the data loader's or ``multiprocessing``'s shutdown) exits at once with status 0,
-    like torch's own worker handler; everything else is ignored (the main process stops at an
-    iteration boundary and then shuts the workers down). SIGKILL still ends a worker, and a
+    Blocks the stop signals (SIGTERM, SIGUSR1, SIGUSR2, submitit's) and SIGINT in this worker
+    and takes them on a daemon thread with ``sigwaitinfo``, which tells the sender: SIGTERM from
+    the parent process (the data loader's or ``multiprocessing``'s shutdown) exits at once with
+    status 0, like torch's own worker handler; everything else is ignored (the main process stops
+    at an iteration boundary and then shuts the workers down). SIGKILL still ends a worker, and a
     worker whose parent died exits on its own (torch's watchdog).
     """
     del worker_id
     if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep torch's behaviour
         return
-    sigs = set(_default_signals())
+    # SIGINT too: Ctrl-C reaches the whole process group, and the main process decides (the
+    # study's workers turn it into a checkpoint; a plain run stops and shuts the workers down)
+    sigs = set(_default_signals()) | {signal.SIGINT}
     parent = os.getppid()
     # Block first: threads started later (the waiter included) inherit the mask, and a blocked
     # signal waits for sigwaitinfo instead of running torch's SIGTERM handler.

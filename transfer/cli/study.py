@@ -5,7 +5,8 @@ checkpoint (kNN, linear probe, test nuclear norm) and write a results page with 
   python tools/study.py --seeds 0 --methods lorac mocom SOLVER.MAX_ITER 20   # a quick look
 
 Interrupted? Run the same command again: finished runs (study.json) are skipped and an unfinished
-one resumes from its last checkpoint.
+one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in progress
+save a checkpoint at its next iteration first; the tool then exits with status 128 + the signal.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shlex
 import sys
 
 from pretrain.cli.user_errors import exit_on_user_error
-from transfer.study import METHODS, StudyOptions, run_study
+from transfer.study import METHODS, StudyInterrupted, StudyOptions, run_study
 
 __all__ = ["main", "parse_args"]
 
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         opts=args.opts,
         command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
     )
-    outcomes = run_study(opt)
+    try:
+        outcomes = run_study(opt)
+    except StudyInterrupted as e:
+        print(e, file=sys.stderr, flush=True)
+        return 128 + e.signum  # as a shell reports a process ended by that signal
     done = sum(o.status == "done" for o in outcomes)
     print(f"{done} run(s) done now, {len(outcomes) - done} skipped; wrote {args.results}")
     return 0

@@ -10,7 +10,7 @@ See ``docs/results.md`` for a report and ``tools/study.py`` for the command line
 """
 
 from .config import METHODS, Method, StudyError, StudyOptions, load_method_configs
-from .driver import RunOutcome, run_study
+from .driver import RunOutcome, StudyInterrupted, run_study
 from .report import summarize, verdict, write_report
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Method",
     "RunOutcome",
     "StudyError",
+    "StudyInterrupted",
     "StudyOptions",
     "load_method_configs",
     "run_study",

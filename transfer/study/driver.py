@@ -6,8 +6,14 @@ import datetime
 import gc
 import logging
 import os
+import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.synchronize import Event as EventType
+from types import FrameType
 
 from fvcore.common.config import CfgNode
 
@@ -15,9 +21,29 @@ from .config import StudyOptions, load_method_configs
 from .report import write_report
 from .run import RunPaths, evaluate_run, pretrain_run, read_json, run_log, write_json
 
-__all__ = ["RunOutcome", "run_study"]
+__all__ = ["RunOutcome", "StudyInterrupted", "run_study"]
 
 logger = logging.getLogger(__name__)
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StudyInterrupted(Exception):
+    """SIGINT (Ctrl-C) or SIGTERM stopped the study: the runs it was training saved a checkpoint
+    at their next iteration and resume from it when the same command runs again.
+    ``resumable``: the runs (``"LORAC seed 0"``) with a checkpoint and no result yet."""
+
+    def __init__(self, signum: int, resumable: list[str]) -> None:
+        super().__init__(signum, resumable)  # the args pickle it across --jobs processes
+        self.signum = signum
+        self.resumable = resumable
+
+    def __str__(self) -> str:
+        runs = ", ".join(self.resumable) or "none"
+        return (
+            f"study stopped by {signal.Signals(self.signum).name}; runs that resume from their "
+            f"last checkpoint: {runs}. Run the same command again to go on."
+        )
 
 
 @dataclass
@@ -27,6 +53,10 @@ class RunOutcome:
     status: str  # "skipped" (study.json existed) or "done" (trained and/or evaluated now)
     seconds: float
     result: dict
+
+
+# A run to do: (its index among all runs, from 1; its paths; its config; its log-line head).
+_Pending = tuple[int, RunPaths, CfgNode, str]
 
 
 def _minutes(seconds: float) -> str:
@@ -46,6 +76,21 @@ def _eta(spent: list[float], left: int) -> str:
     return f"{left} run(s) left, ETA {_minutes(left * sum(spent) / len(spent))}"
 
 
+# Set in each --jobs worker by _init_worker: the driver's "stop" (a multiprocessing Event).
+_stop_event = None
+
+
+def _init_worker(stop_event: EventType) -> None:
+    """``--jobs`` workers leave SIGINT to the driver: Ctrl-C reaches the whole process group, and
+    a KeyboardInterrupt in the middle of a step would lose the iterations since the last periodic
+    checkpoint. The driver answers SIGINT and SIGTERM with a SIGTERM to each worker, which the
+    trainer (:class:`pretrain.cluster.preemption.StopOnSignal`) turns into a checkpoint at its next
+    iteration; ``stop_event`` keeps a worker from starting another run afterwards."""
+    global _stop_event
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _stop_event = stop_event
+
+
 def _do_run(
     opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict, threads: int = 0
 ) -> dict:
@@ -54,6 +99,8 @@ def _do_run(
     ``threads`` > 0 (a worker of ``--jobs``): set torch's intra-op threads and the loggers of
     this fresh process first.
     """
+    if _stop_event is not None and _stop_event.is_set():
+        raise StudyInterrupted(signal.SIGTERM, [])  # handed to this worker before the stop
     if threads:
         import torch
         from detectron2.utils.logger import setup_logger
@@ -115,7 +162,7 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
     settings = opt.eval_settings()
     outcomes: dict[int, RunOutcome] = {}
-    pending: list[tuple[int, RunPaths, object, str]] = []
+    pending: list[_Pending] = []
     for i, run in enumerate(runs, 1):
         label = opt.method_table[run.method].label
         head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
@@ -139,44 +186,162 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         cfg.freeze()
         pending.append((i, run, cfg, head))
 
-    def starting(run: RunPaths, head: str, eta: str) -> None:
-        has_ckpt = os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
-        how = "resuming from its last checkpoint" if has_ckpt else "pretraining"
-        logger.info("%s: %s in %s; %s", head, how, run.dir, eta)
-
     spent: list[float] = []  # seconds of the runs done by this invocation
     if opt.jobs <= 1:
-        for k, (i, run, cfg, head) in enumerate(pending):
-            starting(run, head, _eta(spent, len(pending) - k))
-            label = opt.method_table[run.method].label
-            result = _do_run(opt, cfg, run, label, settings)
-            spent.append(result["invocation_seconds"])
-            outcomes[i] = RunOutcome(run.method, run.seed, "done", spent[-1], result)
-            _log_done(head, result, _eta(spent, len(pending) - k - 1))
+        _run_sequentially(opt, pending, settings, outcomes, spent)
     elif pending:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        threads = max(1, (os.cpu_count() or 1) // opt.jobs)
-        with ProcessPoolExecutor(opt.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {}
-            for i, run, cfg, head in pending:
-                label = opt.method_table[run.method].label
-                args = (opt, cfg, run, label, settings, threads)
-                futures[pool.submit(_do_run, *args)] = (i, run, head)
-            for _, run, _, head in pending[: opt.jobs]:
-                starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
-            for done, fut in enumerate(as_completed(futures), 1):
-                i, run, head = futures[fut]
-                result = fut.result()
-                outcomes[i] = RunOutcome(run.method, run.seed, "done", 0.0, result)
-                spent.append(result["invocation_seconds"])
-                left = len(pending) - done
-                # runs go opt.jobs at a time: rounds left x the mean wall time of a run so far
-                rounds = -(-left // opt.jobs)
-                eta = f"{left} run(s) left, ETA {_minutes(rounds * sum(spent) / len(spent))}"
-                _log_done(head, result, eta if left else "no runs left")
+        _run_in_parallel(opt, pending, settings, outcomes, spent)
     ordered = [outcomes[i] for i in sorted(outcomes)]
     write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
     logger.info("wrote %s and its plot", opt.results)
     return ordered
+
+
+class _Stop:
+    """The driver's SIGINT/SIGTERM handler: records the first signal and calls ``on_first``
+    (which asks the running runs to save a checkpoint and stop); later ones only wait."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.on_first: Callable[[], None] = lambda: None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum:
+            return  # a second Ctrl-C while the runs save: keep waiting for them
+        self.signum = signum
+        logger.warning(
+            "%s: the runs in progress save a checkpoint at their next iteration and stop",
+            signal.Signals(signum).name,
+        )
+        self.on_first()
+
+
+@contextmanager
+def _handling_stops() -> Iterator[_Stop]:
+    """Installs a :class:`_Stop` for SIGINT and SIGTERM (main thread only) while the runs go."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # Python delivers signals to the main thread only: nothing to install
+        return
+    previous = {sig: signal.signal(sig, stop) for sig in _STOPS}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
+    """The pending runs that have a checkpoint and no study.json (they resume from it)."""
+    return [
+        f"{opt.method_table[run.method].label} seed {run.seed}"
+        for _, run, _, _ in pending
+        if os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
+        and not os.path.isfile(run.study_json)
+    ]
+
+
+def _run_sequentially(
+    opt: StudyOptions,
+    pending: list[_Pending],
+    settings: dict,
+    outcomes: dict[int, RunOutcome],
+    spent: list[float],
+) -> None:
+    """One run after another in this process. SIGTERM while training: the trainer's own handler
+    saves a checkpoint at the next iteration (:class:`~pretrain.cluster.preemption.Preempted`);
+    SIGINT while training is forwarded to it as a SIGTERM; either signal at another moment
+    (evaluating) stops at once: the evaluation runs again on resume."""
+    from pretrain.cluster.preemption import Preempted
+
+    with _handling_stops() as stop:
+
+        def on_first() -> None:
+            if signal.getsignal(signal.SIGTERM) is stop:  # not training: nothing to save
+                raise StudyInterrupted(stop.signum, _resumable(opt, pending))
+            os.kill(os.getpid(), signal.SIGTERM)  # training: the trainer's handler takes it
+
+        stop.on_first = on_first
+        for k, (i, run, cfg, head) in enumerate(pending):
+            _starting(run, head, _eta(spent, len(pending) - k))
+            label = opt.method_table[run.method].label
+            try:
+                result = _do_run(opt, cfg, run, label, settings)
+            except Preempted:
+                signum = stop.signum or signal.SIGTERM
+                raise StudyInterrupted(signum, _resumable(opt, pending)) from None
+            spent.append(result["invocation_seconds"])
+            outcomes[i] = RunOutcome(run.method, run.seed, "done", spent[-1], result)
+            _log_done(head, result, _eta(spent, len(pending) - k - 1))
+
+
+def _run_in_parallel(
+    opt: StudyOptions,
+    pending: list[_Pending],
+    settings: dict,
+    outcomes: dict[int, RunOutcome],
+    spent: list[float],
+) -> None:
+    """``opt.jobs`` runs at once, each in a spawned worker process. On SIGINT/SIGTERM, or when a
+    run fails, every worker gets a SIGTERM (the training ones save a checkpoint at their next
+    iteration, see :func:`_init_worker`), the queued runs are cancelled and the driver waits for
+    the workers to end: no run goes on training after the study has stopped."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = mp.get_context("spawn")
+    stop_event = ctx.Event()
+    threads = max(1, (os.cpu_count() or 1) // opt.jobs)
+    futures = {}
+    others = set(mp.active_children())  # children that are not the pool's (a test's, say)
+
+    def halt() -> None:
+        stop_event.set()
+        for fut in futures:
+            fut.cancel()  # those not handed to a worker yet
+        for child in set(mp.active_children()) - others:  # the pool's workers
+            child.terminate()
+
+    with (
+        ProcessPoolExecutor(
+            opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=(stop_event,)
+        ) as pool,
+        _handling_stops() as stop,
+    ):
+        stop.on_first = halt
+        for i, run, cfg, head in pending:
+            label = opt.method_table[run.method].label
+            args = (opt, cfg, run, label, settings, threads)
+            futures[pool.submit(_do_run, *args)] = (i, run, head)
+        for _, run, _, head in pending[: opt.jobs]:
+            _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
+        try:
+            for fut in as_completed(futures):
+                i, run, head = futures[fut]
+                if fut.cancelled():
+                    continue
+                if fut.exception() is not None:
+                    if stop.signum:
+                        continue  # stopped (a checkpoint is on disk) or never started
+                    raise fut.exception()
+                result = fut.result()
+                outcomes[i] = RunOutcome(run.method, run.seed, "done", 0.0, result)
+                spent.append(result["invocation_seconds"])
+                left = len(pending) - len(spent)
+                # runs go opt.jobs at a time: rounds left x the mean wall time of a run so far
+                rounds = -(-left // opt.jobs)
+                eta = f"{left} run(s) left, ETA {_minutes(rounds * sum(spent) / len(spent))}"
+                _log_done(head, result, eta if left else "no runs left")
+        except BaseException:
+            if not stop.signum:
+                logger.error("a run failed: stopping the others (each saves a checkpoint)")
+                halt()
+            raise
+    if stop.signum:
+        raise StudyInterrupted(stop.signum, _resumable(opt, pending))
+
+
+def _starting(run: RunPaths, head: str, eta: str) -> None:
+    has_ckpt = os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
+    how = "resuming from its last checkpoint" if has_ckpt else "pretraining"
+    logger.info("%s: %s in %s; %s", head, how, run.dir, eta)
