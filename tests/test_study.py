@@ -6,6 +6,7 @@ resumes from its last checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -191,3 +192,28 @@ def test_jobs_run_in_parallel_processes_and_match_sequential_runs(tmp_path):
             assert b.result[key] == pytest.approx(a.result[key], abs=1e-6), key
     assert "Runs at once (`--jobs`): 2" in (tmp_path / "par.md").read_text()
     assert "ETA" in (tmp_path / "par" / "log.txt").read_text()
+
+
+def test_a_second_study_on_the_same_directory_is_refused(tmp_path, capsys):
+    """Two studies on one --output-dir would train the same runs into the same files."""
+    import fcntl
+
+    root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
+    out = tmp_path / "study"
+    opt = _options(root, out, tmp_path / "results.md", methods=("mocom",), seeds=(0,))
+    out.mkdir()
+    lock = out / ".study.lock"
+    with open(lock, "w") as held:  # as a running study holds it
+        held.write("pid 4242 on somewhere\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StudyError, match=r"another study is running there \(pid 4242 on some"):
+            run_study(opt)
+        argv = ["--output-dir", str(out), "--results", str(tmp_path / "r.md"), *opt.opts]
+        assert exit_status(study_main, argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --output-dir {out}: another study") and err.count("\n") == 1
+    assert not (out / "mocom_seed0").exists()  # nothing ran
+    (outcome,) = run_study(opt)  # released: the study runs, and names itself in the lock file
+    assert outcome.status == "done"
+    assert lock.read_text().startswith(f"pid {os.getpid()} on ")

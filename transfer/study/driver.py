@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import fcntl
 import gc
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ from types import FrameType
 
 from fvcore.common.config import CfgNode
 
-from .config import StudyOptions, load_method_configs
+from .config import StudyError, StudyOptions, load_method_configs
 from .report import write_report
 from .run import RunPaths, evaluate_run, pretrain_run, read_json, run_log, write_json
 
@@ -157,44 +159,68 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
     os.makedirs(opt.output_dir, exist_ok=True)
-    for name in ("pretrain", "detectron2", "transfer", "fvcore"):
-        setup_logger(opt.output_dir, name=name)
-    runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
-    settings = opt.eval_settings()
-    outcomes: dict[int, RunOutcome] = {}
-    pending: list[_Pending] = []
-    for i, run in enumerate(runs, 1):
-        label = opt.method_table[run.method].label
-        head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
-        if os.path.isfile(run.study_json):
-            result = read_json(run.study_json)
-            if result.get("eval_settings") != settings:
-                logger.warning(
-                    "%s: %s was evaluated with other settings (%s, now %s); kept as it is: "
-                    "delete it to evaluate again",
-                    head,
-                    run.study_json,
-                    result.get("eval_settings"),
-                    settings,
-                )
-            logger.info("%s: skipped, %s exists", head, run.study_json)
-            outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
-            continue
-        cfg = cfgs[run.method].clone()
-        cfg.defrost()
-        cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
-        cfg.freeze()
-        pending.append((i, run, cfg, head))
+    with _one_study_at_a_time(opt.output_dir):
+        for name in ("pretrain", "detectron2", "transfer", "fvcore"):
+            setup_logger(opt.output_dir, name=name)
+        runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
+        settings = opt.eval_settings()
+        outcomes: dict[int, RunOutcome] = {}
+        pending: list[_Pending] = []
+        for i, run in enumerate(runs, 1):
+            label = opt.method_table[run.method].label
+            head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
+            if os.path.isfile(run.study_json):
+                result = read_json(run.study_json)
+                if result.get("eval_settings") != settings:
+                    logger.warning(
+                        "%s: %s was evaluated with other settings (%s, now %s); kept as it is: "
+                        "delete it to evaluate again",
+                        head,
+                        run.study_json,
+                        result.get("eval_settings"),
+                        settings,
+                    )
+                logger.info("%s: skipped, %s exists", head, run.study_json)
+                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
+                continue
+            cfg = cfgs[run.method].clone()
+            cfg.defrost()
+            cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
+            cfg.freeze()
+            pending.append((i, run, cfg, head))
 
-    spent: list[float] = []  # seconds of the runs done by this invocation
-    if opt.jobs <= 1:
-        _run_sequentially(opt, pending, settings, outcomes, spent)
-    elif pending:
-        _run_in_parallel(opt, pending, settings, outcomes, spent)
-    ordered = [outcomes[i] for i in sorted(outcomes)]
-    write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
-    logger.info("wrote %s and its plot", opt.results)
-    return ordered
+        spent: list[float] = []  # seconds of the runs done by this invocation
+        if opt.jobs <= 1:
+            _run_sequentially(opt, pending, settings, outcomes, spent)
+        elif pending:
+            _run_in_parallel(opt, pending, settings, outcomes, spent)
+        ordered = [outcomes[i] for i in sorted(outcomes)]
+        write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
+        logger.info("wrote %s and its plot", opt.results)
+        return ordered
+
+
+@contextmanager
+def _one_study_at_a_time(output_dir: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<output_dir>/.study.lock`` while the study runs: a second study
+    on the same directory would train the same runs into the same checkpoint files. The lock
+    goes with the process (killed included); the file stays, naming its last holder."""
+    path = os.path.join(output_dir, ".study.lock")
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "a process"
+            raise StudyError(
+                f"--output-dir {output_dir}: another study is running there ({holder}, "
+                f"holds {path}); wait for it or stop it first"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+        yield
 
 
 class _Stop:
