@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,15 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 # One thread: the test models are tiny, and spare threads only spin on a shared CI machine.
 torch.set_num_threads(1)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in process group ``pgid`` (a tool started in its own session)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def make_image_folder(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> Path:

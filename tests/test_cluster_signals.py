@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, make_image_folder, tiny_opts
+from conftest import ROOT, group_alive, make_image_folder, tiny_opts
 from detectron2.engine import HookBase
 
 from pretrain.cluster.preemption import Preempted
@@ -84,14 +84,6 @@ def reference(data, tmp_path_factory) -> dict[str, torch.Tensor]:
     return _params(_train(tiny_opts(data, out, **BASE)))
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=["SIGTERM", "SIGUSR2"])
 def test_signal_to_the_whole_group_saves_exits_0_and_resumes_exactly(
@@ -122,7 +114,7 @@ def test_signal_to_the_whole_group_saves_exits_0_and_resumes_exactly(
     assert f"stopped after iteration {STOP_AFTER} ({name})" in err
     # the workers ignored the signal meant for the trainer, which then shut them down itself
     assert f"workers alive after the signal: {[True] * workers}" in stdout
-    assert not _group_alive(proc.pid)  # none is left behind
+    assert not group_alive(proc.pid)  # none is left behind
     log = (out / "log.txt").read_text()
     assert f"{name}: stopping after iteration {STOP_AFTER}, saving model_0000002.pth" in log
     if sig == signal.SIGUSR2:

@@ -13,16 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, tiny_opts
+from conftest import ROOT, group_alive, tiny_opts
 from test_analysis_helpers import make_fashion_mnist
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _logged(metrics: Path) -> bool:
@@ -71,7 +63,7 @@ def test_a_stopped_study_saves_its_runs_and_leaves_no_process(tmp_path, jobs, si
             proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
-        if _group_alive(proc.pid):
+        if group_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
     err = err.decode()
     assert proc.returncode == 128 + sig, err[-3000:]
@@ -87,9 +79,9 @@ def test_a_stopped_study_saves_its_runs_and_leaves_no_process(tmp_path, jobs, si
         assert (run / saved).is_file()
         assert not (run / "study.json").exists()
     deadline = time.monotonic() + 10  # orphans would be reaped by init: allow for that
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
+    while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(proc.pid), "a process of the study outlived it"
+    assert not group_alive(proc.pid), "a process of the study outlived it"
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     time.sleep(1)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
