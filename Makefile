@@ -29,11 +29,11 @@ $(FASHION_MNIST):
 demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
 
-# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each (one LORAC run of the 3.75-epoch demo
-# recipe: ~13.5 min on one thread, two runs at once; the whole study is not yet timed); resumes if
-# interrupted. Writes docs/results.md and docs/results.png.
+# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each: 61 min on 2 cores with STUDY_JOBS=3
+# (measured 2026-11-22). Writes docs/results.md and docs/results.png.
 # 9 runs (3 methods x 3 seeds); STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each
-# (a ResNet-18 at 24 px gains little from a second thread). Resumes where it stopped.
+# (a ResNet-18 at 24 px gains little from a second thread). Ctrl-C saves the runs in progress;
+# `make study` again resumes where it stopped.
 STUDY_JOBS ?= 3
 study: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --output-dir output/study --results docs/results.md --jobs $(STUDY_JOBS)
