@@ -16,6 +16,8 @@ import pytest
 from conftest import ROOT, group_alive, tiny_opts
 from test_analysis_helpers import make_fashion_mnist
 
+from transfer.study import StudyInterrupted, StudyOptions, driver, run_study
+
 
 def _logged(metrics: Path) -> bool:
     return metrics.is_file() and metrics.stat().st_size > 0
@@ -85,3 +87,31 @@ def test_a_stopped_study_saves_its_runs_and_leaves_no_process(tmp_path, jobs, si
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     time.sleep(1)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_signal_in_a_runs_last_iteration_stops_before_the_next_run(tmp_path, monkeypatch):
+    """The trainer lets a run whose last iteration saw the signal finish (nothing to save): the
+    study must still stop before it starts another run (--jobs 1)."""
+    root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
+    started = []
+
+    def finishing_run(opt, cfg, run, label, settings):
+        started.append(run.seed)
+        # as StopOnSignal during the last iteration: SIGTERM recorded, then the run ends normally
+        previous = signal.signal(signal.SIGTERM, lambda *a: None)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C: the driver forwards it as a SIGTERM
+        signal.signal(signal.SIGTERM, previous)
+        return {"invocation_seconds": 1.0, "knn_top1": 1.0, "linear_top1": 1.0, "nuclear_mean": 6}
+
+    monkeypatch.setattr(driver, "_do_run", finishing_run)
+    opt = StudyOptions(
+        output_dir=str(tmp_path / "study"),
+        results=str(tmp_path / "results.md"),
+        seeds=(0, 1),
+        methods=("mocom",),
+        opts=tiny_opts(root, tmp_path / "study", **{"DATASETS.TYPE": "fashion_mnist"}),
+    )
+    with pytest.raises(StudyInterrupted, match="stopped by SIGINT"):
+        run_study(opt)
+    assert started == [0]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored

@@ -65,10 +65,6 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def _left(runs: list[RunPaths]) -> int:
-    return sum(1 for r in runs if not os.path.isfile(r.study_json))
-
-
 def _eta(spent: list[float], left: int) -> str:
     """ETA of ``left`` runs: the mean wall time of the runs done by this invocation x left."""
     if not left:
@@ -289,6 +285,8 @@ def _run_sequentially(
 
         stop.on_first = on_first
         for k, (i, run, cfg, head) in enumerate(pending):
+            if stop.signum:  # it came during a run's last iteration, which then finished
+                raise StudyInterrupted(stop.signum, _resumable(opt, pending))
             _starting(run, head, _eta(spent, len(pending) - k))
             label = opt.method_table[run.method].label
             try:
