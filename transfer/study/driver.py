@@ -258,8 +258,7 @@ def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
     return [
         f"{opt.method_table[run.method].label} seed {run.seed}"
         for _, run, _, _ in pending
-        if os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
-        and not os.path.isfile(run.study_json)
+        if run.has_checkpoint and not os.path.isfile(run.study_json)
     ]
 
 
@@ -366,6 +365,5 @@ def _run_in_parallel(
 
 
 def _starting(run: RunPaths, head: str, eta: str) -> None:
-    has_ckpt = os.path.isfile(os.path.join(run.dir, "last_checkpoint"))
-    how = "resuming from its last checkpoint" if has_ckpt else "pretraining"
+    how = "resuming from its last checkpoint" if run.has_checkpoint else "pretraining"
     logger.info("%s: %s in %s; %s", head, how, run.dir, eta)

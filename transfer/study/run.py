@@ -54,6 +54,11 @@ class RunPaths:
     def checkpoint(self) -> str:
         return os.path.join(self.dir, "model_final.pth")
 
+    @property
+    def has_checkpoint(self) -> bool:
+        """Whether training saved anything (detectron2's ``last_checkpoint`` pointer exists)."""
+        return os.path.isfile(os.path.join(self.dir, "last_checkpoint"))
+
 
 def write_json(path: str, obj: dict) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
