@@ -24,7 +24,7 @@ setup(
     version="0.1.0",
     description="LORAC self-supervised pretraining, MoCo-M/MoCo-v2 baselines, detectron2 transfer",
     # configs/ stays at the top of the repository and installs as the package lorac_configs
-    # (pretrain/config_files.py finds its files there, in editable and regular installs alike).
+    # (pretrain/config/files.py finds its files there, in editable and regular installs alike).
     packages=[
         *find_packages(include=["pretrain", "pretrain.*", "transfer", "transfer.*"]),
         "lorac_configs",
@@ -45,7 +45,6 @@ setup(
         "pycocotools>=2.0.6",
         "submitit>=1.5",
         "numpy<2",  # detectron2 (sal-detectron2 0.7.2) pins numpy<2
-        "numba>=0.59",  # compiles the CPU nuclear-norm kernel (pretrain/_jacobi.py)
         "pillow>=9",
         "matplotlib>=3.5",
         "tabulate",

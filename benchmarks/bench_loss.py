@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import interleaved_timings
-from pretrain.losses import log_prior, lorac_loss
+from pretrain.losses.lorac import log_prior, lorac_loss
 
 
 def main() -> None:

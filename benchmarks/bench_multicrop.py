@@ -26,9 +26,9 @@ import torchvision.transforms as T
 from PIL import Image, ImageDraw, ImageFilter
 
 from benchmarks.common import interleaved_timings
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.data.color import BatchColorAugment, ColorSpec
 from pretrain.data.transforms import CropSpec, MultiCropTransform, mocov2_specs, multicrop_specs
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 NUM_IMAGES = 32
 

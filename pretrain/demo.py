@@ -14,10 +14,9 @@ from fvcore.common.config import CfgNode
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 
-from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
-from pretrain.config import load_config
-from pretrain.config_files import config_path
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
+from pretrain.config.defaults import load_config
+from pretrain.config.files import config_path
 from pretrain.data.datasets import (
     FASHION_MNIST,
     FashionMNISTSource,
@@ -26,8 +25,9 @@ from pretrain.data.datasets import (
 )
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import knn_accuracy
+from pretrain.losses.priors import PRIOR_REGISTRY
 from pretrain.modeling import build_model
-from pretrain.priors import PRIOR_REGISTRY
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 __all__ = [
     "DEMO_CONFIG",

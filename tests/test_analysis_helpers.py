@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.demo import DEMO_CONFIG
 from pretrain.modeling import build_model
 

@@ -24,7 +24,7 @@ from test_analysis_helpers import (
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.data.splits import evenly_spaced
 from pretrain.modeling import build_model
-from pretrain.tables import read_csv
+from pretrain.utils.tables import read_csv
 from transfer.analysis import AnalysisError
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs

@@ -2,7 +2,7 @@
 
 The fixture builds a whole experiment on disk with the project's own writers: tiny pretraining
 runs (checkpoint, config.yaml, metrics.json), the nuclear-norm analysis of those checkpoints,
-classification tables written by pretrain.tables.update_table, detection
+classification tables written by pretrain.utils.tables.update_table, detection
 results.json written by transfer.detection.results.write_results, and an ablation table.
 """
 
@@ -19,7 +19,7 @@ import torch
 from conftest import make_image_folder
 from test_analysis_helpers import assert_png_not_blank, exit_status, make_run, write_metrics
 
-from pretrain.tables import read_csv, update_table
+from pretrain.utils.tables import read_csv, update_table
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.analysis.report import build_report

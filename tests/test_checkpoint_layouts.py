@@ -26,9 +26,9 @@ from detectron2.layers import ShapeSpec
 from detectron2.modeling.backbone import build_resnet_backbone
 from test_detection_convert import _randomise_bn
 
-from pretrain.checkpoint_io import CheckpointError, load_backbone
-from pretrain.checkpoint_layouts import LAYOUTS, layouts_table
-from pretrain.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
+from pretrain.checkpoint.layouts import LAYOUTS, layouts_table
+from pretrain.checkpoint.reader import CheckpointError, load_backbone
+from pretrain.checkpoint.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
 from transfer.detection.convert import convert_checkpoint, convert_to_d2
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ def _pre(prefix: str, sd: dict) -> dict:
 
 def _d2_names(sd: dict, prefix: str = "") -> dict:
     """detectron2 names as ``convert-torchvision-to-d2.py`` writes them, re-done by string
-    replacement (independent of pretrain.resnet_names), numpy values, its ``stem.fc.*`` kept."""
+    replacement (independent of pretrain.checkpoint.resnet_names), numpy values, its ``stem.fc.*``
+    kept."""
     out = {}
     for k, v in sd.items():
         n = k if "layer" in k else "stem." + k
@@ -428,7 +429,7 @@ def test_weights_only_refusal_names_the_global(net, tmp_path):
 
 def test_docs_table_is_generated_from_the_layouts():
     text = (REPO / "docs" / "checkpoints.md").read_text()
-    assert layouts_table() in text, "regenerate with: python -m pretrain.checkpoint_layouts"
+    assert layouts_table() in text, "regenerate with: python -m pretrain.checkpoint.layouts"
     assert "docs/checkpoints.md" in (REPO / "README.md").read_text()
 
 
@@ -459,7 +460,7 @@ def test_converter_cli_refuses_in_one_line(kind, net, other, tmp_path):
 
 def test_analysis_names_the_layout_of_a_backbone_only_release(net, other, tmp_path):
     """The nuclear-norm analysis needs a LORAC run's full model: a release is refused, named."""
-    from pretrain.config import get_cfg
+    from pretrain.config.defaults import get_cfg
     from transfer.analysis import AnalysisError
     from transfer.analysis.models import load_pretrained
 

@@ -17,7 +17,7 @@ from test_classification_fakes import (  # noqa: F401
 from test_classification_probe import make_imagenet
 from torchvision.models import resnet18
 
-from pretrain.checkpoint_io import CheckpointError
+from pretrain.checkpoint.reader import CheckpointError
 from pretrain.data.datasets import DatasetError, FashionMNISTSource
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import (

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from conftest import ROOT, make_image_folder, tiny_opts
 
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.trainer import PretrainTrainer
 
@@ -26,7 +26,7 @@ from pretrain.engine.trainer import PretrainTrainer
 # loop with the trainer's own checkpointer, continuing the numbering after the last one.
 WRITER = """
 import os
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.engine.trainer import PretrainTrainer
 trainer = PretrainTrainer(load_config({config!r}, {opts!r}))
 ckpt = trainer.checkpointer

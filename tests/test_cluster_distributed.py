@@ -23,7 +23,7 @@ from slurm import jobtools
 from slurm.jobtools import SignalAt
 
 from pretrain.cluster.submit import JobRequest, submit
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.trainer import PretrainTrainer
 

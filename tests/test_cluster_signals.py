@@ -21,7 +21,7 @@ from conftest import ROOT, group_alive, make_image_folder, tiny_opts
 from detectron2.engine import HookBase
 
 from pretrain.cluster.preemption import Preempted
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.trainer import PretrainTrainer
 

@@ -1,4 +1,4 @@
-"""The one strict config loader (pretrain/config_io.py) and the three loaders built on it."""
+"""The one strict config loader (pretrain/config/strict.py) and the three loaders built on it."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from fvcore.common.config import CfgNode
 
-import pretrain.config
+import pretrain.config.defaults
 import transfer.classification.config as classification
 import transfer.detection.config as detection
-from pretrain.config_io import load_strict
+from pretrain.config.strict import load_strict
 from pretrain.demo import DEMO_CONFIG
-from pretrain.errors import ConfigError
+from pretrain.utils.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_bad_values_yaml_and_overrides(tmp_path, body, opts, match):
 @pytest.mark.parametrize(
     "load, base, section",
     [
-        (pretrain.config.load_config, DEMO_CONFIG, "LOSS"),
+        (pretrain.config.defaults.load_config, DEMO_CONFIG, "LOSS"),
         (
             lambda p: classification.load_config(classification.linear_probe_defaults(), p),
             REPO / "configs" / "eval" / "linear_lorac_in1k.yaml",

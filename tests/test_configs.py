@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.data.loader import augment_views_on_device, build_batch_augment
 from pretrain.modeling import build_model
 
@@ -93,7 +93,7 @@ def test_forward_of_shipped_in100_model_hands_five_row_q_to_the_prior(monkeypatc
     (only image sizes, batch, queue and head shrunk: the view layout and loss are as shipped)."""
     import torch
 
-    import pretrain.losses as losses
+    import pretrain.losses.lorac as losses
 
     root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
     opts = [

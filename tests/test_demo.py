@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_classification_knn import make_fashion_mnist
 
-from pretrain.checkpoint_io import build_torchvision_backbone, extract_backbone
-from pretrain.config import ConfigError, load_config
+from pretrain.checkpoint.reader import build_torchvision_backbone, extract_backbone
+from pretrain.config.defaults import ConfigError, load_config
 from pretrain.demo import (
     DEMO_CONFIG,
     DemoResult,

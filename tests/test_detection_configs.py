@@ -11,8 +11,8 @@ import yaml
 from detectron2.modeling import build_model
 
 import transfer.detection  # noqa: F401 - importing the project must be all configs need
-from pretrain.constants import IMAGENET_MEAN_255, IMAGENET_STD_255
-from pretrain.errors import ConfigError
+from pretrain.utils.constants import IMAGENET_MEAN_255, IMAGENET_STD_255
+from pretrain.utils.errors import ConfigError
 from transfer.detection.config import load_config, use_naive_syncbn_on_cpu
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"

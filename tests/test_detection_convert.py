@@ -26,8 +26,8 @@ from detectron2.modeling import build_model
 from detectron2.modeling.backbone import build_resnet_backbone
 from torchvision.transforms import functional as TF
 
-from pretrain.checkpoint_io import BackboneWeights
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.checkpoint.reader import BackboneWeights
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from transfer.detection.config import load_config
 from transfer.detection.convert import (
     FPN_PREFIX,

@@ -181,7 +181,7 @@ def test_instant_run_trains_and_reports_coco_ap(detector, runs):
             value = results[name][task][metric]
             assert isinstance(value, float) and math.isfinite(value), (task, metric, value)
     assert (output_dir / "model_final.pth").is_file()
-    # full config and environment, dumped by pretrain.run_setup.setup_run
+    # full config and environment, dumped by pretrain.utils.run_setup.setup_run
     assert (output_dir / "config.yaml").is_file() and (output_dir / "env.txt").is_file()
     with open(output_dir / "metrics.json") as f:
         records = [json.loads(line) for line in f]

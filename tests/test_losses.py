@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses import lorac_loss, lorac_loss_with_stats
+from pretrain.losses.lorac import lorac_loss, lorac_loss_with_stats
 
 
 def _unit(*shape: int, seed: int) -> torch.Tensor:

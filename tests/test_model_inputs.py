@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from pretrain.data.loader import (
     augment_views_on_device,
     build_batch_augment,

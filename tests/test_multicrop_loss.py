@@ -1,7 +1,7 @@
 """multicrop_lorac_loss against a plainly written float64 reading of the paper's objective.
 
 The reference below is written instance by instance, key crop by key crop, query by query, with
-torch.linalg.svdvals for every nuclear norm; it shares no code with pretrain.losses.
+torch.linalg.svdvals for every nuclear norm; it shares no code with pretrain.losses.lorac.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from pretrain.losses import multicrop_lorac_loss, multicrop_lorac_loss_with_stats, nuclear_norm
+from pretrain.losses.lorac import (
+    multicrop_lorac_loss,
+    multicrop_lorac_loss_with_stats,
+    nuclear_norm,
+)
 from pretrain.modeling.distributed import all_gather_with_grad
 
 
@@ -137,7 +141,7 @@ def test_nuclear_norm_of_five_identical_unit_rows_is_sqrt5():
 
 def test_paper_layout_builds_five_row_q(monkeypatch):
     """The instance construction hands 5-row matrices to the nuclear norm at 3x224 + 5x96."""
-    import pretrain.losses as losses
+    import pretrain.losses.lorac as losses
 
     shapes = []
     real = losses.nuclear_norm

@@ -13,7 +13,7 @@ from conftest import make_image_folder, tiny_opts
 from detectron2.engine import HookBase
 from PIL import Image
 
-from pretrain.config import ConfigError, load_config
+from pretrain.config.defaults import ConfigError, load_config
 from pretrain.data.datasets import DatasetError
 from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.trainer import PretrainTrainer
@@ -105,7 +105,7 @@ def test_checkpoint_is_weights_only_and_holds_everything(tmp_path, image_folder)
     assert "queues" in model and "queue_ptr" in model
     assert {"iteration", "optimizer", "hooks", "rng"} <= set(ckpt["trainer"])
     # the backbone loads into a torchvision ResNet
-    from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
+    from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
 
     net = build_torchvision_backbone(load_backbone(str(tmp_path / "r" / "model_final.pth")))
     assert net.eval()(torch.randn(1, 3, 32, 32)).shape == (1, 512)

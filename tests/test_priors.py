@@ -1,4 +1,4 @@
-"""The prior registry (pretrain/priors.py) and the losses' use of its contract.
+"""The prior registry (pretrain/losses/priors.py) and the losses' use of its contract.
 
 The values of every prior are checked against independent implementations in test_losses.py and
 test_multicrop_loss.py (by name); here: the registry's names and errors, that an instance and its
@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses import PRIORS, lorac_loss, multicrop_lorac_loss
-from pretrain.priors import (
+from pretrain.losses.lorac import PRIORS, lorac_loss, multicrop_lorac_loss
+from pretrain.losses.priors import (
     PRIOR_REGISTRY,
     BatchwisePrior,
     ConstantPrior,
@@ -128,9 +128,9 @@ def test_an_instance_with_constants_is_rejected():
 
 def test_config_accepts_a_prior_registered_after_import(monkeypatch, tmp_path):
     """LOSS.PRIOR is checked against the registry when the config is validated, so a prior a
-    user's module registers (after pretrain.losses was imported) is accepted, and an unknown
+    user's module registers (after pretrain.losses.lorac was imported) is accepted, and an unknown
     name is still refused."""
-    from pretrain.config import ConfigError, get_cfg, validate_cfg
+    from pretrain.config.defaults import ConfigError, get_cfg, validate_cfg
 
     @dataclasses.dataclass(frozen=True)
     class HalfLaplace(LaplacePrior):

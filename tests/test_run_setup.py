@@ -1,4 +1,5 @@
-"""Run setup (pretrain/run_setup.py): every run dumps its full config and environment, once."""
+"""Run setup (pretrain/utils/run_setup.py): every run dumps its full config and environment,
+once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fvcore.common.config import CfgNode
 from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.launch import argument_parser, setup
 from pretrain.engine.trainer import PretrainTrainer
-from pretrain.run_setup import dump_run_info
+from pretrain.utils.run_setup import dump_run_info
 
 # Every write of a file named config.yaml/env.txt in this process while recording: open() for
 # writing or os.replace onto it (an atomic write), whoever the writer (ours or detectron2's).

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from pretrain.config import get_cfg
+from pretrain.config.defaults import get_cfg
 from pretrain.engine.hooks import beta_at
-from pretrain.solver import LARS, lr_multiplier
+from pretrain.solver.build import LARS, lr_multiplier
 
 
 def _reference_lars_step(p, g, buf, lr, mom, wd, eta, eps=1e-8):

@@ -15,7 +15,7 @@ import pytest
 from conftest import tiny_opts
 from test_analysis_helpers import assert_png_not_blank, exit_status, make_fashion_mnist
 
-from pretrain.config import load_config
+from pretrain.config.defaults import load_config
 from transfer.cli.study import main as study_main
 from transfer.study import METHODS, Method, StudyError, StudyOptions, run_study
 from transfer.study.report import MethodSummary, verdict

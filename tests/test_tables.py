@@ -1,4 +1,4 @@
-"""The one table writer/reader (pretrain/tables.py) and metrics.json reader
+"""The one table writer/reader (pretrain/utils/tables.py) and metrics.json reader
 (transfer/metrics_json.py) every tool and report uses."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pretrain.errors import ResultsError
-from pretrain.tables import markdown_table, read_csv, update_table, write_csv
+from pretrain.utils.errors import ResultsError
+from pretrain.utils.tables import markdown_table, read_csv, update_table, write_csv
 from transfer.metrics_json import read_metrics_json
 
 

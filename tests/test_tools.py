@@ -15,8 +15,8 @@ from conftest import ROOT
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import ENTRIES
-from pretrain.config_files import config_path
-from pretrain.errors import USER_ERROR_EXIT_CODE, ConfigError
+from pretrain.config.files import config_path
+from pretrain.utils.errors import USER_ERROR_EXIT_CODE, ConfigError
 
 
 def _setup_tools() -> dict[str, str]:

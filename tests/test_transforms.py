@@ -16,7 +16,6 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.data.color import (
     BatchColorAugment,
     ColorParams,
@@ -40,6 +39,7 @@ from pretrain.data.transforms import (
     multicrop_specs,
     sample_crop_boxes,
 )
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 MEAN = torch.tensor(IMAGENET_MEAN_RGB).view(1, 3, 1, 1)
 STD = torch.tensor(IMAGENET_STD_RGB).view(1, 3, 1, 1)

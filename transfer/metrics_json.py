@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from pretrain.errors import ResultsError
+from pretrain.utils.errors import ResultsError
 
 __all__ = ["read_metrics_json"]
 

@@ -1,6 +1,6 @@
 """The one way every tool ends on a user error: an ``error: <message>`` line and exit status 2.
 
-A :class:`~pretrain.errors.LoracError` is an error the user can fix (a bad config value, file,
+A :class:`~pretrain.utils.errors.LoracError` is an error the user can fix (a bad config value, file,
 dataset, checkpoint or request); anything else is a bug and keeps its traceback. argparse ends
 bad command lines with the same status, so a caller (a shell, SLURM, a test) can tell "fix the
 input" from "crashed" by the exit status alone.
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from pretrain.errors import USER_ERROR_EXIT_CODE, LoracError
+from pretrain.utils.errors import USER_ERROR_EXIT_CODE, LoracError
 
 __all__ = ["exit_on_user_error"]
 

@@ -25,7 +25,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from pretrain.errors import LoracError
+from pretrain.utils.errors import LoracError
 
 __all__ = [
     "DistEnv",

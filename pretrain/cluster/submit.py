@@ -25,7 +25,7 @@ from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
-from pretrain.errors import LoracError
+from pretrain.utils.errors import LoracError
 
 __all__ = [
     "ENTRIES",
@@ -123,7 +123,7 @@ def resolve_pretrain_config(req: JobRequest) -> tuple[CfgNode, list[str]]:
 
     ``--gpus-per-node 0`` adds ``MODEL.DEVICE cpu``; GPUs with ``MODEL.DEVICE cpu`` is refused.
     """
-    from pretrain.config import ConfigError, load_config, validate_cfg
+    from pretrain.config.defaults import ConfigError, load_config, validate_cfg
     from pretrain.engine.launch import _normalise_opts  # the job's own setup() does the same
 
     opts = _normalise_opts(list(req.args))

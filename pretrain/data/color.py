@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 __all__ = [
     "BatchColorAugment",

@@ -27,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import DatasetFolder
 
-from pretrain.errors import DatasetError  # noqa: F401 (re-exported)
+from pretrain.utils.errors import DatasetError  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 

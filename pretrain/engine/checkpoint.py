@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from fvcore.common.checkpoint import Checkpointer
 
-from pretrain.atomic_io import atomic_replace, atomic_write_bytes
+from pretrain.utils.atomic_io import atomic_replace, atomic_write_bytes
 
 __all__ = ["AtomicCheckpointer"]
 

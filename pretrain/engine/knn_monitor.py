@@ -21,7 +21,7 @@ from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
-from pretrain.config import ConfigError
+from pretrain.config.defaults import ConfigError
 from pretrain.data.datasets import (
     FASHION_MNIST,
     FashionMNISTSource,

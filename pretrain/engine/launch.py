@@ -10,8 +10,8 @@ from detectron2.engine import default_argument_parser
 from fvcore.common.config import CfgNode
 
 from pretrain.cluster.distributed import maybe_init_distributed
-from pretrain.config import load_config
-from pretrain.run_setup import setup_run
+from pretrain.config.defaults import load_config
+from pretrain.utils.run_setup import setup_run
 
 __all__ = ["argument_parser", "setup"]
 

@@ -16,7 +16,7 @@ from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.cluster.preemption import StopOnSignal
-from pretrain.config import ConfigError, validate_cfg
+from pretrain.config.defaults import ConfigError, validate_cfg
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -26,8 +26,8 @@ from pretrain.data.loader import (
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
-from pretrain.run_setup import dump_run_info
-from pretrain.solver import build_lr_scheduler, build_optimizer
+from pretrain.solver.build import build_lr_scheduler, build_optimizer
+from pretrain.utils.run_setup import dump_run_info
 
 __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
 

@@ -5,7 +5,8 @@ for MoCo-v2). The first J large crops are key crops: each goes through the momen
 (with ShuffleBN) and has its own queue of K negatives. The query encoder f runs on exactly the
 views the objective reads: every view that is a query of some key crop (for key crop j, all views
 but j) and, when a prior is configured, the views that enter Q. The objective is one call of
-:func:`pretrain.losses.multicrop_lorac_loss` (Q per instance from LOSS.LOWRANK_VIEWS and all keys
+:func:`pretrain.losses.lorac.multicrop_lorac_loss` (Q per instance from LOSS.LOWRANK_VIEWS and all
+keys
 by default). MoCo-M is the same model with prior "none" (or beta = inf); MoCo-v2 is two views, one
 key crop, prior "none": f then sees only the query view, as published.
 
@@ -25,7 +26,8 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.losses import multicrop_lorac_loss_with_stats
+from pretrain.losses.lorac import multicrop_lorac_loss_with_stats
+from pretrain.losses.priors import Prior, build_prior
 from pretrain.modeling.build import META_ARCH_REGISTRY
 from pretrain.modeling.distributed import (
     all_gather_with_grad,
@@ -34,7 +36,6 @@ from pretrain.modeling.distributed import (
     world_size,
 )
 from pretrain.modeling.encoder import Encoder, convert_norm
-from pretrain.priors import Prior, build_prior
 
 __all__ = ["MultiViewMoCo"]
 

@@ -8,12 +8,13 @@
 * :mod:`.plots` draws every figure (matplotlib, Agg backend) and returns what it plotted.
 
 Every input file problem raises :class:`AnalysisError` naming the file (and row or key). It is
-:class:`pretrain.errors.ResultsError` under the name the analysis tools use: the analysis reads
-results (tables, ``metrics.json``) with the readers of :mod:`pretrain.tables` and
+:class:`pretrain.utils.errors.ResultsError` under the name the analysis tools use: the analysis
+reads
+results (tables, ``metrics.json``) with the readers of :mod:`pretrain.utils.tables` and
 :mod:`transfer.metrics_json`, which raise it.
 """
 
-from pretrain.errors import ResultsError
+from pretrain.utils.errors import ResultsError
 
 AnalysisError = ResultsError
 

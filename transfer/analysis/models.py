@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from fvcore.common.config import CfgNode
 
-from pretrain.checkpoint_io import load_checkpoint_file
-from pretrain.checkpoint_layouts import find_matches
-from pretrain.config import load_config
+from pretrain.checkpoint.layouts import find_matches
+from pretrain.checkpoint.reader import load_checkpoint_file
+from pretrain.config.defaults import load_config
 from transfer.analysis import AnalysisError
 
 __all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]

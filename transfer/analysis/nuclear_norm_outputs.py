@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pretrain.data.splits import evenly_spaced
-from pretrain.tables import write_csv
+from pretrain.utils.tables import write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_stats import (

@@ -37,8 +37,8 @@ from pretrain.data.datasets import (
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
-from pretrain.losses import nuclear_norm
-from pretrain.tables import read_csv
+from pretrain.losses.lorac import nuclear_norm
+from pretrain.utils.tables import read_csv
 from transfer.analysis import AnalysisError
 from transfer.classification.transforms import eval_transform
 

@@ -8,7 +8,7 @@ Missing pieces are reported as "not run"; malformed files stop the report with a
 
 The HTML (:mod:`.report_html`, a jinja2 template) embeds every figure as a base64 PNG and carries
 its own CSS: it opens offline, can be mailed as one file, and references nothing outside itself.
-The Markdown (tables by :func:`pretrain.tables.markdown_table`) links the PNGs written to
+The Markdown (tables by :func:`pretrain.utils.tables.markdown_table`) links the PNGs written to
 ``OUT/figures/``.
 """
 
@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.tables import markdown_table, read_csv, write_csv
+from pretrain.utils.tables import markdown_table, read_csv, write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
 from transfer.analysis.paper_tables import PAPER_TABLES

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.tables import CsvTable
+from pretrain.utils.tables import CsvTable
 from transfer.analysis.paper_tables import PaperTable, normalize_name
 from transfer.analysis.results import FoundRow
 from transfer.analysis.runs import RunData

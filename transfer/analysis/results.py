@@ -1,6 +1,7 @@
 """Find the result tables the evaluation and detection tools wrote, and sort them by paper table.
 
-Every ``*.csv`` under the given folders is read (strictly, see :mod:`pretrain.tables`) and placed:
+Every ``*.csv`` under the given folders is read (strictly, see :mod:`pretrain.utils.tables`) and
+placed:
 
 * ``table1_linear.csv`` (tools/linear_probe.py) -> Table 1; under an ``--ablation-dir`` (the
   ImageNet-100 linear probes of the priors) -> Table 5;
@@ -21,7 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.tables import CsvTable, read_csv
+from pretrain.utils.tables import CsvTable, read_csv
 from transfer.analysis import AnalysisError
 from transfer.analysis.paper_tables import PAPER_TABLES
 

@@ -1,6 +1,6 @@
 """The backbone every classification tool evaluates: a checkpoint or a random initialisation.
 
-Checkpoints go through :func:`pretrain.checkpoint_io.load_backbone`, so every layout of
+Checkpoints go through :func:`pretrain.checkpoint.reader.load_backbone`, so every layout of
 ``docs/checkpoints.md`` works (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn,
 VISSL, converted SimCLR/BYOL, detectron2) and a file without a backbone in a known layout raises
 ``CheckpointError`` naming it. ``identity`` (the SHA-256 of the
@@ -16,11 +16,11 @@ import torch
 import torchvision
 from torch import nn
 
-from pretrain.checkpoint_io import build_torchvision_backbone, load_backbone
+from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
 
 __all__ = ["ARCHS", "EvalBackbone", "file_sha256", "load_eval_backbone"]
 
-# torchvision ResNets that pretrain.checkpoint_io understands, with their pooled feature width.
+# torchvision ResNets that pretrain.checkpoint.reader understands, with their pooled feature width.
 ARCHS = {"resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048, "resnet152": 2048}
 
 

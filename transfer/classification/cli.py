@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.run_setup import setup_run
+from pretrain.utils.run_setup import setup_run
 
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
 from .config import load_config

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from fvcore.common.config import CfgNode as CN
 
-from pretrain.config_io import load_strict
-from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
+from pretrain.config.strict import load_strict
+from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
 from .transfer_datasets import DATASET_NAMES
 

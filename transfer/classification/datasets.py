@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from pretrain.data.datasets import ImageFolderSource
-from pretrain.errors import DatasetError
+from pretrain.utils.errors import DatasetError
 
 __all__ = ["build_image_folder", "read_subset_file", "subset_indices"]
 

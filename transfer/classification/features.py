@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from pretrain.atomic_io import atomic_replace
+from pretrain.utils.atomic_io import atomic_replace
 
 __all__ = ["FeatureCache", "labels_digest"]
 

@@ -25,7 +25,7 @@ from pretrain.data.datasets import (
     TransformedDataset,
     dataset_type,
 )
-from pretrain.errors import DatasetError
+from pretrain.utils.errors import DatasetError
 
 from .backbone import EvalBackbone
 from .datasets import build_image_folder

@@ -1,6 +1,7 @@
 """The columns of the tables shaped like the paper's Tables 1-3, and the Table 2 bar chart.
 
-The tables are written by :func:`pretrain.tables.update_table`: a CSV file with one row per model
+The tables are written by :func:`pretrain.utils.tables.update_table`: a CSV file with one row per
+model
 (running a tool again for another model, same output directory, adds or updates that model's
 row) and its Markdown twin. Accuracies are stored as percentages with two decimals.
 """

@@ -26,7 +26,7 @@ from torch import nn
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.data.splits import per_class_split
-from pretrain.errors import DatasetError
+from pretrain.utils.errors import DatasetError
 
 from .backbone import EvalBackbone
 from .datasets import build_image_folder, read_subset_file, subset_indices

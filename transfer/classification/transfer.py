@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
-from pretrain.tables import update_table
+from pretrain.utils.tables import update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone

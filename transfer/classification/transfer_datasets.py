@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from pretrain.data.datasets import ImageFolderSource, decodes
 from pretrain.data.splits import per_class_split
-from pretrain.errors import DatasetError
+from pretrain.utils.errors import DatasetError
 
 __all__ = [
     "DATASET_NAMES",

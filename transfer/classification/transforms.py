@@ -2,7 +2,7 @@
 
 Training: RandomResizedCrop(crop) + horizontal flip. Evaluation (and cached transfer features):
 Resize(shorter side = resize) + CenterCrop(crop). Both normalise with the ImageNet statistics of
-:mod:`pretrain.constants`. ``repr`` of the result is stable (no memory addresses), which the
+:mod:`pretrain.utils.constants`. ``repr`` of the result is stable (no memory addresses), which the
 feature cache uses as part of its key.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from PIL import Image
 from torchvision import transforms as T
 
-from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.data.datasets import to_rgb
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 __all__ = ["ToRGB", "eval_transform", "train_transform"]
 

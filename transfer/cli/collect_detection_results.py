@@ -14,7 +14,7 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.errors import LoracError
+from pretrain.utils.errors import LoracError
 from transfer.detection.results import ResultsError, read_run, write_table
 
 __all__ = ["main"]

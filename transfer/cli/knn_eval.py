@@ -14,8 +14,8 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.run_setup import dump_run_info
-from pretrain.tables import update_table
+from pretrain.utils.run_setup import dump_run_info
+from pretrain.utils.tables import update_table
 from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
 from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache

@@ -20,7 +20,7 @@ from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.tables import update_table
+from pretrain.utils.tables import update_table
 from transfer.classification.cli import (
     add_model_args,
     model_name,

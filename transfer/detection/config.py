@@ -1,8 +1,10 @@
 """detectron2 configs for detection, loaded by the project's one strict loader.
 
 The project adds no config keys: its configs are plain detectron2 YAML, loaded by
-:func:`pretrain.config_io.load_strict` on top of detectron2's ``get_cfg()``, so an unknown key, a
-type mismatch or an unreadable file raises :class:`~pretrain.errors.ConfigError` naming the file
+:func:`pretrain.config.strict.load_strict` on top of detectron2's ``get_cfg()``, so an unknown key,
+a
+type mismatch or an unreadable file raises :class:`~pretrain.utils.errors.ConfigError` naming the
+file
 (following the ``_BASE_`` chain) or command-line option that holds it. This module also adapts
 ``SyncBN`` for multi-process CPU runs. :class:`DetectionSetupError` is left for the other problems
 found before training: datasets and weights.
@@ -14,8 +16,8 @@ from collections.abc import Sequence
 
 from detectron2.config import CfgNode, get_cfg
 
-from pretrain.config_io import load_strict
-from pretrain.errors import ConfigError, LoracError
+from pretrain.config.strict import load_strict
+from pretrain.utils.errors import ConfigError, LoracError
 
 __all__ = ["DetectionSetupError", "load_config", "use_naive_syncbn_on_cpu"]
 

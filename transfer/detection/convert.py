@@ -1,6 +1,8 @@
-"""Convert a ResNet backbone (any layout :mod:`pretrain.checkpoint_io` reads) to detectron2 names.
+"""Convert a ResNet backbone (any layout :mod:`pretrain.checkpoint.reader` reads) to detectron2
+names.
 
-The names map as in :mod:`pretrain.resnet_names` (which also holds the reverse direction the
+The names map as in :mod:`pretrain.checkpoint.resnet_names` (which also holds the reverse direction
+the
 checkpoint reader uses for detectron2 files), for bottleneck (R50/101/152) and basic-block
 (R18/34) ResNets alike. Every input key must map and every key of the inferred torchvision
 architecture must be present, otherwise :class:`ConversionError` names the keys; nothing relies on
@@ -21,9 +23,9 @@ from dataclasses import dataclass, field
 import torch
 import torchvision
 
-from pretrain.checkpoint_io import BackboneWeights, load_backbone
-from pretrain.errors import LoracError
-from pretrain.resnet_names import torchvision_to_d2_name
+from pretrain.checkpoint.reader import BackboneWeights, load_backbone
+from pretrain.checkpoint.resnet_names import torchvision_to_d2_name
+from pretrain.utils.errors import LoracError
 
 __all__ = [
     "FPN_PREFIX",
@@ -105,7 +107,7 @@ def convert_checkpoint(
 
     ``.pkl`` gives detectron2's model-zoo format (numpy arrays), ``.pth`` a torch file holding the
     same dict of tensors; both carry ``matching_heuristics: False`` so detectron2 loads names
-    exactly. Raises :class:`pretrain.checkpoint_io.CheckpointError` for unreadable inputs and
+    exactly. Raises :class:`pretrain.checkpoint.reader.CheckpointError` for unreadable inputs and
     :class:`ConversionError` for unconvertible weights or an unsupported output suffix.
     """
     ext = os.path.splitext(output_path)[1]

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from pretrain.errors import ResultsError  # noqa: F401 (re-exported)
-from pretrain.tables import write_csv, write_markdown
+from pretrain.utils.errors import ResultsError  # noqa: F401 (re-exported)
+from pretrain.utils.tables import write_csv, write_markdown
 from transfer.metrics_json import read_metrics_json
 
 __all__ = [

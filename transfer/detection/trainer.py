@@ -31,7 +31,7 @@ from detectron2.evaluation import COCOEvaluator, DatasetEvaluator
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
-from pretrain.run_setup import setup_run
+from pretrain.utils.run_setup import setup_run
 
 from .config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
@@ -147,7 +147,7 @@ def register_datasets(args: argparse.Namespace) -> None:
 
 def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
     """The frozen config of ``args`` with datasets registered and checked, and notes to log
-    once logging is set up. Raises :class:`~pretrain.errors.ConfigError` for the config and
+    once logging is set up. Raises :class:`~pretrain.utils.errors.ConfigError` for the config and
     :class:`DetectionSetupError` for datasets and the device."""
     register_datasets(args)
     cfg = load_config(args.config_file, args.opts or [])

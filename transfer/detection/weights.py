@@ -7,7 +7,8 @@ compares the file's names and shapes with ``model.state_dict()`` and raises
 
 detectron2 ``.pkl`` weights are pickles, and unpickling runs whatever callables the file names.
 :func:`load_d2_pickle` reads them with the project's restricted unpickler
-(:mod:`pretrain.safe_pickle`), which resolves only the few globals a weights file needs and
+(:mod:`pretrain.checkpoint.safe_pickle`), which resolves only the few globals a weights file needs
+and
 refuses anything else with an error naming the file and the global, before anything runs.
 ``.pth`` files are read with ``torch.load(weights_only=True)``, as everywhere else.
 """
@@ -20,8 +21,8 @@ import torch
 from detectron2.utils.file_io import PathManager
 from torch import nn
 
-from pretrain.safe_pickle import UnsafePickleError as SafePickleRefusal
-from pretrain.safe_pickle import load_safe_pickle
+from pretrain.checkpoint.safe_pickle import UnsafePickleError as SafePickleRefusal
+from pretrain.checkpoint.safe_pickle import load_safe_pickle
 
 from .config import DetectionSetupError
 
@@ -33,7 +34,8 @@ _IGNORED = ("pixel_mean", "pixel_std", "anchor_generator.cell_anchors")
 
 
 class UnsafePickleError(DetectionSetupError):
-    """A ``.pkl`` that names a global outside ``pretrain.safe_pickle.SAFE_PICKLE_GLOBALS``
+    """A ``.pkl`` that names a global outside
+    ``pretrain.checkpoint.safe_pickle.SAFE_PICKLE_GLOBALS``
     (nothing was run)."""
 
 

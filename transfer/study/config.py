@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from fvcore.common.config import CfgNode
 
-from pretrain.config import load_config
-from pretrain.config_files import config_path
-from pretrain.errors import LoracError
+from pretrain.config.defaults import load_config
+from pretrain.config.files import config_path
+from pretrain.utils.errors import LoracError
 
 __all__ = [
     "METHODS",

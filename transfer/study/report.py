@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pretrain.atomic_io import atomic_write_bytes
-from pretrain.tables import markdown_table
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
 

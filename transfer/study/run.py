@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from fvcore.common.config import CfgNode
 
-from pretrain.atomic_io import atomic_write_bytes
+from pretrain.utils.atomic_io import atomic_write_bytes
 
 from .config import StudyOptions
 

@@ -24,7 +24,8 @@ Choices where the paper is ambiguous, documented in docs/method.md:
     ``q_construction="per_key_crop"`` keeps the other reading (for key crop j: the large queries
     other than view j, plus k_j; 3 rows) for comparison.
   * M in h(Q) is the number of rows of Q unless ``prior_m`` is given.
-  * The priors (log h as a function of a nuclear norm) are the classes of :mod:`pretrain.priors`,
+  * The priors (log h as a function of a nuclear norm) are the classes of
+  :mod:`pretrain.losses.priors`,
     named through its registry; the functions here build Q (or P), take its nuclear norm (this
     module's ``nuclear_norm``) and hand it to the prior.
   * beta = inf disables every prior (MoCo-M), including ``gaussian`` and ``constant``, so the
@@ -44,8 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pretrain.nuclear_norm import nuclear_norm
-from pretrain.priors import Prior, build_prior, prior_names
+from pretrain.losses.nuclear import nuclear_norm
+from pretrain.losses.priors import Prior, build_prior, prior_names
 
 __all__ = [
     "PRIORS",
@@ -59,7 +60,7 @@ __all__ = [
     "nuclear_norm",
 ]
 
-# The names ``prior`` accepts (those registered in pretrain.priors.PRIOR_REGISTRY at import).
+# The names ``prior`` accepts (those registered in pretrain.losses.priors.PRIOR_REGISTRY at import).
 PRIORS: tuple[str, ...] = prior_names()
 Q_CONSTRUCTIONS = ("instance", "per_key_crop")
 
@@ -285,7 +286,7 @@ def lorac_loss(
         negatives: (K, d) L2-normalised negative keys (the queue).
         tau: temperature, > 0.
         beta: prior scale, > 0; ``math.inf`` disables the prior (MoCo-M).
-        prior: a :class:`~pretrain.priors.Prior`, or the name of a registered one (then built
+        prior: a :class:`~pretrain.losses.priors.Prior`, or the name of a registered one (then built
             with ``c``, ``c0``, ``sigma2``): ``laplace`` (Eq. 11, log h = -||Q||_*/(M beta tau)),
             ``gaussian`` (-(||Q||_* - c0)^2/(sigma2 M tau)), ``constant`` (-c/(M beta tau),
             L-sftmx-c), ``none`` (MoCo-M) or ``batchwise`` (LORAC-bs, Eq. 14, one prior shared
@@ -484,7 +485,7 @@ def multicrop_lorac_loss(
             crops ``[0, 1, 2]``).
         tau: temperature, > 0.
         beta: prior scale, > 0; ``math.inf`` switches every prior off (MoCo-M).
-        prior: a :class:`~pretrain.priors.Prior` or a registered name: ``laplace`` (Eq. 11),
+        prior: a :class:`~pretrain.losses.priors.Prior` or a registered name: ``laplace`` (Eq. 11),
             ``gaussian``, ``constant`` (L-sftmx-c), ``none`` (MoCo-M) or ``batchwise``
             (LORAC-bs, Eq. 14); see :func:`lorac_loss`.
         c, c0, sigma2: the constants of priors ``constant`` and ``gaussian`` (a name only).

@@ -1,11 +1,12 @@
 """The one strict config loader: defaults, a YAML file (``_BASE_`` aware) and ``KEY VALUE`` opts.
 
 Every config of the project goes through :func:`load_strict`: pretraining
-(:func:`pretrain.config.load_config`), the classification tools and detectron2's own config for
+(:func:`pretrain.config.defaults.load_config`), the classification tools and detectron2's own
+config for
 detection. The strictness is fvcore/yacs's: a key the defaults do not have (unless its section
 was created with ``new_allowed``), a value of another type or an unreadable file is an error.
 This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`` into one
-:class:`~pretrain.errors.ConfigError` line naming the file that sets the key (following the
+:class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (following the
 ``_BASE_`` chain), the key and, when the file holds it, the value.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 import yaml
 from fvcore.common.config import CfgNode
 
-from pretrain.errors import ConfigError
+from pretrain.utils.errors import ConfigError
 
 __all__ = ["load_strict"]
 

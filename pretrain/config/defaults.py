@@ -1,7 +1,7 @@
 """Pretraining configuration: defaults, strict YAML merging and validation.
 
 Configs are fvcore/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
-are errors (:func:`pretrain.config_io.load_strict`, the project's one loader, raises
+are errors (:func:`pretrain.config.strict.load_strict`, the project's one loader, raises
 :class:`ConfigError` naming the file and the key). Every key is documented here;
 ``docs/configs.md`` explains the choices.
 """
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from fvcore.common.config import CfgNode as CN
 
-from pretrain.config_io import load_strict
-from pretrain.errors import ConfigError  # noqa: F401 (re-exported)
+from pretrain.config.strict import load_strict
+from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
 __all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
 
@@ -152,8 +152,8 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
-    from pretrain.losses import Q_CONSTRUCTIONS
-    from pretrain.priors import prior_names
+    from pretrain.losses.lorac import Q_CONSTRUCTIONS
+    from pretrain.losses.priors import prior_names
 
     loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
     _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")

@@ -5,7 +5,7 @@ Contract of ``PRIOR_REGISTRY`` (``LOSS.PRIOR`` names an entry; :func:`build_prio
 * an entry is a frozen-dataclass subclass of :class:`Prior` registered under its ``name``; its
   fields are its own constants (``c`` of ``constant``, ``c0`` and ``sigma2`` of ``gaussian``),
   validated on construction with a ``ValueError`` naming the constant;
-* the loss (:mod:`pretrain.losses`) builds the matrix the prior reads, one Q per instance or,
+* the loss (:mod:`pretrain.losses.lorac`) builds the matrix the prior reads, one Q per instance or,
   when ``batchwise`` is set, one P of Eq. (14) over the (global) batch, computes its nuclear
   norm and calls :meth:`Prior.log_h` with that norm and M, the matrix's rows (or
   ``LOSS.PRIOR_M``); tau and beta are arguments because beta follows a schedule;
@@ -39,7 +39,9 @@ __all__ = [
 ]
 
 PRIOR_REGISTRY = Registry("LORAC_PRIOR")
-PRIOR_REGISTRY.__doc__ = "Priors h(Q) of the LORAC loss; see pretrain.priors for the contract."
+PRIOR_REGISTRY.__doc__ = (
+    "Priors h(Q) of the LORAC loss; see pretrain.losses.priors for the contract."
+)
 
 _P = TypeVar("_P", bound="type[Prior]")
 

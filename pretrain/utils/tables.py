@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tabulate import DataRow, TableFormat, tabulate
 
-from pretrain.errors import ResultsError
+from pretrain.utils.errors import ResultsError
 
 __all__ = [
     "MISSING",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import torch
 from fvcore.common.config import CfgNode
 
-from pretrain.atomic_io import atomic_write_bytes
+from pretrain.utils.atomic_io import atomic_write_bytes
 
 __all__ = ["CONFIG_FILE", "ENV_FILE", "dump_run_info", "setup_run"]
 

@@ -4,7 +4,7 @@ one. Temporary files are created as ``open()`` creates files (``0o666`` less the
 ``mkstemp``'s ``0o600``), so results on a shared file system stay readable by others.
 
 The bottom layer: checkpoints (:mod:`pretrain.engine.checkpoint`), run information
-(:mod:`pretrain.run_setup`), the study's records and the feature cache all write through it.
+(:mod:`pretrain.utils.run_setup`), the study's records and the feature cache all write through it.
 """
 
 from __future__ import annotations
