@@ -84,7 +84,7 @@ def test_shipped_lorac_models_have_five_row_q(name):
     model = build_model(
         load_config(str(root / name), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"])
     )
-    assert model.q_rows == 5
+    assert model.criterion.q_rows == 5
     assert model.lowrank_views == [0, 1, 2] and model.key_views == [0, 1]
 
 
@@ -138,7 +138,7 @@ def test_per_key_crop_ablation_keeps_three_row_q():
             ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"],
         )
     )
-    assert model.q_construction == "per_key_crop" and model.q_rows == 3
+    assert model.criterion.q_construction == "per_key_crop" and model.criterion.q_rows == 3
 
 
 @pytest.mark.parametrize("m", [3, 4, 5, 6, 8])
@@ -149,7 +149,7 @@ def test_m_ablation_q_has_m_rows(m):
             str(root / f"in100_r18_lorac_M{m}.yaml"), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"]
         )
     )
-    assert model.q_rows == m
+    assert model.criterion.q_rows == m
 
 
 def test_mocov2_as_published():

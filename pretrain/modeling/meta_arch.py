@@ -4,11 +4,12 @@ Per iteration, each image gives V views (multi-crop 3x224 + 5x96 for LORAC/MoCo-
 for MoCo-v2). The first J large crops are key crops: each goes through the momentum encoder g
 (with ShuffleBN) and has its own queue of K negatives. The query encoder f runs on exactly the
 views the objective reads: every view that is a query of some key crop (for key crop j, all views
-but j) and, when a prior is configured, the views that enter Q. The objective is one call of
-:func:`pretrain.losses.lorac.multicrop_lorac_loss` (Q per instance from LOSS.LOWRANK_VIEWS and all
-keys
-by default). MoCo-M is the same model with prior "none" (or beta = inf); MoCo-v2 is two views, one
-key crop, prior "none": f then sees only the query view, as published.
+but j) and the views LOSS.LOWRANK_VIEWS names, whether or not the prior is on, so that LORAC and
+its MoCo-M twin (the same config with prior "none") run f on the same views in the same BN batches.
+The objective is the model's :class:`pretrain.losses.LoracLoss` (``self.criterion``, Q per
+instance from LOSS.LOWRANK_VIEWS and all keys by default). MoCo-M is the same model with prior
+"none" (or beta = inf); MoCo-v2 is two views, one key crop, prior "none" and LOWRANK_VIEWS
+"queries": f then sees only the query view, as published.
 
 The model is encoders, queues and the loss: its input views arrive augmented and normalised (the
 data path's last step, :func:`pretrain.data.loader.augment_views_on_device`, run by the trainer
@@ -26,8 +27,7 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.losses.lorac import multicrop_lorac_loss_with_stats
-from pretrain.losses.priors import Prior, build_prior
+from pretrain.losses.lorac import LoracLoss
 from pretrain.modeling.build import META_ARCH_REGISTRY
 from pretrain.modeling.distributed import (
     all_gather_with_grad,
@@ -54,12 +54,7 @@ class MultiViewMoCo(nn.Module):
         num_large: int,
         queue_size: int,
         momentum: float,
-        tau: float,
-        beta: float,
-        prior: Prior,
-        lowrank_views: str,
-        q_construction: str,
-        prior_m: int,
+        criterion: LoracLoss,
         shuffle_bn: bool,
         key_bn_splits: int,
         norm: str,
@@ -72,18 +67,18 @@ class MultiViewMoCo(nn.Module):
             p.requires_grad_(False)
         self.encoder_q = convert_norm(self.encoder_q, norm)
         self.view_sizes, self.num_key_crops, self.num_large = view_sizes, num_key_crops, num_large
-        self.momentum, self.tau, self.beta = momentum, tau, beta
-        self.prior, self.prior_m = prior, prior_m
-        self.q_construction = q_construction
-        self.key_views = list(range(num_key_crops))
-        self.lowrank_views = self.resolve_lowrank_views(
-            lowrank_views, len(view_sizes), num_large, num_key_crops
-        )
-        # f runs on the views the objective reads (a lone key crop is no query of its own key).
+        self.momentum = momentum
+        self.criterion = criterion
+        if list(criterion.key_views) != list(range(num_key_crops)):
+            raise ValueError(
+                f"the loss's key views {criterion.key_views} are not the first {num_key_crops}"
+            )
+        self.key_views = list(criterion.key_views)
+        self.lowrank_views = list(criterion.lowrank_views)
+        # f runs on the views the objective reads (a lone key crop is no query of its own key),
+        # and on the LOWRANK_VIEWS with the prior off too: a MoCo-M twin sees LORAC's BN batches.
         used = {v for j in self.key_views for v in range(len(view_sizes)) if v != j}
-        if prior.enabled:
-            used |= set(self.lowrank_views)
-        self.query_views = sorted(used)
+        self.query_views = sorted(used | set(self.lowrank_views))
         self.shuffle_bn, self.key_bn_splits = shuffle_bn, key_bn_splits
         self.channels_last = channels_last
         queues = nn.functional.normalize(torch.randn(num_key_crops, queue_size, out_dim), dim=-1)
@@ -94,7 +89,7 @@ class MultiViewMoCo(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: CfgNode, world_size: int = 1) -> dict[str, Any]:
-        inp, loss, mod = cfg.INPUT, cfg.LOSS, cfg.MODEL
+        inp, mod = cfg.INPUT, cfg.MODEL
         sizes = [inp.LARGE_SIZE] * inp.LARGE_CROPS + [inp.SMALL_SIZE] * inp.SMALL_CROPS
         norm = mod.NORM
         if world_size == 1:
@@ -111,42 +106,17 @@ class MultiViewMoCo(nn.Module):
             "num_large": inp.LARGE_CROPS,
             "queue_size": mod.QUEUE_SIZE,
             "momentum": mod.MOMENTUM,
-            "tau": loss.TAU,
-            "beta": float(loss.BETA),
-            "prior": build_prior(loss.PRIOR, c=loss.C, c0=loss.C0, sigma2=loss.SIGMA2),
-            "lowrank_views": loss.LOWRANK_VIEWS,
-            "q_construction": loss.Q_CONSTRUCTION,
-            "prior_m": loss.PRIOR_M,
+            "criterion": LoracLoss.from_config(cfg),
             "shuffle_bn": mod.SHUFFLE_BN,
             "key_bn_splits": mod.KEY_BN_SPLITS,
             "norm": norm,
             "channels_last": mod.CHANNELS_LAST,
         }
 
-    @staticmethod
-    def resolve_lowrank_views(
-        spec: str, num_views: int, num_large: int, num_keys: int
-    ) -> list[int]:
-        """View indices of LOSS.LOWRANK_VIEWS ("large", "all" or "queries")."""
-        if spec == "large":
-            return list(range(num_large))
-        if spec == "all":
-            return list(range(num_views))
-        if spec == "queries":  # views that are a query of some key crop
-            return [v for v in range(num_views) if num_keys > 1 or v != 0]
-        raise ValueError(f"LOSS.LOWRANK_VIEWS = {spec!r}: expected large, all or queries")
-
-    @property
-    def q_rows(self) -> int:
-        """Rows of each instance's Q (the M of h(Q) unless LOSS.PRIOR_M is set)."""
-        if self.q_construction == "instance":
-            return len(self.lowrank_views) + self.num_key_crops
-        return len([v for v in self.lowrank_views if v != self.key_views[0]]) + 1
-
     # -- hooks' entry points -------------------------------------------------------------
     def set_beta(self, beta: float) -> None:
         """Set the prior's beta (math.inf switches the prior off: MoCo-M)."""
-        self.beta = float(beta)
+        self.criterion.beta = float(beta)
 
     @torch.no_grad()
     def momentum_update(self) -> None:
@@ -237,21 +207,9 @@ class MultiViewMoCo(nn.Module):
         r = rank()
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
         global_lowrank = None
-        if self.prior.batchwise:  # Eq. (14): one P over the global batch
+        if self.criterion.prior.batchwise:  # Eq. (15): one P over the global batch
             global_lowrank = all_gather_with_grad(q[self.lowrank_views], dim=1)
-        loss, stats = multicrop_lorac_loss_with_stats(
-            q,
-            keys,
-            self.queues.clone().detach(),
-            key_views=self.key_views,
-            lowrank_views=[v for v in self.lowrank_views if encoded[v] is not None],
-            tau=self.tau,
-            beta=self.beta,
-            prior=self.prior,
-            prior_m=self.prior_m or None,
-            q_construction=self.q_construction,
-            global_lowrank=global_lowrank,
-        )
+        loss, stats = self.criterion(q, keys, self.queues.clone().detach(), global_lowrank)
         if self.training:
             for j in range(self.num_key_crops):
                 self._enqueue(j, global_keys[j])
@@ -259,6 +217,6 @@ class MultiViewMoCo(nn.Module):
             "nuclear_norm": stats.nuclear_norm.item(),
             "log_prior": stats.log_prior.item(),
             "inst_acc": stats.accuracy.item(),
-            "beta": self.beta if math.isfinite(self.beta) else float("inf"),
+            "beta": beta if math.isfinite(beta := self.criterion.beta) else float("inf"),
         }
         return {"loss_contrastive": loss, "metrics": metrics}
