@@ -1,10 +1,12 @@
 """The layers point one way: nothing under pretrain/ imports transfer (not even inside a
-function), and nothing imports tools/ (scripts, not a package). Read from the source with ast,
-so an import that never runs is found as well."""
+function), nothing imports tools/ (scripts, not a package), and no module imports itself through
+others (no import circle, not even one that only a function-level or ``TYPE_CHECKING`` import
+closes). Read from the source with ast, so an import that never runs is found as well."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 from conftest import ROOT
@@ -50,6 +52,71 @@ def layer_violations(root: Path) -> list[str]:
                 if first == "tools":
                     violations.append(f"{rel}:{line}: imports {module} (tools are scripts)")
     return violations
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, tops: tuple[str, ...] = ("pretrain", "transfer")) -> dict:
+    """Module -> the project modules it imports (at any depth). ``from a.b import c`` points at
+    the module ``a.b.c`` when there is one (not at the package ``a.b`` it passes through), as
+    import-linter and pydeps count it."""
+    files = {_module_name(root, p): p for top in tops for p in (root / top).rglob("*.py")}
+    packages = {m for m, p in files.items() if p.name == "__init__.py"}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package upwards
+                    pkg = mod if mod in packages else mod.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    base = f"{pkg}.{base}" if base else pkg
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names
+                ]
+            graph[mod] |= {t for t in targets if t in files and t != mod}
+    return graph
+
+
+def import_circle(graph: dict) -> list[str]:
+    """One import circle of ``graph`` (``[a, b, ..., a]``), or [] when there is none."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e:
+        return list(e.args[1])
+    return []
+
+
+def test_no_import_circles():
+    graph = import_graph(ROOT)
+    assert len(graph) > 100  # the walk really read both packages
+    assert import_circle(graph) == []
+
+
+def test_the_circle_check_can_fail(tmp_path):
+    """A circle closed only by a function-level import, and one through a relative import, are
+    found; a package whose __init__ re-exports its own submodule is no circle."""
+    pkg = tmp_path / "pretrain" / "room"
+    pkg.mkdir(parents=True)
+    (tmp_path / "transfer").mkdir()
+    (tmp_path / "pretrain" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from pretrain.room.a import f\n")
+    (pkg / "a.py").write_text("from pretrain.room.b import g\ndef f():\n    pass\n")
+    (pkg / "b.py").write_text("def g():\n    from pretrain.room.a import f\n")
+    circle = import_circle(import_graph(tmp_path))
+    assert set(circle) == {"pretrain.room.a", "pretrain.room.b"}
+    (pkg / "b.py").write_text("def g():\n    pass\n")
+    assert import_circle(import_graph(tmp_path)) == []
+    (pkg / "b.py").write_text("from . import a\n")
+    assert set(import_circle(import_graph(tmp_path))) == {"pretrain.room.a", "pretrain.room.b"}
 
 
 def test_pretrain_never_imports_transfer_and_nothing_imports_tools():

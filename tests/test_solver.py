@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from pretrain.config.defaults import get_cfg
-from pretrain.engine.hooks import beta_at
-from pretrain.solver.build import LARS, lr_multiplier
+from pretrain.solver.build import LARS, BetaParamScheduler, lr_multiplier
 
 
 def _reference_lars_step(p, g, buf, lr, mom, wd, eta, eps=1e-8):
@@ -75,7 +74,13 @@ def test_cosine_from_base_to_final_with_warmup():
     assert sched(1.0) == pytest.approx(0.01, rel=1e-6)
 
 
-def test_beta_schedule_is_inf_then_beta():
-    assert math.isinf(beta_at(0, 4.0, 100)) and math.isinf(beta_at(99, 4.0, 100))
-    assert beta_at(100, 4.0, 100) == 4.0
-    assert beta_at(0, 4.0, 0) == 4.0
+@pytest.mark.parametrize(
+    ("inf_iters", "max_iter"), [(100, 1000), (0, 50), (500_450, 1_000_900), (7, 7)]
+)
+def test_beta_schedule_is_inf_then_beta(inf_iters, max_iter):
+    """inf for exactly the first inf_iters iterations, also at IN-1K's 1.0M iterations (where
+    fvcore's MultiStepParamScheduler would switch one iteration early)."""
+    sched = BetaParamScheduler(4.0, inf_iters, max_iter)
+    for it in {0, inf_iters - 1, inf_iters, inf_iters + 1, max_iter - 1}:
+        if 0 <= it < max_iter:
+            assert sched(it / max_iter) == (math.inf if it < inf_iters else 4.0), it

@@ -152,7 +152,7 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
-    from pretrain.losses.lorac import Q_CONSTRUCTIONS
+    from pretrain.losses.lorac import LOWRANK_VIEW_SETS, Q_CONSTRUCTIONS
     from pretrain.losses.priors import prior_names
 
     loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
@@ -164,7 +164,7 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     _need(loss.PRIOR in priors, "LOSS.PRIOR", loss.PRIOR, f"must be one of {priors}")
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
     _need(
-        loss.LOWRANK_VIEWS in ("large", "all", "queries"),
+        loss.LOWRANK_VIEWS in LOWRANK_VIEW_SETS,
         "LOSS.LOWRANK_VIEWS",
         loss.LOWRANK_VIEWS,
         "must be 'large', 'all' or 'queries'",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import math
 
 from detectron2.engine import HookBase
+from fvcore.common.param_scheduler import ParamScheduler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["BetaSchedule", "MomentumUpdate", "beta_at", "unwrap"]
+__all__ = ["BetaSchedule", "MomentumUpdate", "unwrap"]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -17,20 +17,16 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
-def beta_at(iteration: int, beta: float, inf_iters: int) -> float:
-    """The paper's step schedule: beta = inf for the first ``inf_iters`` iterations."""
-    return math.inf if iteration < inf_iters else beta
-
-
 class BetaSchedule(HookBase):
-    """Sets the model's beta before every step (stateless: a function of the iteration)."""
+    """Sets the model's beta from a ``ParamScheduler`` before every step, as detectron2's
+    ``LRScheduler`` hook does for the learning rate (stateless: a function of the iteration)."""
 
-    def __init__(self, beta: float, inf_iters: int) -> None:
-        self.beta, self.inf_iters = float(beta), int(inf_iters)
+    def __init__(self, scheduler: ParamScheduler, max_iter: int) -> None:
+        self.scheduler, self.max_iter = scheduler, int(max_iter)
         self._last: float | None = None
 
     def before_step(self) -> None:
-        b = beta_at(self.trainer.iter, self.beta, self.inf_iters)
+        b = self.scheduler(self.trainer.iter / self.max_iter)
         unwrap(self.trainer.model).set_beta(b)
         if b != self._last:
             logging.getLogger(__name__).info(f"iteration {self.trainer.iter}: beta = {b}")

@@ -26,7 +26,7 @@ from pretrain.data.loader import (
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
 from pretrain.modeling import build_model
-from pretrain.solver.build import build_lr_scheduler, build_optimizer
+from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.run_setup import dump_run_info
 
 __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
@@ -120,7 +120,10 @@ class PretrainTrainer(SimpleTrainer):
         ret = [
             hooks.IterationTimer(),
             hooks.LRScheduler(self.optimizer, self.scheduler),
-            BetaSchedule(float(cfg.LOSS.BETA), self.beta_inf_iters),
+            BetaSchedule(
+                BetaParamScheduler(cfg.LOSS.BETA, self.beta_inf_iters, self.max_iter),
+                self.max_iter,
+            ),
             MomentumUpdate(),
         ]
         ret += self.extra_hooks()
@@ -224,13 +227,28 @@ class PretrainTrainer(SimpleTrainer):
     def run_step(self) -> None:
         assert self.model.training, "PretrainTrainer: model was changed to eval mode"
         start = time.perf_counter()
+        data = self._fetch()
+        data_time = time.perf_counter() - start
+        out = self._forward(data)
+        losses = {k: v for k, v in out.items() if k.startswith("loss")}
+        total = self._finite(sum(losses.values()))
+        self._backward_and_step(total)
+        step_time = time.perf_counter() - start
+        SimpleTrainer.write_metrics(losses, data_time, self.iter)
+        self._record_skipped(data.get("skipped_files", []))
+        self._write_metrics(out.get("metrics", {}), step_time)
+
+    def _fetch(self) -> dict:
+        """The next batch; at this boundary between iterations, stop after a signal."""
         try:
             data, fetch_error = next(self._data_loader_iter), None
         except Exception as e:  # noqa: BLE001 - raised again unless a stop signal explains it
             data, fetch_error = None, e
-        # the boundary between iterations iter - 1 and iter: stop here after a signal
         self.stop_on_signal.at_boundary(fetch_error)
-        data_time = time.perf_counter() - start
+        return data
+
+    def _forward(self, data: dict) -> dict:
+        """Colour augmentation on the device, then the model, under autocast."""
         with torch.autocast(
             self.device_type,
             dtype=self.amp_dtype or torch.bfloat16,
@@ -244,15 +262,19 @@ class PretrainTrainer(SimpleTrainer):
                 self.device_type,
                 apply_color=self.cfg.INPUT.COLOR_ON_DEVICE,
             )
-            out = self.model(data)
-        losses = {k: v for k, v in out.items() if k.startswith("loss")}
-        total = sum(losses.values())
+            return self.model(data)
+
+    def _finite(self, total: torch.Tensor) -> torch.Tensor:
+        """``total``, or a FloatingPointError naming the intact last checkpoint."""
         if not torch.isfinite(total):
             raise FloatingPointError(
                 f"non-finite loss {total.item()} at iteration {self.iter}; stopping. The last good "
                 f"checkpoint in {self.cfg.OUTPUT_DIR} is intact (lower SOLVER.BASE_LR, raise "
                 "LOSS.BETA or disable SOLVER.AMP and resume)."
             )
+        return total
+
+    def _backward_and_step(self, total: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         if self.grad_scaler is not None:
             self.grad_scaler.scale(total).backward()
@@ -263,17 +285,18 @@ class PretrainTrainer(SimpleTrainer):
             total.backward()
             self.after_backward()
             self.optimizer.step()
-        step_time = time.perf_counter() - start
-        SimpleTrainer.write_metrics(losses, data_time, self.iter)
-        storage = get_event_storage()
-        metrics = dict(out.get("metrics", {}))
-        metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(step_time, 1e-9)
-        skipped = data.get("skipped_files", [])
-        if comm.get_world_size() > 1:  # every rank (and rank 0's checkpoint) keeps the union
+
+    def _record_skipped(self, skipped: list[str]) -> None:
+        """Warn once per unreadable file; every rank (and rank 0's checkpoint) keeps the union."""
+        if comm.get_world_size() > 1:
             skipped = [p for on_rank in comm.all_gather(skipped) for p in on_rank]
         for path in skipped:
             if path not in self._skipped:
                 self._skipped.add(path)
                 logger.warning(f"skipped unreadable image: {path}")
+
+    def _write_metrics(self, model_metrics: dict, step_time: float) -> None:
+        metrics = dict(model_metrics)
+        metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(step_time, 1e-9)
         metrics["data/skipped_files"] = float(len(self._skipped))
-        storage.put_scalars(**metrics, smoothing_hint=False)
+        get_event_storage().put_scalars(**metrics, smoothing_hint=False)

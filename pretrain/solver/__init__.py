@@ -1,8 +1,14 @@
-"""Optimisers (LARS) and learning-rate schedules built from the config.
+"""Optimisers (LARS) and the parameter schedules (learning rate, beta) built from the config.
 
 May import: :mod:`pretrain.utils`.
 """
 
-from pretrain.solver.build import LARS, build_lr_scheduler, build_optimizer, lr_multiplier
+from pretrain.solver.build import (
+    LARS,
+    BetaParamScheduler,
+    build_lr_scheduler,
+    build_optimizer,
+    lr_multiplier,
+)
 
-__all__ = ["LARS", "build_lr_scheduler", "build_optimizer", "lr_multiplier"]
+__all__ = ["LARS", "BetaParamScheduler", "build_lr_scheduler", "build_optimizer", "lr_multiplier"]
