@@ -1,0 +1,248 @@
+"""What one non-logging pretraining iteration asks of the device: ops, host syncs, collectives.
+
+Builds the trainer from a shipped config, shrunk to tiny images (the view layout, model, loss,
+optimiser and hooks stay as shipped), and counts with a ``TorchDispatchMode`` every aten op of
+one iteration that is neither a logging nor a checkpointing one (hooks included, the data fetch
+excluded: the loader's decoding and cropping run on the host on a GPU too). On a GPU every
+counted op is at least one kernel launch, and every host sync drains the launch queue:
+
+* ops: aten ops dispatched (views and metadata ops included, as the dispatcher sees them);
+* host syncs: ops that read a device value on the host (``.item()``, ``bool(t)``, ``int(t)``,
+  ``nonzero``, ...), with the source line each comes from;
+* collectives: c10d ops (all_gather, all_reduce, broadcast ...) and the bytes this rank sends;
+  DDP's gradient all-reduce runs inside its C++ reducer and is not seen here.
+
+The prior is switched on from the first iteration (``LOSS.BETA_INF_EPOCHS 0``) so that LORAC's
+count includes it. Runs on CUDA too when ``--device cuda`` is given and a GPU is visible.
+
+Run: .venv/bin/python -m benchmarks.bench_step [--config C ...] [--procs 1 2] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import socket
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from detectron2.engine import HookBase, launch
+from detectron2.utils import comm
+from PIL import Image
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pretrain.config import load_config
+from pretrain.engine.trainer import PretrainTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIGS = [
+    "configs/pretrain/in1k_r50_lorac_200ep.yaml",
+    "configs/pretrain/in1k_r50_mocom_200ep.yaml",
+    "configs/pretrain/in1k_r50_mocov2_200ep.yaml",
+]
+# Ops that make the host wait for the device: a value or a data-dependent shape read back.
+SYNC_OPS = {
+    "aten._local_scalar_dense.default",
+    "aten.is_nonzero.default",
+    "aten.nonzero.default",
+    "aten.equal.default",
+    "aten.masked_select.default",
+    "aten.unique_consecutive.default",
+    "aten._unique2.default",
+}
+COUNTED_ITER = 2  # warm (not the first), neither logging nor checkpointing
+PER_PROC_BATCH = 8
+
+
+class StepCounter(TorchDispatchMode):
+    """Counts ops, host syncs (by source line) and collective bytes while not paused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.ops = 0
+        self.by_op: collections.Counter[str] = collections.Counter()
+        self.syncs: collections.Counter[str] = collections.Counter()
+        self.collectives: collections.Counter[str] = collections.Counter()
+        self.collective_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if not self.paused:
+            name = str(func)
+            self.ops += 1
+            self.by_op[name] += 1
+            if name in SYNC_OPS:
+                self.syncs[f"{name.split('.')[1]} at {_caller()}"] += 1
+            if name.startswith("c10d."):
+                self.collectives[name] += 1
+                sent = args[1] if name.startswith("c10d.allgather") else args[0]
+                self.collective_bytes += sum(t.numel() * t.element_size() for t in _tensors(sent))
+        return func(*args, **(kwargs or {}))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _tensors(item)]
+    return []
+
+
+def _caller() -> str:
+    """The innermost frame outside torch and this file: where the sync was asked for."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        path = frame.filename
+        if "/torch/" in path or path.endswith("bench_step.py"):
+            continue
+        short = path.split("site-packages/")[-1] if "site-packages" in path else path
+        short = os.path.relpath(short, ROOT) if short.startswith(str(ROOT)) else short
+        return f"{short}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+class _Start(HookBase):
+    def __init__(self, counter: StepCounter) -> None:
+        self.counter = counter
+
+    def before_step(self) -> None:
+        if self.trainer.iter == COUNTED_ITER:
+            self.counter.__enter__()
+
+
+class _Stop(HookBase):
+    def __init__(self, counter: StepCounter) -> None:
+        self.counter = counter
+
+    def after_step(self) -> None:
+        if self.trainer.iter == COUNTED_ITER:
+            self.counter.__exit__(None, None, None)
+
+
+def make_images(root: Path, classes: int = 2, per_class: int = 16, size: int = 40) -> Path:
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"c{c}" / f"{i}.png")
+    return root
+
+
+def tiny_opts(data: Path, out: Path, procs: int, device: str) -> list[str]:
+    opts = {
+        "DATASETS.TYPE": "imagefolder",
+        "DATASETS.ROOT": str(data),
+        "DATASETS.CLASS_LIST": "",
+        "OUTPUT_DIR": str(out),
+        "MODEL.DEVICE": device,
+        "INPUT.LARGE_SIZE": 32,
+        "INPUT.SMALL_SIZE": 16,
+        "MODEL.QUEUE_SIZE": 16 * PER_PROC_BATCH * procs,
+        "SOLVER.IMS_PER_BATCH": PER_PROC_BATCH * procs,
+        "SOLVER.MAX_ITER": COUNTED_ITER + 2,
+        "SOLVER.CHECKPOINT_PERIOD": 1000,
+        "SOLVER.LOG_PERIOD": 1000,
+        "DATALOADER.NUM_WORKERS": 0,
+        "LOSS.BETA_INF_EPOCHS": 0.0,
+        "TEST.KNN_PERIOD": 0,
+    }
+    return [str(x) for kv in opts.items() for x in kv]
+
+
+def _count(config: str, opts: list[str], result_dir: str) -> None:
+    torch.manual_seed(0)
+    cfg = load_config(str(ROOT / config), opts)
+    trainer = PretrainTrainer(cfg)
+    counter = StepCounter()
+    fetch = trainer._fetch
+
+    def fetch_uncounted() -> dict:
+        counter.paused = True
+        try:
+            return fetch()
+        finally:
+            counter.paused = False
+
+    trainer._fetch = fetch_uncounted
+    trainer._hooks.insert(0, _Start(counter))
+    trainer._hooks[0].trainer = trainer
+    trainer.register_hooks([_Stop(counter)])
+    trainer.train()
+    out = {
+        "ops": counter.ops,
+        "host_syncs": sum(counter.syncs.values()),
+        "syncs_by_source": dict(counter.syncs),
+        "collectives": dict(counter.collectives),
+        "collective_bytes": counter.collective_bytes,
+        "top_ops": dict(counter.by_op.most_common(15)),
+    }
+    Path(result_dir, f"rank{comm.get_rank()}.json").write_text(json.dumps(out))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(config: str, procs: int, device: str = "cpu") -> dict:
+    """Counts of rank 0 (and the other ranks' totals) for ``config`` on ``procs`` processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = make_images(Path(tmp) / "data")
+        opts = tiny_opts(data, Path(tmp) / "out", procs, device)
+        results = Path(tmp) / "results"
+        results.mkdir()
+        if procs == 1:
+            _count(config, opts, str(results))
+        else:
+            launch(
+                _count,
+                procs,
+                dist_url=f"tcp://127.0.0.1:{_free_port()}",
+                args=(config, opts, str(results)),
+            )
+        ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(procs)]
+    out = ranks[0]
+    out["ops_per_rank"] = [r["ops"] for r in ranks]
+    out["host_syncs_per_rank"] = [r["host_syncs"] for r in ranks]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", nargs="+", default=DEFAULT_CONFIGS, help="config file(s)")
+    parser.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--verbose", action="store_true", help="print the most frequent ops")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    report: dict[str, dict] = {}
+    for config in args.config:
+        for procs in args.procs:
+            m = measure(config, procs, args.device)
+            report[f"{config} x{procs}"] = m
+            print(
+                f"{Path(config).stem} procs={procs}: ops={m['ops']} host_syncs={m['host_syncs']} "
+                f"collectives={sum(m['collectives'].values())} "
+                f"collective_bytes={m['collective_bytes']}"
+            )
+            for where, n in sorted(m["syncs_by_source"].items()):
+                print(f"    sync x{n}: {where}")
+            for name, n in m["collectives"].items():
+                print(f"    collective x{n}: {name}")
+            if args.verbose:
+                for name, n in m["top_ops"].items():
+                    print(f"    op x{n}: {name}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
