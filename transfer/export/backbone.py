@@ -130,14 +130,19 @@ def read_backbone(path: str) -> tuple[BackboneWeights, dict[str, str]]:
     if weights.layout == "detectron2":
         author = obj.get("__author__")
         if author not in _D2_TORCHVISION_AUTHORS:
-            parts = sorted({k.split(".")[1] if k.startswith("backbone.") else k.split(".")[0]
-                            for k in weights.dropped})  # fmt: skip
+            others = weights.dropped
+            held = (
+                f"keys besides the ResNet: {', '.join(others[:4])}"
+                + (f" ... ({len(others)} in all)" if len(others) > 4 else "")
+                if others
+                else "no keys besides the ResNet"
+            )
             raise ExportError(
-                f"{path}: detectron2 layout, __author__ {author!r}: a detectron2 model (besides "
-                f"the ResNet: {parts[:6]}) whose ResNet may put the stride in the 1x1 conv "
-                "(MODEL.RESNETS.STRIDE_IN_1X1), which the weights cannot show; only converted "
-                f"backbones (__author__ in {list(_D2_TORCHVISION_AUTHORS)}) are exported. "
-                "Export the pretraining checkpoint instead"
+                f"{path}: detectron2 layout, __author__ {author!r} ({held}): a detectron2 "
+                "model's ResNet may put the stride in the 1x1 conv (MODEL.RESNETS.STRIDE_IN_1X1), "
+                "which the weights cannot show, so only converted backbones (__author__ "
+                f"{' or '.join(map(repr, _D2_TORCHVISION_AUTHORS))}) are exported; export the "
+                "pretraining checkpoint it started from instead"
             )
     return weights, _progress(obj)
 
