@@ -9,6 +9,7 @@ TOOLS = {
     "demo": "transfer.cli.demo",
     "study": "transfer.cli.study",
     "convert_to_d2": "transfer.cli.convert_to_d2",
+    "export_backbone": "transfer.cli.export_backbone",
     "train_net": "transfer.cli.train_net",
     "collect_detection_results": "transfer.cli.collect_detection_results",
     "linear_probe": "transfer.cli.linear_probe",
@@ -52,6 +53,8 @@ setup(
         "tensorboard",
         "scikit-learn>=1.2",
         "tqdm",
+        "safetensors>=0.4",  # tools/export_backbone.py --safetensors
+        "timm>=0.9",  # tools/export_backbone.py --format timm checks the file against timm
     ],
     # detectron2 is not on PyPI: `make venv` runs tools/install_detectron2.py (see README).
     extras_require={"dev": ["pytest>=7", "pytest-timeout", "ruff>=0.6", "pre-commit"]},

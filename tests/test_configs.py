@@ -169,3 +169,30 @@ def test_mocov2_as_published():
         0.1,
         1e-4,
     )
+
+
+# Training-set sizes: ImageNet-1K, and ImageNet-100 through the CMC class list.
+TRAIN_IMAGES = {"in100": 126_689, "in1k": 1_281_167}
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in CONFIGS if p.name.startswith(("in100", "in1k"))], ids=lambda p: p.stem
+)
+def test_imagenet_configs_run_the_knn_monitor_every_10_epochs_under_2_percent(path):
+    """The kNN monitor is on, every 10 epochs, and its forward passes are < 2 % of training's
+    (counting each training image as a single forward pass, a lower bound on training's cost)."""
+    cfg = load_config(str(path), ["MODEL.DEVICE", "cpu"])
+    images = TRAIN_IMAGES[path.name.split("_")[0]]
+    every_10_epochs = 10 * (images // cfg.SOLVER.IMS_PER_BATCH)
+    ten_per_class = 10 * (100 if path.name.startswith("in100") else 1000)
+    t = cfg.TEST
+    got = (t.KNN_PERIOD, t.KNN_TRAIN_IMAGES, t.KNN_TEST_IMAGES)
+    assert got == (every_10_epochs, ten_per_class, 5000)
+    assert t.KNN_ROOT
+    assert (t.KNN_TRAIN_IMAGES + t.KNN_TEST_IMAGES) / (10 * images) < 0.02
+
+
+def test_demo_configs_keep_the_knn_monitor_off():
+    for path in CONFIGS:
+        if path.name.startswith("demo"):
+            assert load_config(str(path)).TEST.KNN_PERIOD == 0, path.name

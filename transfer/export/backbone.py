@@ -1,0 +1,250 @@
+"""Export a ResNet backbone (any layout :mod:`pretrain.checkpoint_io` reads) for torchvision/timm.
+
+The backbone comes from the project's one checkpoint reader (:func:`pretrain.checkpoint_io.
+extract_backbone`), which already gives torchvision names and checks every key and shape against
+the torchvision ResNet inferred from the weights (18/34/50/101/152, ``fc`` dropped). timm's
+ResNets (``timm.create_model("resnet50", num_classes=0)``) name their modules exactly as
+torchvision does (``conv1``, ``bn1``, ``layer1``..``layer4``), so ``--format timm`` writes the same
+tensors under the same names; for either format the state dict is loaded ``strict=True`` into the
+target library's model before anything is written, and any failure names the file and the keys.
+
+Output (documented in ``docs/checkpoints.md``, "Use the weights elsewhere"):
+
+* ``.safetensors`` (``safetensors.torch.save_file`` format): the state dict, and
+  :func:`export_metadata` in the file's metadata (str -> str).
+* anything else: a torch pickle of the plain state dict, so that
+  ``model.load_state_dict(torch.load(path, weights_only=True))`` works as for torchvision's own
+  files; the same metadata goes to a JSON file beside it, ``<output>.json``.
+
+Files are written atomically (:mod:`pretrain.atomic_io`): on any error there is no output file.
+Refused (:class:`ExportError` or :class:`pretrain.errors.CheckpointError`, one line naming the
+file): unreadable or unknown files, ViTs and other non-ResNets, the ``small`` 3x3 stem (torchvision
+and timm have no such ResNet), and detectron2 models other than converted backbone files (a
+detector's ResNet may put the stride in the 1x1 conv, ``STRIDE_IN_1X1``, which the names cannot
+show).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from pretrain.atomic_io import atomic_write_bytes
+from pretrain.checkpoint_io import (
+    BackboneWeights,
+    build_torchvision_backbone,
+    extract_backbone,
+    load_checkpoint_file,
+)
+from pretrain.errors import CheckpointError, LoracError
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "ExportError",
+    "ExportReport",
+    "export_backbone",
+    "export_metadata",
+    "export_state_dict",
+    "read_backbone",
+]
+
+EXPORT_FORMATS = ("torchvision", "timm")
+METADATA_FORMAT = "lorac-backbone"  # the "format" entry of every export's metadata
+SAFETENSORS_SUFFIX = ".safetensors"
+SIDECAR_SUFFIX = ".json"  # a pickle's metadata: <output>.json
+
+# detectron2 files whose ResNet is known to have torchvision's stride placement: written by this
+# project's converter ("lorac") or detectron2's convert-torchvision-to-d2.py ("torchvision").
+_D2_TORCHVISION_AUTHORS = ("lorac", "torchvision")
+
+
+class ExportError(LoracError):
+    """A backbone that cannot be exported as asked; the message names the file (and keys)."""
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export_backbone` did."""
+
+    input_path: str
+    output_path: str
+    arch: str
+    layout: str
+    format: str
+    num_tensors: int
+    metadata: dict[str, str]
+    metadata_path: str  # where the metadata is: the output itself (safetensors) or the sidecar
+    dropped: list[str] = field(default_factory=list)
+
+
+def _progress(obj: dict) -> dict[str, str]:
+    """``iteration`` and ``epoch`` as the checkpoint records them ("unknown" where it does not):
+    ours and detectron2 save ``iteration``, Lightning ``global_step``, MoCo/DINO/Lightning
+    ``epoch``."""
+
+    def number(key: str) -> str | None:
+        value = obj.get(key)
+        if torch.is_tensor(value) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return None
+
+    iteration = number("iteration") or number("global_step")
+    return {"iteration": iteration or "unknown", "epoch": number("epoch") or "unknown"}
+
+
+def _read_safetensors(path: str) -> tuple[dict, dict[str, str]]:
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with safe_open(path, framework="pt") as f:
+            meta = dict(f.metadata() or {})
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types on garbage input
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({type(e).__name__})"
+        ) from None
+    return tensors, meta
+
+
+def read_backbone(path: str) -> tuple[BackboneWeights, dict[str, str]]:
+    """The backbone in ``path`` and the training progress it records (``iteration``, ``epoch``).
+
+    Any file :func:`pretrain.checkpoint_io.load_backbone` reads, plus ``.safetensors`` files
+    (exports of this module: their metadata gives the progress). Raises
+    :class:`pretrain.errors.CheckpointError` naming the file.
+    """
+    if path.endswith(SAFETENSORS_SUFFIX):
+        tensors, meta = _read_safetensors(path)
+        progress = {k: meta.get(k, "unknown") for k in ("iteration", "epoch")}
+        return extract_backbone(tensors, path), progress
+    obj = load_checkpoint_file(path)
+    weights = extract_backbone(obj, path)
+    if weights.layout == "detectron2":
+        author = obj.get("__author__")
+        if author not in _D2_TORCHVISION_AUTHORS:
+            others = weights.dropped
+            held = (
+                f"keys besides the ResNet: {', '.join(others[:4])}"
+                + (f" ... ({len(others)} in all)" if len(others) > 4 else "")
+                if others
+                else "no keys besides the ResNet"
+            )
+            raise ExportError(
+                f"{path}: detectron2 layout, __author__ {author!r} ({held}): a detectron2 "
+                "model's ResNet may put the stride in the 1x1 conv (MODEL.RESNETS.STRIDE_IN_1X1), "
+                "which the weights cannot show, so only converted backbones (__author__ "
+                f"{' or '.join(map(repr, _D2_TORCHVISION_AUTHORS))}) are exported; export the "
+                "pretraining checkpoint it started from instead"
+            )
+    return weights, _progress(obj)
+
+
+def export_state_dict(
+    weights: BackboneWeights, fmt: str = "torchvision"
+) -> dict[str, torch.Tensor]:
+    """The backbone as ``fmt``'s ResNet names it, checked by a ``strict=True`` load into that
+    library's model (``fc`` dropped); :class:`ExportError` naming the file and keys otherwise."""
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"--format {fmt!r}: expected one of {list(EXPORT_FORMATS)}")
+    if weights.stem != "imagenet":
+        raise ExportError(
+            f"{weights.path}: {weights.layout} layout, {weights.arch} with the {weights.stem!r} "
+            "stem (3x3 stride-1 conv1 (conv1.weight (64, 3, 3, 3)), no max-pool): torchvision's "
+            f"and timm's {weights.arch} have a 7x7 stride-2 conv1 and a max-pool, so no model of "
+            "theirs holds these weights"
+        )
+    # timm and torchvision ResNets share every parameter and buffer name (tested), so both
+    # formats are the same dict; the strict load into the target's own model says so per file.
+    state = {k: v.detach().cpu().contiguous() for k, v in weights.state_dict.items()}
+    try:
+        if fmt == "timm":
+            import timm
+
+            timm.create_model(weights.arch, pretrained=False, num_classes=0).load_state_dict(
+                state, strict=True
+            )
+        else:
+            build_torchvision_backbone(weights)  # torchvision's arch, fc = Identity, strict
+    except RuntimeError as e:
+        raise ExportError(
+            f"{weights.path}: {weights.arch} does not load strictly into {fmt}'s model: "
+            f"{' '.join(str(e).split())[:400]}"
+        ) from None
+    return state
+
+
+def export_metadata(weights: BackboneWeights, progress: dict[str, str], fmt: str) -> dict[str, str]:
+    """What an exported file records about itself (str -> str, as safetensors requires)."""
+    return {
+        "format": METADATA_FORMAT,
+        "target": fmt,
+        "arch": weights.arch,
+        "source_file": os.path.basename(weights.path),
+        "source_layout": weights.layout,
+        "iteration": progress.get("iteration", "unknown"),
+        "epoch": progress.get("epoch", "unknown"),
+    }
+
+
+def export_backbone(
+    input_path: str, output_path: str, fmt: str = "torchvision", safetensors: bool = False
+) -> ExportReport:
+    """Read ``input_path``, write its backbone to ``output_path`` for ``fmt`` (torchvision or
+    timm): a ``.safetensors`` file with ``safetensors=True`` (the output must end in
+    ``.safetensors``), otherwise a torch pickle of the plain state dict and ``<output>.json``.
+
+    Everything is read and checked before the first byte is written, and each file is written
+    atomically; on error nothing is left at ``output_path``.
+    """
+    if safetensors != output_path.endswith(SAFETENSORS_SUFFIX):
+        raise ExportError(
+            f"{output_path}: "
+            + (
+                f"--safetensors writes a {SAFETENSORS_SUFFIX} file; name the output *.safetensors"
+                if safetensors
+                else f"a {SAFETENSORS_SUFFIX} output needs --safetensors (otherwise it is a "
+                "torch pickle)"
+            )
+        )
+    weights, progress = read_backbone(input_path)
+    state = export_state_dict(weights, fmt)
+    meta = export_metadata(weights, progress, fmt)
+    folder = os.path.dirname(os.path.abspath(output_path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if safetensors:
+            from safetensors.torch import save
+
+            atomic_write_bytes(output_path, save(state, metadata=meta))
+            meta_path = output_path
+        else:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            meta_path = output_path + SIDECAR_SUFFIX
+            atomic_write_bytes(output_path, buffer.getvalue())
+            try:
+                atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode())
+            except BaseException:
+                os.unlink(output_path)  # weights without their metadata: none at all
+                raise
+    except OSError as e:  # an output path that cannot be written
+        raise ExportError(f"{output_path}: cannot write ({e.strerror or e})") from None
+    return ExportReport(
+        input_path=input_path,
+        output_path=output_path,
+        arch=weights.arch,
+        layout=weights.layout,
+        format=fmt,
+        num_tensors=len(state),
+        metadata=meta,
+        metadata_path=meta_path,
+        dropped=list(weights.dropped),
+    )
