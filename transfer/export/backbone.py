@@ -1,6 +1,7 @@
-"""Export a ResNet backbone (any layout :mod:`pretrain.checkpoint_io` reads) for torchvision/timm.
+"""Export a ResNet backbone (any layout :mod:`pretrain.checkpoint.reader` reads) for
+torchvision/timm.
 
-The backbone comes from the project's one checkpoint reader (:func:`pretrain.checkpoint_io.
+The backbone comes from the project's one checkpoint reader (:func:`pretrain.checkpoint.reader.
 extract_backbone`), which already gives torchvision names and checks every key and shape against
 the torchvision ResNet inferred from the weights (18/34/50/101/152, ``fc`` dropped). timm's
 ResNets (``timm.create_model("resnet50", num_classes=0)``) name their modules exactly as
@@ -16,8 +17,9 @@ Output (documented in ``docs/checkpoints.md``, "Use the weights elsewhere"):
   ``model.load_state_dict(torch.load(path, weights_only=True))`` works as for torchvision's own
   files; the same metadata goes to a JSON file beside it, ``<output>.json``.
 
-Files are written atomically (:mod:`pretrain.atomic_io`): on any error there is no output file.
-Refused (:class:`ExportError` or :class:`pretrain.errors.CheckpointError`, one line naming the
+Files are written atomically (:mod:`pretrain.utils.atomic_io`): on any error there is no output
+file.
+Refused (:class:`ExportError` or :class:`pretrain.utils.errors.CheckpointError`, one line naming the
 file): unreadable or unknown files, ViTs and other non-ResNets, the ``small`` 3x3 stem (torchvision
 and timm have no such ResNet), and detectron2 models other than converted backbone files (a
 detector's ResNet may put the stride in the 1x1 conv, ``STRIDE_IN_1X1``, which the names cannot
@@ -33,14 +35,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pretrain.atomic_io import atomic_write_bytes
-from pretrain.checkpoint_io import (
+from pretrain.checkpoint.reader import (
     BackboneWeights,
     build_torchvision_backbone,
     extract_backbone,
     load_checkpoint_file,
 )
-from pretrain.errors import CheckpointError, LoracError
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.errors import CheckpointError, LoracError
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -117,9 +119,9 @@ def _read_safetensors(path: str) -> tuple[dict, dict[str, str]]:
 def read_backbone(path: str) -> tuple[BackboneWeights, dict[str, str]]:
     """The backbone in ``path`` and the training progress it records (``iteration``, ``epoch``).
 
-    Any file :func:`pretrain.checkpoint_io.load_backbone` reads, plus ``.safetensors`` files
+    Any file :func:`pretrain.checkpoint.reader.load_backbone` reads, plus ``.safetensors`` files
     (exports of this module: their metadata gives the progress). Raises
-    :class:`pretrain.errors.CheckpointError` naming the file.
+    :class:`pretrain.utils.errors.CheckpointError` naming the file.
     """
     if path.endswith(SAFETENSORS_SUFFIX):
         tensors, meta = _read_safetensors(path)
