@@ -4,4 +4,6 @@ Each module holds one tool's argument parsing and ``main(argv=None) -> int``; se
 them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that call the same
 ``main``. :func:`.user_errors.exit_on_user_error` gives every tool (here and in
 :mod:`transfer.cli`) the same ending for a user error: one ``error:`` line, exit status 2.
+
+May import: every other room (the top of the pretraining side).
 """

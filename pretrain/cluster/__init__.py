@@ -7,4 +7,7 @@
 * :mod:`pretrain.cluster.submit`: building and submitting those jobs (``tools/submit_pretrain.py``).
 
 Only the last two import submitit; the trainer uses the first two. See docs/cluster.md.
+
+May import: :mod:`pretrain.utils`, :mod:`pretrain.config`, :mod:`pretrain.engine` (the jobs
+run the trainer).
 """

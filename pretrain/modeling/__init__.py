@@ -7,6 +7,8 @@ It also provides ``momentum_update()`` and ``set_beta(beta)``, called by the tra
 ``batch["views"]`` arrives augmented and normalised (float), on the model's device: the trainer
 runs the data path's last step (:func:`pretrain.data.loader.augment_views_on_device`) first, so
 models import nothing from :mod:`pretrain.data`.
+
+May import: :mod:`pretrain.losses`, :mod:`pretrain.utils`.
 """
 
 from pretrain.modeling.build import META_ARCH_REGISTRY, build_model
