@@ -3,15 +3,21 @@
 Builds the trainer from a shipped config, shrunk to tiny images (the view layout, model, loss,
 optimiser and hooks stay as shipped), and counts with a ``TorchDispatchMode`` every aten op of
 one iteration that is neither a logging nor a checkpointing one (hooks included, the data fetch
-excluded: the loader's decoding and cropping run on the host on a GPU too). On a GPU every
-counted op is at least one kernel launch, and every host sync drains the launch queue:
+excluded: the loader's decoding and cropping run on the host on a GPU too). Only ops whose
+inputs would live on the GPU count: the model's parameters and buffers, the optimiser's state,
+the loader's views, and everything computed from them (tracked op by op); parameters drawn on
+the host (colour augmentation's, ShuffleBN's permutation) stay host tensors, as on a GPU. On a
+GPU every counted op is at least one kernel launch, and every host sync drains the launch
+queue:
 
 * ops: aten ops dispatched (views and metadata ops included, as the dispatcher sees them);
-* host syncs: ops that read a device value on the host (``.item()``, ``bool(t)``, ``int(t)``,
-  ``nonzero``, ...), with the source line each comes from;
+* host syncs: ops that read a device tensor's value on the host (``.item()``, ``bool(t)``,
+  ``int(t)``, ``nonzero``, ...), with the source line each comes from;
 * collectives: c10d ops (all_gather, all_reduce, broadcast ...) and the bytes this rank sends;
   DDP's gradient all-reduce runs inside its C++ reducer and is not seen here.
 
+Where the code takes another path on the CPU than on a GPU (colour augmentation: views in
+cache-sized chunks on the CPU, one pass per resolution elsewhere), the count takes the GPU's.
 The prior is switched on from the first iteration (``LOSS.BETA_INF_EPOCHS 0``) so that LORAC's
 count includes it. Runs on CUDA too when ``--device cuda`` is given and a GPU is visible.
 
@@ -27,6 +33,7 @@ import os
 import socket
 import tempfile
 import traceback
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,9 @@ from detectron2.engine import HookBase, launch
 from detectron2.utils import comm
 from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
+import pretrain.engine.trainer as trainer_module
 from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
 
@@ -61,29 +70,49 @@ PER_PROC_BATCH = 8
 
 
 class StepCounter(TorchDispatchMode):
-    """Counts ops, host syncs (by source line) and collective bytes while not paused."""
+    """Counts device ops, host syncs (by source line) and collective bytes while not paused.
+
+    A tensor is on the device when :meth:`mark` said so or an op computed it from one that is.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.paused = False
+        self.on_device: set[int] = set()
         self.ops = 0
         self.by_op: collections.Counter[str] = collections.Counter()
+        self.by_source: collections.Counter[str] = collections.Counter()
         self.syncs: collections.Counter[str] = collections.Counter()
         self.collectives: collections.Counter[str] = collections.Counter()
         self.collective_bytes = 0
 
+    def mark(self, tensors: Any) -> None:
+        """Count ``tensors`` (any nesting) as device tensors."""
+        for t in tree_flatten(tensors)[0]:
+            if isinstance(t, torch.Tensor) and id(t) not in self.on_device:
+                self.on_device.add(id(t))
+                weakref.finalize(t, self.on_device.discard, id(t))
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if not self.paused:
-            name = str(func)
-            self.ops += 1
-            self.by_op[name] += 1
-            if name in SYNC_OPS:
-                self.syncs[f"{name.split('.')[1]} at {_caller()}"] += 1
-            if name.startswith("c10d."):
-                self.collectives[name] += 1
-                sent = args[1] if name.startswith("c10d.allgather") else args[0]
-                self.collective_bytes += sum(t.numel() * t.element_size() for t in _tensors(sent))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.paused:
+            return out
+        name = str(func)
+        if name.startswith("c10d."):  # a round trip between processes, host tensors or not
+            self.collectives[name] += 1
+            sent = args[1] if name.startswith("c10d.allgather") else args[0]
+            self.collective_bytes += sum(t.numel() * t.element_size() for t in _tensors(sent))
+        inputs = tree_flatten((args, kwargs))[0]
+        if not any(isinstance(t, torch.Tensor) and id(t) in self.on_device for t in inputs):
+            return out
+        self.mark(out)
+        self.ops += 1
+        self.by_op[name] += 1
+        self.by_source[_caller(project_only=True).split(":")[0]] += 1
+        if name in SYNC_OPS:
+            self.syncs[f"{name.split('.')[1]} at {_caller()}"] += 1
+        return out
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
@@ -94,11 +123,14 @@ def _tensors(x: Any) -> list[torch.Tensor]:
     return []
 
 
-def _caller() -> str:
-    """The innermost frame outside torch and this file: where the sync was asked for."""
+def _caller(project_only: bool = False) -> str:
+    """The innermost frame outside torch and this file (with ``project_only``, the innermost
+    in this project): where the op or sync was asked for."""
     for frame in reversed(traceback.extract_stack()[:-2]):
         path = frame.filename
         if "/torch/" in path or path.endswith("bench_step.py"):
+            continue
+        if project_only and not path.startswith(str(ROOT)):
             continue
         short = path.split("site-packages/")[-1] if "site-packages" in path else path
         short = os.path.relpath(short, ROOT) if short.startswith(str(ROOT)) else short
@@ -112,6 +144,9 @@ class _Start(HookBase):
 
     def before_step(self) -> None:
         if self.trainer.iter == COUNTED_ITER:
+            trainer = self.trainer
+            self.counter.mark([list(trainer.model.parameters()), list(trainer.model.buffers())])
+            self.counter.mark(list(trainer.optimizer.state.values()))
             self.counter.__enter__()
 
 
@@ -155,21 +190,35 @@ def tiny_opts(data: Path, out: Path, procs: int, device: str) -> list[str]:
     return [str(x) for kv in opts.items() for x in kv]
 
 
+class _UncountedLoader:
+    """The loader, its batches produced with the counter paused (host work on a GPU too)."""
+
+    def __init__(self, loader: Any, counter: StepCounter) -> None:
+        self.loader, self.counter = loader, counter
+
+    def __iter__(self):  # noqa: ANN204
+        it = iter(self.loader)
+        while True:
+            self.counter.paused = True
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.counter.paused = False
+            self.counter.mark(batch["views"])  # copied to the GPU in the step
+            yield batch
+
+
 def _count(config: str, opts: list[str], result_dir: str) -> None:
     torch.manual_seed(0)
     cfg = load_config(str(ROOT / config), opts)
     trainer = PretrainTrainer(cfg)
+    # the GPU's path where the code has a CPU one: colour augmentation as one pass per resolution
+    trainer.color_augment.one_pass = True
     counter = StepCounter()
-    fetch = trainer._fetch
-
-    def fetch_uncounted() -> dict:
-        counter.paused = True
-        try:
-            return fetch()
-        finally:
-            counter.paused = False
-
-    trainer._fetch = fetch_uncounted
+    build_loader = trainer_module.build_pretrain_loader
+    trainer_module.build_pretrain_loader = lambda *a: _UncountedLoader(build_loader(*a), counter)
     trainer._hooks.insert(0, _Start(counter))
     trainer._hooks[0].trainer = trainer
     trainer.register_hooks([_Stop(counter)])
@@ -181,6 +230,7 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
         "collectives": dict(counter.collectives),
         "collective_bytes": counter.collective_bytes,
         "top_ops": dict(counter.by_op.most_common(15)),
+        "ops_by_source": dict(counter.by_source.most_common()),
     }
     Path(result_dir, f"rank{comm.get_rank()}.json").write_text(json.dumps(out))
 
@@ -238,6 +288,8 @@ def main() -> None:
             for name, n in m["collectives"].items():
                 print(f"    collective x{n}: {name}")
             if args.verbose:
+                for name, n in m["ops_by_source"].items():
+                    print(f"    ops x{n}: from {name}")
                 for name, n in m["top_ops"].items():
                     print(f"    op x{n}: {name}")
     if args.json:

@@ -226,6 +226,9 @@ class StopOnSignal(HookBase):
         else:
             name = f"model_{last:07d}"
             logger.warning(f"{why}: stopping after iteration {last}, saving {name}.pth")
+            flush = getattr(trainer, "flush_metrics", None)  # every rank: it may gather
+            if flush is not None:
+                flush()
             trainer.checkpointer.save(name, iteration=last)  # a no-op on ranks other than 0
             where = os.path.join(trainer.checkpointer.save_dir, f"{name}.pth")
             message = f"stopped after iteration {last} ({why}); resumes from {where}"

@@ -114,6 +114,13 @@ class ColorParams:
     def __len__(self) -> int:
         return self.jitter.shape[0]
 
+    @classmethod
+    def cat(cls, parts: Sequence[ColorParams]) -> ColorParams:
+        """The parameters of several batches, one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__))
+
     def __getitem__(self, index: slice) -> ColorParams:
         """The parameters of a contiguous range of samples."""
         return ColorParams(
@@ -369,8 +376,17 @@ def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tenso
     return torch.stack([fx, fg, fm]), (op == HUE) & (f[:, 3:4] != 0)
 
 
-def apply_color_params(x: torch.Tensor, params: ColorParams) -> torch.Tensor:
-    """Jitter, grayscale and blur float images (n, 3, h, w) in [0, 1] in place; returns x."""
+def apply_color_params(
+    x: torch.Tensor, params: ColorParams, group_blur_by_size: bool | None = None
+) -> torch.Tensor:
+    """Jitter, grayscale and blur float images (n, 3, h, w) in [0, 1] in place; returns x.
+
+    ``group_blur_by_size`` (default: on the CPU) runs each blur kernel size as its own slice
+    (the CPU's cost is the taps); otherwise one pass uses the largest size (a GPU's cost is the
+    launches). Both give the same result.
+    """
+    if group_blur_by_size is None:
+        group_blur_by_size = x.device.type == "cpu"
     if len(params) != x.shape[0]:
         raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
     if bool(params.jitter.any()):
@@ -387,7 +403,7 @@ def apply_color_params(x: torch.Tensor, params: ColorParams) -> torch.Tensor:
             # The hue is by far the costliest op: run it only on the samples that need it.
             _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
     _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
-    _blur_subset_(x, params.blur, params.sigma, group_by_size=x.device.type == "cpu")
+    _blur_subset_(x, params.blur, params.sigma, group_by_size=group_blur_by_size)
     return x
 
 
@@ -396,10 +412,14 @@ class BatchColorAugment:
 
     Call it on the list of view batches a ``MultiCropTransform`` loader yields (after moving them
     to the device). Every sample of every view gets its own parameters; there is no Python loop
-    over samples (the loops run over views, jitter slots and tap offsets). On the CPU the batch
-    is processed in chunks of about ``cpu_chunk_pixels`` pixels so that the dozens of passes of
-    each chunk stay in cache (2x faster than whole-batch passes on one core); on other devices
-    the whole batch is one chunk. Chunking does not change the random parameters.
+    over samples (the loops run over resolutions, jitter slots and tap offsets).
+
+    ``one_pass`` (default: on every device but the CPU) runs the views of one resolution as one
+    batch through one pipeline, so a step launches one pipeline per resolution (2 at 3x224 +
+    5x96), not one per view. Without it (the CPU default) each view is processed in chunks of
+    about ``cpu_chunk_pixels`` pixels, so that the dozens of passes of each chunk stay in cache
+    (2x faster than whole-batch passes on one core). Neither changes the random parameters or
+    the result.
     """
 
     def __init__(
@@ -409,6 +429,7 @@ class BatchColorAugment:
         std: Sequence[float] = IMAGENET_STD_RGB,
         *,
         cpu_chunk_pixels: int = 2**19,
+        one_pass: bool | None = None,
     ) -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
@@ -416,6 +437,7 @@ class BatchColorAugment:
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.cpu_chunk_pixels = cpu_chunk_pixels
+        self.one_pass = one_pass
 
     def __call__(
         self,
@@ -431,12 +453,12 @@ class BatchColorAugment:
         ``ColorParams`` of length B per view, e.g. drawn per sample in the data workers) replaces
         the draw, which makes the result independent of how the batch is split across processes.
         """
-        if params is not None and apply_color:
-            if len(params) != len(views) or any(
-                len(p) != v.shape[0] for p, v in zip(params, views, strict=True)
-            ):
-                raise ValueError("params must hold one ColorParams per view, of the view's length")
-            return [self._augment(v, p) for v, p in zip(views, params, strict=True)]
+        given = params is not None and apply_color
+        if given and (
+            len(params) != len(views)
+            or any(len(p) != v.shape[0] for p, v in zip(params, views, strict=True))
+        ):
+            raise ValueError("params must hold one ColorParams per view, of the view's length")
         groups: dict[tuple, list[int]] = {}
         for i, v in enumerate(views):
             if v.dtype != torch.uint8 or v.dim() != 4 or v.shape[1] != 3:
@@ -445,31 +467,40 @@ class BatchColorAugment:
         out: list[torch.Tensor] = [torch.empty(0)] * len(views)
         for members in groups.values():
             sizes = [views[i].shape[0] for i in members]
-            params = sample_color_params(sum(sizes), self.color, generator) if apply_color else None
-            if views[members[0]].device.type == "cpu":
-                # Chunks keep each view in cache anyway; a concatenation would only add a pass.
-                start = 0
-                for i, size in zip(members, sizes, strict=True):
-                    sub = params[start : start + size] if params is not None else None
-                    out[i] = self._augment(views[i], sub)
-                    start += size
+            if given:
+                group_params = ColorParams.cat([params[i] for i in members])
+            elif apply_color:
+                group_params = sample_color_params(sum(sizes), self.color, generator)
             else:
+                group_params = None
+            if self._one_pass(views[members[0]].device):
                 # Views of one size run as one batch: fewer, larger kernel launches.
-                x = self._augment(torch.cat([views[i] for i in members]), params)
+                x = self._augment(torch.cat([views[i] for i in members]), group_params)
                 for i, xi in zip(members, x.split(sizes), strict=True):
                     out[i] = xi
+                continue
+            # Chunks keep each view in cache anyway; a concatenation would only add a pass.
+            start = 0
+            for i, size in zip(members, sizes, strict=True):
+                sub = group_params[start : start + size] if group_params is not None else None
+                out[i] = self._augment(views[i], sub)
+                start += size
         return out
 
+    def _one_pass(self, device: torch.device) -> bool:
+        return device.type != "cpu" if self.one_pass is None else self.one_pass
+
     def _augment(self, v: torch.Tensor, params: ColorParams | None) -> torch.Tensor:
-        """uint8 (n, 3, h, w) -> float32 (n, 3, h, w), chunk by chunk on the CPU."""
+        """uint8 (n, 3, h, w) -> float32 (n, 3, h, w), chunk by chunk unless ``one_pass``."""
         n, _, h, w = v.shape
+        one_pass = self._one_pass(v.device)
         x = torch.empty(v.shape, dtype=torch.float32, device=v.device)
-        step = n if v.device.type != "cpu" else max(1, self.cpu_chunk_pixels // (h * w))
+        step = n if one_pass else max(1, self.cpu_chunk_pixels // (h * w))
         for start in range(0, n, step):
             xc = x[start : start + step]  # a view: every op below works in place
             xc.copy_(v[start : start + step]).div_(255.0)  # as torchvision's ToTensor
             if params is not None:
-                apply_color_params(xc, params[start : start + step])
+                apply_color_params(xc, params[start : start + step], not one_pass)
             self.normalize_(xc)
         return x
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,6 +115,8 @@ class PretrainTrainer(SimpleTrainer):
         )
         self.start_iter, self.max_iter = 0, max_iter
         self._skipped: set[str] = set()
+        self._pending: list[_StepRecord] = []  # iterations not yet logged (device values)
+        self._first_bad: torch.Tensor | None = None  # first non-finite iteration, on the device
         self.register_hooks(self.build_hooks())
 
     # -- construction ----------------------------------------------------------------------
@@ -194,6 +199,7 @@ class PretrainTrainer(SimpleTrainer):
 
     # -- checkpointed state -----------------------------------------------------------------
     def state_dict(self) -> dict:
+        self._raise_if_not_finite()  # a non-finite state is never saved
         ret = super().state_dict()
         ret["rng"] = {
             "torch": torch.get_rng_state(),
@@ -225,18 +231,30 @@ class PretrainTrainer(SimpleTrainer):
 
     # -- one iteration ------------------------------------------------------------------------
     def run_step(self) -> None:
+        """Fetch, forward, backward and step, with no host sync: the loss, its finiteness and
+        the model's metrics stay on the device until :meth:`flush_metrics` reads them all at
+        once, at each logging or checkpointing iteration."""
         assert self.model.training, "PretrainTrainer: model was changed to eval mode"
         start = time.perf_counter()
         data = self._fetch()
         data_time = time.perf_counter() - start
         out = self._forward(data)
         losses = {k: v for k, v in out.items() if k.startswith("loss")}
-        total = self._finite(sum(losses.values()))
+        total = sum(losses.values())
+        self._watch_finite(total)
         self._backward_and_step(total)
-        step_time = time.perf_counter() - start
-        SimpleTrainer.write_metrics(losses, data_time, self.iter)
-        self._record_skipped(data.get("skipped_files", []))
-        self._write_metrics(out.get("metrics", {}), step_time)
+        self._pending.append(
+            _StepRecord(
+                self.iter,
+                {k: v.detach() for k, v in losses.items()},
+                data_time,
+                dict(out.get("metrics", {})),
+                time.perf_counter() - start,
+                list(data.get("skipped_files", [])),
+            )
+        )
+        if self._flush_due():
+            self.flush_metrics()
 
     def _fetch(self) -> dict:
         """The next batch; at this boundary between iterations, stop after a signal."""
@@ -264,15 +282,23 @@ class PretrainTrainer(SimpleTrainer):
             )
             return self.model(data)
 
-    def _finite(self, total: torch.Tensor) -> torch.Tensor:
-        """``total``, or a FloatingPointError naming the intact last checkpoint."""
-        if not torch.isfinite(total):
+    def _watch_finite(self, total: torch.Tensor) -> None:
+        """Remember, on the device, the first iteration whose loss is not finite."""
+        if self._first_bad is None:
+            self._first_bad = torch.full((), -1, dtype=torch.long, device=total.device)
+        new_bad = ~torch.isfinite(total.detach()) & (self._first_bad < 0)
+        self._first_bad = torch.where(new_bad, self.iter, self._first_bad)
+
+    def _raise_if_not_finite(self, first_bad: int | None = None) -> None:
+        """FloatingPointError naming the intact last checkpoint if a loss was not finite."""
+        if first_bad is None:
+            first_bad = -1 if self._first_bad is None else int(self._first_bad)
+        if first_bad >= 0:
             raise FloatingPointError(
-                f"non-finite loss {total.item()} at iteration {self.iter}; stopping. The last good "
-                f"checkpoint in {self.cfg.OUTPUT_DIR} is intact (lower SOLVER.BASE_LR, raise "
-                "LOSS.BETA or disable SOLVER.AMP and resume)."
+                f"non-finite loss at iteration {first_bad}; stopping. The last good checkpoint "
+                f"in {self.cfg.OUTPUT_DIR} is intact (lower SOLVER.BASE_LR, raise LOSS.BETA or "
+                "disable SOLVER.AMP and resume)."
             )
-        return total
 
     def _backward_and_step(self, total: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -286,17 +312,83 @@ class PretrainTrainer(SimpleTrainer):
             self.after_backward()
             self.optimizer.step()
 
-    def _record_skipped(self, skipped: list[str]) -> None:
-        """Warn once per unreadable file; every rank (and rank 0's checkpoint) keeps the union."""
-        if comm.get_world_size() > 1:
-            skipped = [p for on_rank in comm.all_gather(skipped) for p in on_rank]
+    def _flush_due(self) -> bool:
+        """Whether this iteration is one that the writers or the checkpointer act on."""
+        it, s = self.iter + 1, self.cfg.SOLVER
+        return it % s.LOG_PERIOD == 0 or it % s.CHECKPOINT_PERIOD == 0 or it >= self.max_iter
+
+    def flush_metrics(self) -> None:
+        """Read the buffered iterations' device values at once and log them as detectron2's
+        ``write_metrics`` would have, iteration by iteration (same values, same smoothing).
+
+        Every rank calls it at the same iterations (logging, checkpointing, a stop at a
+        boundary): with several processes the records and the unreadable files travel in one
+        ``all_gather`` here, not in every iteration.
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        on_device = [t.double() for r in pending for t in r.tensors()]  # float32 exact in float64
+        if self._first_bad is not None:
+            on_device.append(self._first_bad.double())
+        read = torch.stack(on_device).tolist() if on_device else []  # one device-to-host read
+        self._raise_if_not_finite(int(read.pop()) if self._first_bad is not None else -1)
+        values = iter(read)
+        records = [r.on_host(values) for r in pending]
+        per_rank = comm.all_gather(records) if comm.get_world_size() > 1 else [records]
+        storage = get_event_storage()
+        for j, mine in enumerate(records):
+            at = [rank_records[j] for rank_records in per_rank]
+            storage.put_scalar("rank_data_time", mine.data_time, cur_iter=mine.iteration)
+            if comm.is_main_process():
+                # as detectron2's SimpleTrainer.write_metrics: slowest rank, mean of the losses
+                data_time = np.max([r.data_time for r in at])
+                storage.put_scalar("data_time", data_time, cur_iter=mine.iteration)
+                losses = {k: np.mean([r.losses[k] for r in at]) for k in mine.losses}
+                storage.put_scalar("total_loss", sum(losses.values()), cur_iter=mine.iteration)
+                if len(losses) > 1:
+                    storage.put_scalars(cur_iter=mine.iteration, **losses)
+            for r in at:  # every rank (and rank 0's checkpoint) keeps the union
+                self._note_skipped(r.skipped)
+            metrics = dict(mine.metrics)
+            metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(mine.step_time, 1e-9)
+            metrics["data/skipped_files"] = float(len(self._skipped))
+            storage.put_scalars(**metrics, smoothing_hint=False, cur_iter=mine.iteration)
+
+    def _note_skipped(self, skipped: list[str]) -> None:
+        """Warn once per unreadable file."""
         for path in skipped:
             if path not in self._skipped:
                 self._skipped.add(path)
                 logger.warning(f"skipped unreadable image: {path}")
 
-    def _write_metrics(self, model_metrics: dict, step_time: float) -> None:
-        metrics = dict(model_metrics)
-        metrics["images_per_sec"] = self.cfg.SOLVER.IMS_PER_BATCH / max(step_time, 1e-9)
-        metrics["data/skipped_files"] = float(len(self._skipped))
-        get_event_storage().put_scalars(**metrics, smoothing_hint=False)
+
+@dataclass
+class _StepRecord:
+    """One iteration's values for the log, device tensors until :meth:`on_host`."""
+
+    iteration: int
+    losses: dict[str, Any]
+    data_time: float
+    metrics: dict[str, Any]
+    step_time: float
+    skipped: list[str]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [v for v in (*self.losses.values(), *self.metrics.values()) if _is_tensor(v)]
+
+    def on_host(self, values: Iterator[float]) -> _StepRecord:
+        """This record with its tensors replaced, in :meth:`tensors` order, by ``values``."""
+
+        def host(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: next(values) if _is_tensor(v) else v for k, v in d.items()}
+
+        losses = host(self.losses)
+        return _StepRecord(
+            self.iteration, losses, self.data_time, host(self.metrics), self.step_time,
+            self.skipped,
+        )  # fmt: skip
+
+
+def _is_tensor(v: Any) -> bool:
+    return isinstance(v, torch.Tensor)

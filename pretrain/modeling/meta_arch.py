@@ -83,7 +83,11 @@ class MultiViewMoCo(nn.Module):
         self.channels_last = channels_last
         queues = nn.functional.normalize(torch.randn(num_key_crops, queue_size, out_dim), dim=-1)
         self.register_buffer("queues", queues)  # (J, K, d)
+        # The pointers live on the host (reading a device pointer every step is a host sync);
+        # the buffer mirrors them for checkpoints and is read back once after a load.
         self.register_buffer("queue_ptr", torch.zeros(num_key_crops, dtype=torch.long))
+        self._queue_ptr: list[int] | None = [0] * num_key_crops
+        self.register_load_state_dict_post_hook(_forget_host_queue_ptr)
         if channels_last:
             self.to(memory_format=torch.channels_last)
 
@@ -121,8 +125,9 @@ class MultiViewMoCo(nn.Module):
     @torch.no_grad()
     def momentum_update(self) -> None:
         """theta_k <- m theta_k + (1 - m) theta_q (parameters only, as in MoCo)."""
-        k = [p for p in self.encoder_k.parameters()]
-        q = [p.detach() for p in self.encoder_q.parameters()]
+        # no .detach() per parameter (one op each): under no_grad the lerp records no graph
+        k = list(self.encoder_k.parameters())
+        q = list(self.encoder_q.parameters())
         torch._foreach_lerp_(k, q, 1.0 - self.momentum)
 
     # -- forward -------------------------------------------------------------------------
@@ -184,12 +189,15 @@ class MultiViewMoCo(nn.Module):
     @torch.no_grad()
     def _enqueue(self, crop: int, keys: torch.Tensor) -> None:
         k = self.queues.shape[1]
-        ptr = int(self.queue_ptr[crop])
+        if self._queue_ptr is None:  # after a load: one read
+            self._queue_ptr = [int(p) for p in self.queue_ptr.tolist()]
+        ptr = self._queue_ptr[crop]
         n = keys.shape[0]
         if k % n:
             raise ValueError(f"MODEL.QUEUE_SIZE {k} is not divisible by the global batch {n}")
         self.queues[crop, ptr : ptr + n] = keys.to(self.queues.dtype)
-        self.queue_ptr[crop] = (ptr + n) % k
+        self._queue_ptr[crop] = (ptr + n) % k
+        self.queue_ptr[crop] = self._queue_ptr[crop]
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
@@ -213,10 +221,14 @@ class MultiViewMoCo(nn.Module):
         if self.training:
             for j in range(self.num_key_crops):
                 self._enqueue(j, global_keys[j])
-        metrics = {
-            "nuclear_norm": stats.nuclear_norm.item(),
-            "log_prior": stats.log_prior.item(),
-            "inst_acc": stats.accuracy.item(),
+        metrics = {  # device tensors: the trainer reads them at its logging period
+            "nuclear_norm": stats.nuclear_norm.detach(),
+            "log_prior": stats.log_prior.detach(),
+            "inst_acc": stats.accuracy.detach(),
             "beta": beta if math.isfinite(beta := self.criterion.beta) else float("inf"),
         }
         return {"loss_contrastive": loss, "metrics": metrics}
+
+
+def _forget_host_queue_ptr(module: nn.Module, incompatible_keys: object) -> None:
+    module._queue_ptr = None  # the loaded buffer holds the pointers now

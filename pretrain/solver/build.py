@@ -91,14 +91,15 @@ class LARS(torch.optim.Optimizer):
             trust = torch.where((p_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust))
             d = torch._foreach_add(grads, params, alpha=wd) if wd else [g.clone() for g in grads]
             torch._foreach_mul_(d, list(trust.unbind()))
-            bufs = []
-            for p, di in zip(params, d, strict=True):
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = di.clone()
-                else:
-                    state["momentum_buffer"].mul_(group["momentum"]).add_(di)
-                bufs.append(state["momentum_buffer"])
+            if all("momentum_buffer" in self.state[p] for p in params):
+                bufs = [self.state[p]["momentum_buffer"] for p in params]
+                # one launch each over all parameters (a per-parameter loop is 2 per parameter)
+                torch._foreach_mul_(bufs, group["momentum"])
+                torch._foreach_add_(bufs, d)
+            else:  # the first step: the buffers start as d
+                for p, di in zip(params, d, strict=True):
+                    self.state[p]["momentum_buffer"] = di.clone()
+                bufs = [self.state[p]["momentum_buffer"] for p in params]
             torch._foreach_add_(params, bufs, alpha=-group["lr"])
         return loss
 
