@@ -19,26 +19,13 @@ from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import (
-    FASHION_MNIST,
-    FashionMNISTSource,
-    TransformedDataset,
-    dataset_type,
-)
+from pretrain.data.datasets import FASHION_MNIST, FashionMNISTSource, dataset_type
 from pretrain.errors import DatasetError
 
 from .backbone import EvalBackbone
 from .datasets import build_image_folder
-from .engine import (
-    build_schedule,
-    evaluate_topk,
-    infinite_batches,
-    iters_per_epoch,
-    run_training,
-    wrap_ddp,
-)
+from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import linear_head
-from .transforms import eval_transform, train_transform
 
 __all__ = ["LinearProbe", "ProbeResult", "build_classification_sets", "run_linear_probe"]
 
@@ -123,12 +110,8 @@ def run_linear_probe(
     resume: bool = False,
 ) -> ProbeResult:
     train_base, val_base, num_classes = build_classification_sets(cfg, data_root)
-    train_set = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP))
-    val_set = TransformedDataset(
-        val_base, eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
-    )
+    train_set, val_set, max_iter = supervised_sets(cfg, train_base, val_base)
     s = cfg.SOLVER
-    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
     model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device)
     optimizer = torch.optim.SGD(
         model.classifier.parameters(),
@@ -161,13 +144,11 @@ def run_linear_probe(
         finally:
             model.train()
 
-    batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
-    res = run_training(
+    res = train_supervised(
         model,
         optimizer,
-        batches,
+        train_set,
         max_iter,
-        build_schedule(s, max_iter),
         cfg,
         eval_fn,
         checkpoint_model=model.classifier,

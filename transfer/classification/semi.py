@@ -30,16 +30,8 @@ from pretrain.errors import DatasetError
 
 from .backbone import EvalBackbone
 from .datasets import build_image_folder, read_subset_file, subset_indices
-from .engine import (
-    build_schedule,
-    evaluate_topk,
-    infinite_batches,
-    iters_per_epoch,
-    run_training,
-    wrap_ddp,
-)
+from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import best_index, linear_head, log_spaced
-from .transforms import eval_transform, train_transform
 
 __all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
 
@@ -99,13 +91,10 @@ def run_semi_supervised(
     held = heldout_indices(train_all.targets, set(labelled), cfg.DATA.HELDOUT_PER_CLASS, cfg.SEED)
     if not held:
         raise DatasetError(f"{data_root}/train: no unlabelled images left to select the lr on")
-    evt = eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
-    train_set = TransformedDataset(train_all, train_transform(cfg.INPUT.TRAIN_CROP), labelled)
-    held_set = TransformedDataset(train_all, evt, held)
-    val_set = TransformedDataset(val_base, evt)
+    train_set, val_set, max_iter = supervised_sets(cfg, train_all, val_base, labelled)
+    held_set = TransformedDataset(train_all, val_set.transform, held)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
-    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
     num_classes = len(train_all.classes)
     logger.info(
         "semi-supervised %d%%: %d labelled images, %d classes, %d held out for selection, "
@@ -145,13 +134,11 @@ def run_semi_supervised(
 
         out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
         os.makedirs(out_dir, exist_ok=True)
-        batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
-        res = run_training(
+        res = train_supervised(
             wrap_ddp(model, model.device),
             optimizer,
-            batches,
+            train_set,
             max_iter,
-            build_schedule(s, max_iter),
             cfg,
             eval_fn,
             output_dir=out_dir,
