@@ -25,7 +25,7 @@ from pretrain.data.datasets import (
     TransformedDataset,
 )
 from pretrain.evaluation.features import extract_features
-from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 from pretrain.modeling import build_model
 from pretrain.priors import PRIOR_REGISTRY
 
@@ -131,7 +131,7 @@ def knn_top1(
     n_test: int,
     dataset_type: str = FASHION_MNIST,
 ) -> float:
-    """Weighted kNN (k = 200, T = 0.07) top-1 of ``backbone``'s pooled features."""
+    """Weighted kNN (k = KNN_K, T = KNN_T) top-1 of ``backbone``'s pooled features."""
     return knn_accuracy(*knn_features(backbone, root, size, n_train, n_test, dataset_type))
 
 
@@ -173,7 +173,7 @@ def _header(dataset_type: str, root: str, n_train: int, n_test: int, n_found: in
             where = f"the first {n_found:,} images of the Fashion-MNIST test split"
     else:
         where = f"{n_found:,} held-out images of {root}"
-    return f"kNN top-1 on {where} (k = 200, T = 0.07, {n_train:,} references):"
+    return f"kNN top-1 on {where} (k = {KNN_K}, T = {KNN_T}, {n_train:,} references):"
 
 
 def run_demo(

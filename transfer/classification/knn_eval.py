@@ -1,4 +1,4 @@
-"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST (k=200, T=0.07).
+"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST.
 
 Train and test features are extracted once (eval pipeline, cached like the transfer features)
 and every test image is classified by its k nearest training features, see
@@ -21,7 +21,7 @@ from pretrain.data.datasets import (
     dataset_type,
 )
 from pretrain.evaluation.features import extract_features
-from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 
 from .backbone import EvalBackbone
 from .datasets import build_image_folder
@@ -68,8 +68,8 @@ def run_knn(
     name: str,
     resize: int,
     crop: int,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
     cache: FeatureCache | None = None,
     device: torch.device | str = "cpu",
     batch_size: int = 256,

@@ -17,6 +17,7 @@ import argparse
 import torch
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="compute accuracy with weighted kNN on N train images instead",
     )
-    p.add_argument("--knn-k", type=int, default=200)
+    p.add_argument("--knn-k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
     p.add_argument("--batch-images", type=int, default=8, help="images per forward (x views)")
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0, help="augmentation seed")

@@ -1,4 +1,4 @@
-"""Weighted kNN classification of frozen features (k=200, T=0.07).
+"""Weighted kNN classification of frozen features (k and T: --k, --temperature).
 
   python tools/knn_eval.py --random-init resnet18 --dataset fashion-mnist \
       --data-root /usr/share/datasets/fashion-mnist --image-size 32 --output-dir out/knn
@@ -14,6 +14,7 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.run_setup import dump_run_info
 from pretrain.tables import update_table
 from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
@@ -42,8 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--crop", type=int, default=0, help="default: 224 or --image-size")
     parser.add_argument("--limit", type=int, default=None, help="fashion-mnist: first N per split")
-    parser.add_argument("--k", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.07)
+    parser.add_argument("--k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
+    parser.add_argument(
+        "--temperature", type=float, default=KNN_T, help="vote temperature (default: %(default)s)"
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-workers", type=int, default=4)
     parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
