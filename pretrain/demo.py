@@ -20,10 +20,10 @@ from pretrain.config_files import config_path
 from pretrain.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.data.datasets import (
     FASHION_MNIST,
-    FashionMNISTSource,
     ImageFolderSource,
     TransformedDataset,
 )
+from pretrain.data.splits import labelled_splits
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 from pretrain.modeling import build_model
@@ -96,9 +96,8 @@ def _knn_splits(
         norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB)]
     if dataset_type == FASHION_MNIST:
         tf = T.Compose(norm)
-        return tuple(
-            FashionMNISTSource(root, split, n, image_size=size, transform=tf)
-            for split, n in (("train", n_train), ("test", n_test))
+        return labelled_splits(
+            FASHION_MNIST, root, limits=(n_train, n_test), image_size=size, transform=tf
         )
     ds = ImageFolderSource(root, extensions=IMG_EXTENSIONS, allow_empty=False)
     tf = T.Compose([T.Resize(size), T.CenterCrop(size), *norm])

@@ -7,28 +7,20 @@ and every test image is classified by its k nearest training features, see
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import (
-    FASHION_MNIST,
-    DatasetError,
-    FashionMNISTSource,
-    TransformedDataset,
-    dataset_type,
-)
+from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder
 from .features import FeatureCache, labels_digest
 from .transforms import eval_transform
 
-__all__ = ["KNNResult", "knn_sets", "run_knn"]
+__all__ = ["KNNResult", "run_knn"]
 
 
 @dataclass
@@ -39,25 +31,6 @@ class KNNResult:
     num_train: int
     num_test: int
     num_classes: int
-
-
-def knn_sets(
-    dataset: str, root: str, image_size: int = 32, class_list: str = "", limit: int | None = None
-) -> tuple[Dataset, Dataset, int]:
-    """``(train, test, num_classes)`` as PIL-image datasets with a ``targets`` list: the train
-    split (``<root>/train``) is the references, the test split (``<root>/val``) the queries;
-    ``limit`` keeps the first N images of each Fashion-MNIST split."""
-    if dataset_type(dataset) == FASHION_MNIST:
-        return (
-            FashionMNISTSource(root, "train", limit or 0, image_size=image_size),
-            FashionMNISTSource(root, "test", limit or 0, image_size=image_size),
-            10,
-        )
-    train = build_image_folder(os.path.join(root, "train"), class_list)
-    test = build_image_folder(os.path.join(root, "val"), class_list)
-    if train.classes != test.classes:
-        raise DatasetError(f"{root}: train/ and val/ have different classes")
-    return train, test, len(train.classes)
 
 
 def run_knn(

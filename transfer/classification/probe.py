@@ -10,7 +10,6 @@ linear layer is wrapped in DDP.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
@@ -19,11 +18,10 @@ from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import FASHION_MNIST, FashionMNISTSource, dataset_type
-from pretrain.errors import DatasetError
+from pretrain.data.datasets import dataset_type
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder
+from .datasets import labelled_sets
 from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import linear_head
 
@@ -35,19 +33,8 @@ logger = logging.getLogger(__name__)
 def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Dataset, int]:
     """``(train, val, num_classes)`` yielding PIL images: ImageFolder ``<root>/train`` and
     ``<root>/val`` (optionally restricted to ``DATA.CLASS_LIST``) or Fashion-MNIST idx files."""
-    if dataset_type(cfg.DATA.NAME) == FASHION_MNIST:
-        size = cfg.DATA.IMAGE_SIZE
-        return (
-            FashionMNISTSource(data_root, "train", image_size=size),
-            FashionMNISTSource(data_root, "test", image_size=size),
-            10,
-        )
-    train = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
-    val = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
-    if train.classes != val.classes:
-        diff = sorted(set(train.classes) ^ set(val.classes))
-        raise DatasetError(f"{data_root}: train/ and val/ have different classes, e.g. {diff[:5]}")
-    return train, val, len(train.classes)
+    kind = dataset_type(cfg.DATA.NAME)
+    return labelled_sets(kind, data_root, cfg.DATA.CLASS_LIST, image_size=cfg.DATA.IMAGE_SIZE)
 
 
 class LinearProbe(nn.Module):

@@ -24,12 +24,12 @@ import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.data.datasets import TransformedDataset
+from pretrain.data.datasets import IMAGEFOLDER, TransformedDataset
 from pretrain.data.splits import per_class_split
 from pretrain.errors import DatasetError
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder, read_subset_file, subset_indices
+from .datasets import labelled_sets, read_subset_file, subset_indices
 from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import best_index, linear_head, log_spaced
 
@@ -83,10 +83,7 @@ def run_semi_supervised(
     if not cfg.DATA.SPLIT_FILE:
         raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
     names = read_subset_file(cfg.DATA.SPLIT_FILE)
-    train_all = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
-    val_base = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
-    if train_all.classes != val_base.classes:
-        raise DatasetError(f"{data_root}: train/ and val/ have different classes")
+    train_all, val_base, num_classes = labelled_sets(IMAGEFOLDER, data_root, cfg.DATA.CLASS_LIST)
     labelled = subset_indices(train_all, names, cfg.DATA.SPLIT_FILE)
     held = heldout_indices(train_all.targets, set(labelled), cfg.DATA.HELDOUT_PER_CLASS, cfg.SEED)
     if not held:
@@ -95,7 +92,6 @@ def run_semi_supervised(
     held_set = TransformedDataset(train_all, val_set.transform, held)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
-    num_classes = len(train_all.classes)
     logger.info(
         "semi-supervised %d%%: %d labelled images, %d classes, %d held out for selection, "
         "%d iterations per lr, classifier lrs %s",

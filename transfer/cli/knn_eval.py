@@ -14,13 +14,15 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.data.datasets import dataset_type
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.run_setup import dump_run_info
 from pretrain.tables import update_table
 from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.datasets import labelled_sets
 from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
-from transfer.classification.knn_eval import knn_sets, run_knn
+from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
 
 __all__ = ["main", "parse_args"]
@@ -61,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)
-    train, test, num_classes = knn_sets(
-        args.dataset, args.data_root, args.image_size, args.class_list, args.limit
+    train, test, num_classes = labelled_sets(
+        dataset_type(args.dataset),
+        args.data_root,
+        args.class_list,
+        limit=args.limit or 0,
+        image_size=args.image_size,
     )
     res = run_knn(
         model_from_args(args),
