@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from pretrain.config import load_config
-from pretrain.demo import DEMO_CONFIG
 from pretrain.modeling import build_model
+from transfer.classification.demo import DEMO_CONFIG
 
 TINY = {
     "DATASETS.TYPE": "imagefolder",

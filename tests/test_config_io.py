@@ -11,8 +11,8 @@ import pretrain.config
 import transfer.classification.config as classification
 import transfer.detection.config as detection
 from pretrain.config_io import load_strict
-from pretrain.demo import DEMO_CONFIG
 from pretrain.errors import ConfigError
+from transfer.classification.demo import DEMO_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 DEMO_CONFIG = config_path("pretrain/demo_fashion_mnist_r18.yaml")
-logger = logging.getLogger("pretrain.demo")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
