@@ -24,18 +24,17 @@ from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
+from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = tool_parser(__doc__)
     add_model_args(parser)
-    parser.add_argument("--dataset", choices=["fashion-mnist", "imagefolder"], required=True)
-    parser.add_argument("--data-root", required=True, help="idx directory or <root>/{train,val}")
-    parser.add_argument("--class-list", default="", help="imagefolder: restrict to these classes")
+    add_dataset_args(
+        parser, "idx directory or <root>/{train,val}", "imagefolder: restrict to these classes"
+    )
     parser.add_argument("--image-size", type=int, default=32, help="Fashion-MNIST upsampling")
     parser.add_argument(
         "--resize",
@@ -52,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-workers", type=int, default=4)
     parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
-    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    add_device_arg(parser)
     return parser.parse_args(argv)
 
 
