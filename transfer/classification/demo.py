@@ -25,7 +25,7 @@ from pretrain.data.datasets import (
 )
 from pretrain.data.splits import labelled_splits
 from pretrain.evaluation.features import extract_features
-from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
+from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy, knn_top1
 from pretrain.modeling import build_model
 from pretrain.priors import PRIOR_REGISTRY
 
@@ -35,7 +35,6 @@ __all__ = [
     "centred_pixels",
     "format_knn_report",
     "knn_features",
-    "knn_top1",
     "method_label",
     "raw_pixel_top1",
     "run_demo",
@@ -122,18 +121,6 @@ def knn_features(
     return f_train, y_train, f_test, y_test
 
 
-def knn_top1(
-    backbone: torch.nn.Module,
-    root: str,
-    size: int,
-    n_train: int,
-    n_test: int,
-    dataset_type: str = FASHION_MNIST,
-) -> float:
-    """Weighted kNN (k = KNN_K, T = KNN_T) top-1 of ``backbone``'s pooled features."""
-    return knn_accuracy(*knn_features(backbone, root, size, n_train, n_test, dataset_type))
-
-
 def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Images (N, ...) as flat vectors minus the mean reference (``train``) vector.
 
@@ -200,11 +187,11 @@ def run_demo(
     size = cfg.INPUT.LARGE_SIZE
     root, kind = cfg.DATASETS.ROOT, cfg.DATASETS.TYPE
     raw_size = 28 if kind == FASHION_MNIST else size
-    _, test = _knn_splits(kind, root, size, n_train, n_test)
+    train, test = _knn_splits(kind, root, size, n_train, n_test)
     return DemoResult(
         checkpoint=ckpt,
-        knn_pretrained=knn_top1(pretrained, root, size, n_train, n_test, kind),
-        knn_random=knn_top1(random_init, root, size, n_train, n_test, kind),
+        knn_pretrained=knn_top1(pretrained, train, test),
+        knn_random=knn_top1(random_init, train, test),
         train_seconds=seconds,
         method=method_label(cfg),
         knn_raw_pixels=raw_pixel_top1(root, n_train, n_test, kind, raw_size),
