@@ -43,6 +43,8 @@ _MOVED = {
     "pretrain.resnet_names": "pretrain.checkpoint.resnet_names",
     "pretrain.priors": "pretrain.losses.priors",
     "pretrain.nuclear_norm": "pretrain.losses.nuclear",
+    # the demo evaluates (kNN, baselines): the transfer side's job since 2026-11
+    "pretrain.demo": "transfer.classification.demo",
 }
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pretrain.config.defaults import load_config
-from pretrain.demo import DEMO_CONFIG
+from pretrain.config import load_config
 from pretrain.modeling import build_model
+from transfer.classification.demo import DEMO_CONFIG
 
 TINY = {
     "DATASETS.TYPE": "imagefolder",

@@ -18,15 +18,15 @@ from pathlib import Path
 import torch
 from conftest import ROOT, make_image_folder, tiny_opts
 
-from pretrain.config.defaults import load_config
-from pretrain.demo import DEMO_CONFIG
+from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
+from transfer.classification.demo import DEMO_CONFIG
 
 # Saves the whole trainer state (ResNet-18 query + key encoders, LARS momentum: ~140 MB) in a
 # loop with the trainer's own checkpointer, continuing the numbering after the last one.
 WRITER = """
 import os
-from pretrain.config.defaults import load_config
+from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
 trainer = PretrainTrainer(load_config({config!r}, {opts!r}))
 ckpt = trainer.checkpointer

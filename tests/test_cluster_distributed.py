@@ -23,9 +23,9 @@ from slurm import jobtools
 from slurm.jobtools import SignalAt
 
 from pretrain.cluster.submit import JobRequest, submit
-from pretrain.config.defaults import load_config
-from pretrain.demo import DEMO_CONFIG
+from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
+from transfer.classification.demo import DEMO_CONFIG
 
 # INPUT.COLOR_ON_DEVICE stays at its default (True): colour parameters are drawn per sample in
 # the data workers, so they do not depend on the number of processes.

@@ -21,9 +21,9 @@ from conftest import ROOT, group_alive, make_image_folder, tiny_opts
 from detectron2.engine import HookBase
 
 from pretrain.cluster.preemption import Preempted
-from pretrain.config.defaults import load_config
-from pretrain.demo import DEMO_CONFIG
+from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
+from transfer.classification.demo import DEMO_CONFIG
 
 STOP_AFTER = 2
 # no periodic checkpoint before the end: a mid-run checkpoint can only come from the signal

@@ -20,7 +20,7 @@ from slurm import jobtools
 from slurm.jobtools import SleepEveryStep, job_field, wait_for_iteration, wait_for_job
 
 from pretrain.cluster.submit import JobRequest, SubmitError, submit
-from pretrain.demo import DEMO_CONFIG
+from transfer.classification.demo import DEMO_CONFIG
 
 pytestmark = pytest.mark.slurm
 MAX_ITER = 10

@@ -11,7 +11,7 @@ import pytest
 from conftest import tiny_opts
 
 from pretrain.cli.submit_pretrain import main as CLI
-from pretrain.demo import DEMO_CONFIG
+from transfer.classification.demo import DEMO_CONFIG
 
 
 def _fake_bin(tmp_path: Path, **scripts: str) -> Path:

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from fvcore.common.config import CfgNode
 
-import pretrain.config.defaults
+import pretrain.config
 import transfer.classification.config as classification
 import transfer.detection.config as detection
 from pretrain.config.strict import load_strict
-from pretrain.demo import DEMO_CONFIG
 from pretrain.utils.errors import ConfigError
+from transfer.classification.demo import DEMO_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_bad_values_yaml_and_overrides(tmp_path, body, opts, match):
 @pytest.mark.parametrize(
     "load, base, section",
     [
-        (pretrain.config.defaults.load_config, DEMO_CONFIG, "LOSS"),
+        (pretrain.config.load_config, DEMO_CONFIG, "LOSS"),
         (
             lambda p: classification.load_config(classification.linear_probe_defaults(), p),
             REPO / "configs" / "eval" / "linear_lorac_in1k.yaml",

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_image_folder
+from test_analysis_helpers import make_fashion_mnist
 
-from pretrain.data.splits import evenly_spaced, per_class_split
+from pretrain.data.datasets import FASHION_MNIST, IMAGEFOLDER
+from pretrain.data.splits import evenly_spaced, labelled_splits, per_class_split
+from pretrain.utils.errors import DatasetError
+from transfer.classification.datasets import labelled_sets
 from transfer.classification.semi import heldout_indices
 from transfer.classification.transfer_datasets import stratified_holdout
 
@@ -85,3 +90,26 @@ def test_per_class_split_parts_are_disjoint_and_sized():
 def test_evenly_spaced_keeps_both_ends():
     assert evenly_spaced(10, 4) == [0, 3, 6, 9]
     assert evenly_spaced(3, 0) == evenly_spaced(3, 5) == [0, 1, 2]
+
+
+def test_labelled_splits_of_fashion_mnist_take_the_first_images_of_each_split(tmp_path):
+    root = make_fashion_mnist(tmp_path / "fm", n_train=20, n_test=10)
+    train, test = labelled_splits(FASHION_MNIST, str(root), limits=(7, 4))
+    assert (len(train), len(test)) == (7, 4)
+    assert list(train.targets) == list(range(7)) and list(test.targets) == list(range(4))
+
+
+def test_labelled_splits_of_image_folders_index_train_and_val_alike(tmp_path):
+    make_image_folder(tmp_path / "train", classes=3, per_class=2)
+    make_image_folder(tmp_path / "val", classes=3, per_class=1)
+    train, test = labelled_splits(IMAGEFOLDER, str(tmp_path))
+    assert train.classes == test.classes == ["class0", "class1", "class2"]
+    assert (len(train), len(test)) == (6, 3)
+    assert sorted(set(train.targets)) == sorted(set(test.targets)) == [0, 1, 2]
+
+
+def test_labelled_sets_refuse_train_and_val_with_different_classes(tmp_path):
+    make_image_folder(tmp_path / "train", classes=3, per_class=1)
+    make_image_folder(tmp_path / "val", classes=2, per_class=1)
+    with pytest.raises(DatasetError, match="different classes, e.g. \\['class2'\\]"):
+        labelled_sets(IMAGEFOLDER, str(tmp_path))

@@ -10,8 +10,10 @@ import torch
 from test_classification_knn import make_fashion_mnist
 
 from pretrain.checkpoint.reader import build_torchvision_backbone, extract_backbone
-from pretrain.config.defaults import ConfigError, load_config
-from pretrain.demo import (
+from pretrain.config import ConfigError, load_config
+from pretrain.modeling import build_model
+from pretrain.modeling.encoder import resnet_backbone
+from transfer.classification.demo import (
     DEMO_CONFIG,
     DemoResult,
     centred_pixels,
@@ -19,8 +21,6 @@ from pretrain.demo import (
     method_label,
     raw_pixel_top1,
 )
-from pretrain.modeling import build_model
-from pretrain.modeling.encoder import resnet_backbone
 from transfer.detection.convert import ConversionError, convert_to_d2
 
 

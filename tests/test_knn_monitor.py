@@ -9,9 +9,9 @@ import pytest
 from conftest import make_image_folder, tiny_opts
 from test_classification_knn import make_fashion_mnist
 
-from pretrain.config.defaults import ConfigError, load_config
-from pretrain.demo import DEMO_CONFIG
+from pretrain.config import ConfigError, load_config
 from pretrain.engine.trainer import PretrainTrainer
+from transfer.classification.demo import DEMO_CONFIG
 
 
 def _knn_records(out: Path) -> list[tuple[int, float]]:

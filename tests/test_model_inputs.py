@@ -20,8 +20,8 @@ from pretrain.data.loader import (
     collate_views,
     shuffle_seeds,
 )
-from pretrain.demo import DEMO_CONFIG
 from pretrain.modeling import build_model
+from transfer.classification.demo import DEMO_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 

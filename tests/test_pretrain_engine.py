@@ -15,8 +15,8 @@ from PIL import Image
 
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.data.datasets import DatasetError
-from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.trainer import PretrainTrainer
+from transfer.classification.demo import DEMO_CONFIG
 
 
 def _train(opts: list[str], hooks: list | None = None) -> PretrainTrainer:
@@ -219,7 +219,7 @@ def test_resume_removes_temporaries_of_an_interrupted_write(tmp_path, image_fold
 
 def test_demo_runs_on_an_image_folder(tmp_path):
     """The demo tool's library path on an ImageFolder root: trains, evaluates kNN for both nets."""
-    from pretrain.demo import run_demo
+    from transfer.classification.demo import run_demo
 
     root = make_image_folder(tmp_path / "data", classes=3, per_class=12)
     res = run_demo(

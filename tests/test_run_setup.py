@@ -12,10 +12,10 @@ import pytest
 from conftest import tiny_opts
 from fvcore.common.config import CfgNode
 
-from pretrain.demo import DEMO_CONFIG
 from pretrain.engine.launch import argument_parser, setup
 from pretrain.engine.trainer import PretrainTrainer
 from pretrain.utils.run_setup import dump_run_info
+from transfer.classification.demo import DEMO_CONFIG
 
 # Every write of a file named config.yaml/env.txt in this process while recording: open() for
 # writing or os.replace onto it (an atomic write), whoever the writer (ours or detectron2's).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Weighted kNN classification of frozen features (k=200, T=0.07). The options and the code are
+"""Weighted kNN classification of frozen features. The options and the code are
 in transfer.cli.knn_eval, which setup.py also installs as `lorac-knn-eval`.
 """
 

@@ -1,18 +1,63 @@
-"""Index subsets of a dataset: evenly spaced, and seeded per-class splits.
+"""Splits of a dataset: its labelled train / test images, evenly spaced and seeded per-class
+index subsets.
 
-Both sides of the project use them: pretraining's kNN monitor and the nuclear-norm analysis take
-evenly spaced images; the transfer datasets (validation and test splits) and the
-semi-supervised / study probes (held-out images for the learning-rate choice) take seeded
-per-class splits.
+Both sides of the project use them: :func:`labelled_splits` is the one builder of a
+classification dataset's reference (train) and query (test) images, for pretraining's kNN
+monitor, the demo and the classification evaluations; pretraining's kNN monitor and the
+nuclear-norm analysis take evenly spaced images; the transfer datasets (validation and test
+splits) and the semi-supervised / study probes (held-out images for the learning-rate choice)
+take seeded per-class splits.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
-__all__ = ["evenly_spaced", "per_class_split"]
+from pretrain.data.datasets import FASHION_MNIST, FashionMNISTSource, ImageFolderSource
+
+__all__ = ["evenly_spaced", "labelled_splits", "per_class_split"]
+
+
+def labelled_splits(
+    kind: str,
+    root: str,
+    class_list: str = "",
+    *,
+    limits: tuple[int, int] = (0, 0),
+    image_size: int = 0,
+    transform: Callable | None = None,
+    extensions: tuple[str, ...] | None = None,
+    allow_empty: bool = True,
+) -> tuple[FashionMNISTSource, FashionMNISTSource] | tuple[ImageFolderSource, ImageFolderSource]:
+    """The labelled ``(train, test)`` images of a classification dataset of type ``kind``.
+
+    ``fashion_mnist``: the train and test splits of the idx files in ``root``, the first
+    ``limits = (n_train, n_test)`` images of each (0: all), upsampled to ``image_size`` (0: 28).
+    Any other type: the image folders ``root/train`` and ``root/val``, optionally restricted to
+    the classes of ``class_list`` (indexed alike in both); ``extensions`` and ``allow_empty`` as
+    in :class:`~pretrain.data.datasets.ImageFolderSource`. ``transform`` applies to the images.
+    """
+    if kind == FASHION_MNIST:
+        return (
+            FashionMNISTSource(
+                root, "train", limits[0], image_size=image_size, transform=transform
+            ),
+            FashionMNISTSource(root, "test", limits[1], image_size=image_size, transform=transform),
+        )
+    train, test = (
+        ImageFolderSource(
+            os.path.join(root, sub),
+            class_list,
+            transform=transform,
+            extensions=extensions,
+            allow_empty=allow_empty,
+        )
+        for sub in ("train", "val")
+    )
+    return train, test
 
 
 def evenly_spaced(total: int, count: int) -> list[int]:

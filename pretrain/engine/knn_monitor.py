@@ -28,7 +28,7 @@ from pretrain.data.datasets import (
     ImageFolderSource,
     TransformedDataset,
 )
-from pretrain.data.splits import evenly_spaced
+from pretrain.data.splits import evenly_spaced, labelled_splits
 from pretrain.evaluation.knn_hook import KNNHook
 
 if TYPE_CHECKING:  # trainer.py imports this module lazily; a run-time import would be a cycle
@@ -43,7 +43,7 @@ def knn_sources(
     """(reference source, test source) of the kNN monitor; ConfigError naming TEST.KNN_ROOT."""
     if cfg.DATASETS.TYPE == FASHION_MNIST:
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
-        return FashionMNISTSource(root, "train"), FashionMNISTSource(root, "test")
+        return labelled_splits(FASHION_MNIST, root)
     root = cfg.TEST.KNN_ROOT
     if not root:
         raise ConfigError(
@@ -53,10 +53,7 @@ def knn_sources(
     for sub in ("train", "val"):
         if not os.path.isdir(os.path.join(root, sub)):
             raise ConfigError(f"TEST.KNN_ROOT = {root!r}: no {sub}/ folder of labelled images")
-    return (
-        ImageFolderSource(os.path.join(root, "train"), cfg.DATASETS.CLASS_LIST),
-        ImageFolderSource(os.path.join(root, "val"), cfg.DATASETS.CLASS_LIST),
-    )
+    return labelled_splits(cfg.DATASETS.TYPE, root, cfg.DATASETS.CLASS_LIST)
 
 
 def build_knn_hook(cfg: CfgNode, trainer: PretrainTrainer) -> KNNHook:

@@ -1,10 +1,11 @@
 """Weighted k-nearest-neighbour classification on L2-normalised features (Wu et al. 2018).
 
 Each of the k nearest reference features (cosine similarity s) votes for its label with weight
-exp(s / T); the class with the largest total wins. Defaults k = 200, T = 0.07 as in the
-InstDisc / MoCo literature. This is the project's one kNN: the pretraining monitor
-(:mod:`.knn_hook`), the demo, ``tools/knn_eval.py``, the nuclear-norm analysis and the study all
-score features with it; which images are references and which are queries is theirs to choose.
+exp(s / T); the class with the largest total wins. The defaults :data:`KNN_K` and :data:`KNN_T`
+(k = 200, T = 0.07, as in the InstDisc / MoCo literature) are written only here. This is the
+project's one kNN: the pretraining monitor (:mod:`.knn_hook`), the demo, ``tools/knn_eval.py``,
+the nuclear-norm analysis and the study all score features with it; which images are
+references and which are queries is theirs to choose.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from torch.utils.data import Dataset
 
 from .features import extract_features
 
-__all__ = ["knn_accuracy", "knn_top1", "weighted_knn_predict"]
+__all__ = ["KNN_K", "KNN_T", "knn_accuracy", "knn_top1", "weighted_knn_predict"]
+
+KNN_K = 200  # neighbours that vote
+KNN_T = 0.07  # temperature T of the exp(s / T) vote weights
 
 
 def weighted_knn_predict(
@@ -24,8 +28,8 @@ def weighted_knn_predict(
     train_labels: torch.Tensor,
     test_features: torch.Tensor,
     num_classes: int,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
     chunk_size: int = 1024,
 ) -> torch.Tensor:
     """Class scores (num_test, num_classes) of weighted kNN; argmax gives the prediction.
@@ -60,8 +64,8 @@ def knn_accuracy(
     test_features: torch.Tensor,
     test_labels: torch.Tensor,
     num_classes: int | None = None,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
 ) -> float:
     """Top-1 accuracy (in [0, 1]) of :func:`weighted_knn_predict`.
 
@@ -80,8 +84,8 @@ def knn_top1(
     references: Dataset,
     test: Dataset,
     *,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
     num_classes: int | None = None,
     device: torch.device | str = "cpu",
     batch_size: int = 256,

@@ -24,7 +24,7 @@ from detectron2.engine import HookBase
 from detectron2.utils import comm
 
 from .features import FeatureFn, embed
-from .knn import knn_accuracy
+from .knn import KNN_K, KNN_T, knn_accuracy
 
 __all__ = ["KNNHook"]
 
@@ -41,8 +41,8 @@ class KNNHook(HookBase):
         train_loader: Iterable,
         test_loader: Iterable,
         num_classes: int,
-        k: int = 200,
-        temperature: float = 0.07,
+        k: int = KNN_K,
+        temperature: float = KNN_T,
     ) -> None:
         if period < 1:
             raise ValueError(f"KNNHook period must be >= 1, got {period}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pretrain.data.splits import evenly_spaced
+from pretrain.evaluation.knn import KNN_K
 from pretrain.utils.tables import write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.models import load_pretrained
@@ -56,7 +57,7 @@ class AnalysisOptions:
     device: str = "cpu"
     accuracy_csv: str = ""
     knn_train: int = 0
-    knn_k: int = 200
+    knn_k: int = KNN_K
     labels: Sequence[str] = field(default_factory=list)
 
 

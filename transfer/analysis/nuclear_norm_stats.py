@@ -36,6 +36,7 @@ from pretrain.data.datasets import (
 )
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
+from pretrain.evaluation.knn import KNN_K
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
 from pretrain.utils.tables import read_csv
@@ -171,12 +172,13 @@ def knn_top1(
     size: int,
     crop_fraction: float,
     device: str | torch.device = "cpu",
-    k: int = 200,
+    k: int = KNN_K,
     batch_size: int = 256,
     num_workers: int = 0,
 ) -> float:
-    """Weighted kNN top-1 in % (T = 0.07) of the pooled backbone features, eval pipeline:
-    resize to ``size / crop_fraction``, centre crop ``size``, ImageNet normalisation.
+    """Weighted kNN top-1 in % (T = :data:`~pretrain.evaluation.knn.KNN_T`) of the pooled
+    backbone features, eval pipeline: resize to ``size / crop_fraction``, centre crop ``size``,
+    ImageNet normalisation.
     ``train`` and ``test`` are ``(source, indices)``: the references and the queries."""
     tf = eval_transform(round(size / crop_fraction), size)
     top1 = _knn_top1(

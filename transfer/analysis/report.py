@@ -20,34 +20,19 @@ import os
 import re
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pretrain.utils.tables import markdown_table, read_csv, write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
 from transfer.analysis.paper_tables import PAPER_TABLES
 from transfer.analysis.report_html import render_html
+from transfer.analysis.report_sections import Figure, Section
 from transfer.analysis.report_tables import Table, compare_table, csv_table, runs_table
 from transfer.analysis.results import collect_results
 from transfer.analysis.runs import CURVES, RunData, load_run
 
 __all__ = ["Figure", "Report", "build_report"]
-
-
-@dataclass
-class Figure:
-    title: str
-    path: str  # PNG under OUT/figures
-    caption: str = ""
-    points: int | None = None  # data values drawn (figures this report plots itself)
-
-
-@dataclass
-class Section:
-    title: str
-    text: list[str] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
 
 
 @dataclass

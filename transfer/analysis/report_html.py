@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import jinja2
 
-if TYPE_CHECKING:
-    from transfer.analysis.report import Section
+from transfer.analysis.report_sections import Section
 
 __all__ = ["render_html"]
 

@@ -6,6 +6,9 @@ class lists, the RGB decoder); here are the evaluations' conventions on top of t
 * :func:`build_image_folder`: ``<root>/<class>/<image>`` restricted to image files (torchvision's
   ``IMG_EXTENSIONS``) and optionally to the classes of a list file (ImageNet-100 is ImageNet-1K
   restricted to 100 WordNet ids); every class needs at least one image.
+* :func:`labelled_sets`: the labelled train / test images of Fashion-MNIST or of
+  ``<root>/{train,val}`` image folders (:func:`pretrain.data.splits.labelled_splits` with these
+  conventions), for the kNN evaluation, the linear probe and semi-supervised fine-tuning.
 * :func:`read_subset_file` / :func:`subset_indices`: the SimCLR 1% / 10% label split files (one
   ImageNet training file name per line, e.g. ``n01440764_10026.JPEG``).
 
@@ -19,10 +22,11 @@ from collections.abc import Callable, Sequence
 
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from pretrain.data.datasets import ImageFolderSource
+from pretrain.data.datasets import FashionMNISTSource, ImageFolderSource
+from pretrain.data.splits import labelled_splits
 from pretrain.utils.errors import DatasetError
 
-__all__ = ["build_image_folder", "read_subset_file", "subset_indices"]
+__all__ = ["build_image_folder", "labelled_sets", "read_subset_file", "subset_indices"]
 
 
 def build_image_folder(
@@ -32,6 +36,31 @@ def build_image_folder(
     return ImageFolderSource(
         root, class_list_file, transform=transform, extensions=IMG_EXTENSIONS, allow_empty=False
     )
+
+
+def labelled_sets(
+    kind: str, root: str, class_list: str = "", *, limit: int = 0, image_size: int = 0
+) -> (
+    tuple[FashionMNISTSource, FashionMNISTSource, int]
+    | tuple[ImageFolderSource, ImageFolderSource, int]
+):
+    """``(train, test, num_classes)`` yielding PIL images with a ``targets`` list: Fashion-MNIST's
+    train and test splits (the first ``limit`` of each, upsampled to ``image_size``) or the image
+    folders ``<root>/train`` and ``<root>/val`` as :func:`build_image_folder` reads them
+    (optionally restricted to ``class_list``), which must hold the same classes."""
+    train, test = labelled_splits(
+        kind,
+        root,
+        class_list,
+        limits=(limit, limit),
+        image_size=image_size,
+        extensions=IMG_EXTENSIONS,
+        allow_empty=False,
+    )
+    if train.classes != test.classes:
+        diff = sorted(set(train.classes) ^ set(test.classes))
+        raise DatasetError(f"{root}: train/ and val/ have different classes, e.g. {diff[:5]}")
+    return train, test, len(train.classes)
 
 
 def read_subset_file(path: str) -> list[str]:

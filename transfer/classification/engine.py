@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from detectron2.engine import SimpleTrainer, hooks
@@ -30,7 +31,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Subset
 from tqdm import tqdm
 
+from pretrain.data.datasets import TransformedDataset
 from transfer.classification.metrics import topk_hits
+from transfer.classification.transforms import eval_transform, train_transform
 
 __all__ = [
     "build_schedule",
@@ -39,6 +42,8 @@ __all__ = [
     "iters_per_epoch",
     "resolve_device",
     "run_training",
+    "supervised_sets",
+    "train_supervised",
     "wrap_ddp",
 ]
 
@@ -206,3 +211,39 @@ def run_training(
         logger.info("resuming from iteration %d", start_iter)
     trainer.train(start_iter, max_iter)
     return results
+
+
+def supervised_sets(
+    cfg: CfgNode,
+    train_base: Dataset,
+    val_base: Dataset,
+    train_indices: Sequence[int] | None = None,
+) -> tuple[TransformedDataset, TransformedDataset, int]:
+    """The set-up of the linear probe and of semi-supervised fine-tuning: ``(train, val,
+    max_iter)``, the ``train_base`` images (only ``train_indices`` if given) through the training
+    pipeline ``INPUT.TRAIN_CROP``, the ``val_base`` images through the evaluation pipeline
+    ``INPUT.TEST_RESIZE`` / ``TEST_CROP``, and ``SOLVER.MAX_ITER`` or else ``SOLVER.EPOCHS`` of
+    full batches of the training set."""
+    evt = eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
+    train = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP), train_indices)
+    val = TransformedDataset(val_base, evt)
+    s = cfg.SOLVER
+    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train), s.BATCH_SIZE)
+    return train, val, max_iter
+
+
+def train_supervised(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_set: Dataset,
+    max_iter: int,
+    cfg: CfgNode,
+    eval_fn: Callable[[], dict[str, float]],
+    **kwargs: Any,
+) -> dict[str, float]:
+    """:func:`run_training` on endless batches of ``train_set`` (``SOLVER.BATCH_SIZE``, seeded by
+    ``SEED``) with the schedule of ``SOLVER``; ``kwargs`` go to :func:`run_training`."""
+    s = cfg.SOLVER
+    batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
+    schedule = build_schedule(s, max_iter)
+    return run_training(model, optimizer, batches, max_iter, schedule, cfg, eval_fn, **kwargs)

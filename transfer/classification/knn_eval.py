@@ -1,4 +1,4 @@
-"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST (k=200, T=0.07).
+"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST.
 
 Train and test features are extracted once (eval pipeline, cached like the transfer features)
 and every test image is classified by its k nearest training features, see
@@ -7,28 +7,20 @@ and every test image is classified by its k nearest training features, see
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import (
-    FASHION_MNIST,
-    DatasetError,
-    FashionMNISTSource,
-    TransformedDataset,
-    dataset_type,
-)
+from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
-from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder
 from .features import FeatureCache, labels_digest
 from .transforms import eval_transform
 
-__all__ = ["KNNResult", "knn_sets", "run_knn"]
+__all__ = ["KNNResult", "run_knn"]
 
 
 @dataclass
@@ -41,25 +33,6 @@ class KNNResult:
     num_classes: int
 
 
-def knn_sets(
-    dataset: str, root: str, image_size: int = 32, class_list: str = "", limit: int | None = None
-) -> tuple[Dataset, Dataset, int]:
-    """``(train, test, num_classes)`` as PIL-image datasets with a ``targets`` list: the train
-    split (``<root>/train``) is the references, the test split (``<root>/val``) the queries;
-    ``limit`` keeps the first N images of each Fashion-MNIST split."""
-    if dataset_type(dataset) == FASHION_MNIST:
-        return (
-            FashionMNISTSource(root, "train", limit or 0, image_size=image_size),
-            FashionMNISTSource(root, "test", limit or 0, image_size=image_size),
-            10,
-        )
-    train = build_image_folder(os.path.join(root, "train"), class_list)
-    test = build_image_folder(os.path.join(root, "val"), class_list)
-    if train.classes != test.classes:
-        raise DatasetError(f"{root}: train/ and val/ have different classes")
-    return train, test, len(train.classes)
-
-
 def run_knn(
     backbone: EvalBackbone,
     train: Dataset,
@@ -68,8 +41,8 @@ def run_knn(
     name: str,
     resize: int,
     crop: int,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
     cache: FeatureCache | None = None,
     device: torch.device | str = "cpu",
     batch_size: int = 256,

@@ -10,7 +10,6 @@ linear layer is wrapped in DDP.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
@@ -19,26 +18,12 @@ from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import (
-    FASHION_MNIST,
-    FashionMNISTSource,
-    TransformedDataset,
-    dataset_type,
-)
-from pretrain.utils.errors import DatasetError
+from pretrain.data.datasets import dataset_type
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder
-from .engine import (
-    build_schedule,
-    evaluate_topk,
-    infinite_batches,
-    iters_per_epoch,
-    run_training,
-    wrap_ddp,
-)
+from .datasets import labelled_sets
+from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import linear_head
-from .transforms import eval_transform, train_transform
 
 __all__ = ["LinearProbe", "ProbeResult", "build_classification_sets", "run_linear_probe"]
 
@@ -48,19 +33,8 @@ logger = logging.getLogger(__name__)
 def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Dataset, int]:
     """``(train, val, num_classes)`` yielding PIL images: ImageFolder ``<root>/train`` and
     ``<root>/val`` (optionally restricted to ``DATA.CLASS_LIST``) or Fashion-MNIST idx files."""
-    if dataset_type(cfg.DATA.NAME) == FASHION_MNIST:
-        size = cfg.DATA.IMAGE_SIZE
-        return (
-            FashionMNISTSource(data_root, "train", image_size=size),
-            FashionMNISTSource(data_root, "test", image_size=size),
-            10,
-        )
-    train = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
-    val = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
-    if train.classes != val.classes:
-        diff = sorted(set(train.classes) ^ set(val.classes))
-        raise DatasetError(f"{data_root}: train/ and val/ have different classes, e.g. {diff[:5]}")
-    return train, val, len(train.classes)
+    kind = dataset_type(cfg.DATA.NAME)
+    return labelled_sets(kind, data_root, cfg.DATA.CLASS_LIST, image_size=cfg.DATA.IMAGE_SIZE)
 
 
 class LinearProbe(nn.Module):
@@ -123,12 +97,8 @@ def run_linear_probe(
     resume: bool = False,
 ) -> ProbeResult:
     train_base, val_base, num_classes = build_classification_sets(cfg, data_root)
-    train_set = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP))
-    val_set = TransformedDataset(
-        val_base, eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
-    )
+    train_set, val_set, max_iter = supervised_sets(cfg, train_base, val_base)
     s = cfg.SOLVER
-    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
     model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device)
     optimizer = torch.optim.SGD(
         model.classifier.parameters(),
@@ -161,13 +131,11 @@ def run_linear_probe(
         finally:
             model.train()
 
-    batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
-    res = run_training(
+    res = train_supervised(
         model,
         optimizer,
-        batches,
+        train_set,
         max_iter,
-        build_schedule(s, max_iter),
         cfg,
         eval_fn,
         checkpoint_model=model.classifier,

@@ -24,22 +24,14 @@ import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.data.datasets import TransformedDataset
+from pretrain.data.datasets import IMAGEFOLDER, TransformedDataset
 from pretrain.data.splits import per_class_split
 from pretrain.utils.errors import DatasetError
 
 from .backbone import EvalBackbone
-from .datasets import build_image_folder, read_subset_file, subset_indices
-from .engine import (
-    build_schedule,
-    evaluate_topk,
-    infinite_batches,
-    iters_per_epoch,
-    run_training,
-    wrap_ddp,
-)
+from .datasets import labelled_sets, read_subset_file, subset_indices
+from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
 from .linear import best_index, linear_head, log_spaced
-from .transforms import eval_transform, train_transform
 
 __all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
 
@@ -91,22 +83,15 @@ def run_semi_supervised(
     if not cfg.DATA.SPLIT_FILE:
         raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
     names = read_subset_file(cfg.DATA.SPLIT_FILE)
-    train_all = build_image_folder(os.path.join(data_root, "train"), cfg.DATA.CLASS_LIST)
-    val_base = build_image_folder(os.path.join(data_root, "val"), cfg.DATA.CLASS_LIST)
-    if train_all.classes != val_base.classes:
-        raise DatasetError(f"{data_root}: train/ and val/ have different classes")
+    train_all, val_base, num_classes = labelled_sets(IMAGEFOLDER, data_root, cfg.DATA.CLASS_LIST)
     labelled = subset_indices(train_all, names, cfg.DATA.SPLIT_FILE)
     held = heldout_indices(train_all.targets, set(labelled), cfg.DATA.HELDOUT_PER_CLASS, cfg.SEED)
     if not held:
         raise DatasetError(f"{data_root}/train: no unlabelled images left to select the lr on")
-    evt = eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
-    train_set = TransformedDataset(train_all, train_transform(cfg.INPUT.TRAIN_CROP), labelled)
-    held_set = TransformedDataset(train_all, evt, held)
-    val_set = TransformedDataset(val_base, evt)
+    train_set, val_set, max_iter = supervised_sets(cfg, train_all, val_base, labelled)
+    held_set = TransformedDataset(train_all, val_set.transform, held)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
-    max_iter = s.MAX_ITER or s.EPOCHS * iters_per_epoch(len(train_set), s.BATCH_SIZE)
-    num_classes = len(train_all.classes)
     logger.info(
         "semi-supervised %d%%: %d labelled images, %d classes, %d held out for selection, "
         "%d iterations per lr, classifier lrs %s",
@@ -145,13 +130,11 @@ def run_semi_supervised(
 
         out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
         os.makedirs(out_dir, exist_ok=True)
-        batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
-        res = run_training(
+        res = train_supervised(
             wrap_ddp(model, model.device),
             optimizer,
-            batches,
+            train_set,
             max_iter,
-            build_schedule(s, max_iter),
             cfg,
             eval_fn,
             output_dir=out_dir,

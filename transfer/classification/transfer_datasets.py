@@ -33,7 +33,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -283,22 +283,29 @@ def flowers(root: str, ctx: BuildContext) -> TransferData:
     return _make("flowers", root, srcs, 102, splits, "official train/val/test")
 
 
-@TRANSFER_DATASETS.register()
-def cars(root: str, ctx: BuildContext) -> TransferData:
-    tr, te = (_tv("cars", tvd.StanfordCars, root, split=s) for s in ("train", "test"))
-    return _heldout_val("cars", root, tr, te, ctx, tr.classes)
+# Datasets that torchvision reads as a train and a test split, val held out of train.
+# key: (torchvision class, the argument that picks the split, its train and test values)
+_TRAIN_TEST = {
+    "cars": (tvd.StanfordCars, "split", ("train", "test")),
+    "cifar10": (tvd.CIFAR10, "train", (True, False)),
+    "cifar100": (tvd.CIFAR100, "train", (True, False)),
+    "pets": (tvd.OxfordIIITPet, "split", ("trainval", "test")),
+}
 
 
-@TRANSFER_DATASETS.register()
-def cifar10(root: str, ctx: BuildContext) -> TransferData:
-    tr, te = (_tv("cifar10", tvd.CIFAR10, root, train=t) for t in (True, False))
-    return _heldout_val("cifar10", root, tr, te, ctx, tr.classes)
+def _train_test_builder(
+    key: str, cls: type, arg: str, values: tuple
+) -> Callable[[str, BuildContext], TransferData]:
+    def build(root: str, ctx: BuildContext) -> TransferData:
+        tr, te = (_tv(key, cls, root, **{arg: v}) for v in values)
+        return _heldout_val(key, root, tr, te, ctx, tr.classes)
+
+    build.__name__ = build.__qualname__ = key  # the name the registry files it under
+    return build
 
 
-@TRANSFER_DATASETS.register()
-def cifar100(root: str, ctx: BuildContext) -> TransferData:
-    tr, te = (_tv("cifar100", tvd.CIFAR100, root, train=t) for t in (True, False))
-    return _heldout_val("cifar100", root, tr, te, ctx, tr.classes)
+for _key, _spec in _TRAIN_TEST.items():
+    TRANSFER_DATASETS.register(_train_test_builder(_key, *_spec))
 
 
 @TRANSFER_DATASETS.register()
@@ -307,12 +314,6 @@ def food(root: str, ctx: BuildContext) -> TransferData:
     if tr.classes != te.classes:
         raise DatasetError(f"food: {root}: train.json and test.json list different classes")
     return _heldout_val("food", root, tr, te, ctx, tr.classes)
-
-
-@TRANSFER_DATASETS.register()
-def pets(root: str, ctx: BuildContext) -> TransferData:
-    tr, te = (_tv("pets", tvd.OxfordIIITPet, root, split=s) for s in ("trainval", "test"))
-    return _heldout_val("pets", root, tr, te, ctx, tr.classes)
 
 
 @TRANSFER_DATASETS.register()

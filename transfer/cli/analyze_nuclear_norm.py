@@ -17,24 +17,22 @@ import argparse
 import torch
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
+from transfer.cli.common import add_dataset_args, options_from_args, tool_parser
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = tool_parser(__doc__)
     p.add_argument("models", nargs="+", metavar="CKPT_OR_RUN_DIR")
-    p.add_argument("--dataset", choices=["fashion-mnist", "imagefolder"], required=True)
-    p.add_argument(
-        "--data-root",
-        required=True,
-        help="idx folder, or <root>/<class>/<img> (<root>/val and <root>/train when both exist)",
+    add_dataset_args(
+        p,
+        "idx folder, or <root>/<class>/<img> (<root>/val and <root>/train when both exist)",
+        "imagefolder: e.g. imagenet100",
     )
-    p.add_argument("--class-list", default="", help="imagefolder: e.g. imagenet100")
     p.add_argument("--out", required=True, help="output folder for the PNG + CSV pairs")
     p.add_argument("--views", type=int, default=32, help="augmentations per image (paper: 32)")
     p.add_argument(
@@ -52,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="compute accuracy with weighted kNN on N train images instead",
     )
-    p.add_argument("--knn-k", type=int, default=200)
+    p.add_argument("--knn-k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
     p.add_argument("--batch-images", type=int, default=8, help="images per forward (x views)")
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0, help="augmentation seed")
@@ -68,21 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise AnalysisError("--device cuda but no CUDA device is available")
-    opt = AnalysisOptions(
-        dataset=args.dataset,
-        data_root=args.data_root,
-        views=args.views,
-        max_images=args.max_images,
-        class_list=args.class_list,
-        seed=args.seed,
-        batch_images=args.batch_images,
-        num_workers=args.num_workers,
-        device=device,
-        accuracy_csv=args.accuracy_csv,
-        knn_train=args.knn_train,
-        knn_k=args.knn_k,
-        labels=args.labels,
-    )
+    opt = options_from_args(AnalysisOptions, args, device=device)
     results = analyze(args.models, opt)
     figures = write_outputs(results, args.out, args.views)
     for r in results:

@@ -8,7 +8,7 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.demo import format_knn_report, run_demo
+from transfer.classification.demo import format_knn_report, run_demo
 from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
 
 __all__ = ["main"]

@@ -1,4 +1,4 @@
-"""Weighted kNN classification of frozen features (k=200, T=0.07).
+"""Weighted kNN classification of frozen features (k and T: --k, --temperature).
 
   python tools/knn_eval.py --random-init resnet18 --dataset fashion-mnist \
       --data-root /usr/share/datasets/fashion-mnist --image-size 32 --output-dir out/knn
@@ -14,25 +14,27 @@ import argparse
 import os
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.data.datasets import dataset_type
+from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.tables import update_table
 from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.datasets import labelled_sets
 from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
-from transfer.classification.knn_eval import knn_sets, run_knn
+from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
+from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = tool_parser(__doc__)
     add_model_args(parser)
-    parser.add_argument("--dataset", choices=["fashion-mnist", "imagefolder"], required=True)
-    parser.add_argument("--data-root", required=True, help="idx directory or <root>/{train,val}")
-    parser.add_argument("--class-list", default="", help="imagefolder: restrict to these classes")
+    add_dataset_args(
+        parser, "idx directory or <root>/{train,val}", "imagefolder: restrict to these classes"
+    )
     parser.add_argument("--image-size", type=int, default=32, help="Fashion-MNIST upsampling")
     parser.add_argument(
         "--resize",
@@ -42,12 +44,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--crop", type=int, default=0, help="default: 224 or --image-size")
     parser.add_argument("--limit", type=int, default=None, help="fashion-mnist: first N per split")
-    parser.add_argument("--k", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.07)
+    parser.add_argument("--k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
+    parser.add_argument(
+        "--temperature", type=float, default=KNN_T, help="vote temperature (default: %(default)s)"
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-workers", type=int, default=4)
     parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
-    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    add_device_arg(parser)
     return parser.parse_args(argv)
 
 
@@ -58,8 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)
-    train, test, num_classes = knn_sets(
-        args.dataset, args.data_root, args.image_size, args.class_list, args.limit
+    train, test, num_classes = labelled_sets(
+        dataset_type(args.dataset),
+        args.data_root,
+        args.class_list,
+        limit=args.limit or 0,
+        image_size=args.image_size,
     )
     res = run_knn(
         model_from_args(args),

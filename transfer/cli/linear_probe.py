@@ -12,37 +12,29 @@ from __future__ import annotations
 import argparse
 import os
 
-from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.tables import update_table
-from transfer.classification.cli import (
-    add_model_args,
-    key_value,
-    model_name,
-    reject_eval_only,
-    start_run,
-    table_dir,
-)
+from transfer.classification.cli import key_value, model_name, start_run, table_dir
 from transfer.classification.config import linear_probe_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.probe import run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
+from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
 __all__ = ["main", "parse_args", "probe"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = default_argument_parser(epilog=__doc__)
-    add_model_args(parser)
+    parser = launch_parser(__doc__)
     parser.add_argument(
         "--data-root",
         required=True,
         help="ImageFolder root (train/, val/) or "
         "the Fashion-MNIST idx directory with DATA.NAME fashion-mnist",
     )
-    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    add_device_arg(parser)
     parser.add_argument(
         "--meta",
         action="append",
@@ -51,9 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=key_value,
         help="extra Table 1 columns, e.g. 'train. epoch=200'",
     )
-    args = parser.parse_args(argv)
-    reject_eval_only(parser, args)
-    return args
+    return parse_launch_args(parser, argv)
 
 
 @exit_on_user_error
@@ -82,9 +72,7 @@ def probe(args: argparse.Namespace) -> None:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    launch(probe, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
-    return 0
+    return launch_tool(probe, parse_args(argv))
 
 
 if __name__ == "__main__":

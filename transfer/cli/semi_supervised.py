@@ -16,35 +16,26 @@ import json
 import os
 from dataclasses import asdict
 
-from detectron2.engine import default_argument_parser, launch
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.tables import update_table
-from transfer.classification.cli import (
-    add_model_args,
-    model_name,
-    reject_eval_only,
-    start_run,
-    table_dir,
-)
+from transfer.classification.cli import model_name, start_run, table_dir
 from transfer.classification.config import semi_supervised_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import run_semi_supervised
+from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
 __all__ = ["fine_tune", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = default_argument_parser(epilog=__doc__)
-    add_model_args(parser)
+    parser = launch_parser(__doc__)
     parser.add_argument("--data-root", required=True, help="ImageNet root with train/ and val/")
     parser.add_argument("--split-file", default="", help="SimCLR 1percent.txt / 10percent.txt")
-    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
-    args = parser.parse_args(argv)
-    reject_eval_only(parser, args)
-    return args
+    add_device_arg(parser)
+    return parse_launch_args(parser, argv)
 
 
 @exit_on_user_error
@@ -68,11 +59,7 @@ def fine_tune(args: argparse.Namespace) -> None:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    launch(
-        fine_tune, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,)
-    )
-    return 0
+    return launch_tool(fine_tune, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import shlex
 import sys
 
 from pretrain.cli.user_errors import exit_on_user_error
+from transfer.cli.common import options_from_args, tool_parser
 from transfer.study import METHODS, StudyInterrupted, StudyOptions, run_study
 
 __all__ = ["main", "parse_args"]
@@ -23,9 +24,7 @@ __all__ = ["main", "parse_args"]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = StudyOptions()
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = tool_parser(__doc__)
     p.add_argument("--output-dir", default=d.output_dir, help="run directories go here")
     p.add_argument("--results", default=d.results, help="Markdown report (plot: same name .png)")
     p.add_argument("--seeds", type=int, nargs="+", default=list(d.seeds))
@@ -46,19 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    opt = StudyOptions(
-        output_dir=args.output_dir,
-        results=args.results,
-        seeds=args.seeds,
-        methods=args.methods,
-        knn_train=args.knn_train,
-        knn_test=args.knn_test,
-        nuclear_images=args.nuclear_images,
-        probe_epochs=args.probe_epochs,
-        jobs=args.jobs,
-        opts=args.opts,
-        command=shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)]),
-    )
+    command = shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)])
+    opt = options_from_args(StudyOptions, args, command=command)
     try:
         outcomes = run_study(opt)
     except StudyInterrupted as e:

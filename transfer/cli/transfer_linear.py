@@ -23,20 +23,19 @@ from transfer.classification.cli import add_model_args, model_name, start_run, t
 from transfer.classification.config import transfer_defaults
 from transfer.classification.engine import resolve_device
 from transfer.classification.transfer import run_transfer, write_tables
+from transfer.cli.common import add_device_arg, tool_parser
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = tool_parser(__doc__)
     parser.add_argument("--config-file", default="", metavar="FILE")
     add_model_args(parser)
     parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")
     parser.add_argument("--datasets", default="", help="comma-separated keys (default: all 12)")
     parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
-    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+    add_device_arg(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
     return parser.parse_args(argv)
 

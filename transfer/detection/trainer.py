@@ -44,17 +44,24 @@ logger = logging.getLogger(__name__)
 
 
 class DetectionTrainer(DefaultTrainer):
-    """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights."""
+    """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights.
+
+    Overridden, and why: ``build_evaluator`` (COCO AP through pycocotools: the fast COCOeval is
+    a compiled op), ``test`` (also writes ``results.json``) and ``resume_or_load`` (a fresh start
+    first checks that ``MODEL.WEIGHTS`` fits) are detectron2's public extension points.
+    ``__init__`` is overridden for multi-process CPU runs only (tests, laptops):
+    ``DefaultTrainer.__init__`` wraps the model with ``create_ddp_model(model,
+    broadcast_buffers=False)``, which adds ``device_ids=[local_rank]``; torch rejects device_ids
+    for CPU modules and detectron2 (0.7) offers no way to pass other DDP arguments. So those runs
+    build the same objects in the same order through the public builders, with
+    ``device_ids=None``, and set the loop where ``DefaultTrainer``'s ``run_step``,
+    ``state_dict`` and ``model`` read it (``_trainer``): checkpoints are the same either way.
+    """
 
     def __init__(self, cfg: CfgNode) -> None:
         if cfg.MODEL.DEVICE != "cpu" or comm.get_world_size() == 1:
             super().__init__(cfg)
             return
-        # Multi-process CPU runs (tests, laptops): DefaultTrainer.__init__ gives DDP
-        # device_ids=[local_rank], which torch rejects for CPU modules, and detectron2's public API
-        # has no way to pass device_ids=None; so these runs build the same objects in the same
-        # order as DefaultTrainer.__init__, through its public builders, and set its private
-        # _trainer (the loop) as it does.
         TrainerBase.__init__(self)
         if not logging.getLogger("detectron2").isEnabledFor(logging.INFO):
             setup_logger()

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
@@ -185,11 +185,11 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
             cfg.freeze()
             pending.append((i, run, cfg, head))
 
-        spent: list[float] = []  # seconds of the runs done by this invocation
+        work = _Work(opt, pending, settings, outcomes)
         if opt.jobs <= 1:
-            _run_sequentially(opt, pending, settings, outcomes, spent)
+            _run_sequentially(work)
         elif pending:
-            _run_in_parallel(opt, pending, settings, outcomes, spent)
+            _run_in_parallel(work)
         ordered = [outcomes[i] for i in sorted(outcomes)]
         write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
         logger.info("wrote %s and its plot", opt.results)
@@ -262,19 +262,25 @@ def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
     ]
 
 
-def _run_sequentially(
-    opt: StudyOptions,
-    pending: list[_Pending],
-    settings: dict,
-    outcomes: dict[int, RunOutcome],
-    spent: list[float],
-) -> None:
+@dataclass
+class _Work:
+    """The runs this invocation does, and what they give (filled in as they end)."""
+
+    opt: StudyOptions
+    pending: list[_Pending]
+    settings: dict  # opt.eval_settings(), recorded in each study.json
+    outcomes: dict[int, RunOutcome]  # by run number; the skipped runs' are already in
+    spent: list[float] = field(default_factory=list)  # seconds of the runs done by this invocation
+
+
+def _run_sequentially(work: _Work) -> None:
     """One run after another in this process. SIGTERM while training: the trainer's own handler
     saves a checkpoint at the next iteration (:class:`~pretrain.cluster.preemption.Preempted`);
     SIGINT while training is forwarded to it as a SIGTERM; either signal at another moment
     (evaluating) stops at once: the evaluation runs again on resume."""
     from pretrain.cluster.preemption import Preempted
 
+    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
     with _handling_stops() as stop:
 
         def on_first() -> None:
@@ -289,7 +295,7 @@ def _run_sequentially(
             _starting(run, head, _eta(spent, len(pending) - k))
             label = opt.method_table[run.method].label
             try:
-                result = _do_run(opt, cfg, run, label, settings)
+                result = _do_run(opt, cfg, run, label, work.settings)
             except Preempted:
                 signum = stop.signum or signal.SIGTERM
                 raise StudyInterrupted(signum, _resumable(opt, pending)) from None
@@ -298,13 +304,7 @@ def _run_sequentially(
             _log_done(head, result, _eta(spent, len(pending) - k - 1))
 
 
-def _run_in_parallel(
-    opt: StudyOptions,
-    pending: list[_Pending],
-    settings: dict,
-    outcomes: dict[int, RunOutcome],
-    spent: list[float],
-) -> None:
+def _run_in_parallel(work: _Work) -> None:
     """``opt.jobs`` runs at once, each in a spawned worker process. On SIGINT/SIGTERM, or when a
     run fails, every worker gets a SIGTERM (the training ones save a checkpoint at their next
     iteration, see :func:`_init_worker`), the queued runs are cancelled and the driver waits for
@@ -312,6 +312,7 @@ def _run_in_parallel(
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
     ctx = mp.get_context("spawn")
     stop_event = ctx.Event()
     threads = max(1, (os.cpu_count() or 1) // opt.jobs)
@@ -334,7 +335,7 @@ def _run_in_parallel(
         stop.on_first = halt
         for i, run, cfg, head in pending:
             label = opt.method_table[run.method].label
-            args = (opt, cfg, run, label, settings, threads)
+            args = (opt, cfg, run, label, work.settings, threads)
             futures[pool.submit(_do_run, *args)] = (i, run, head)
         for _, run, _, head in pending[: opt.jobs]:
             _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")

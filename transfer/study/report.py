@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.tables import markdown_table
 
@@ -210,7 +211,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
         )
     r = results[0]
     lines += [
-        f"- kNN: weighted k = 200, T = 0.07 on pooled backbone features, {opt.knn_train} "
+        f"- kNN: weighted k = {KNN_K}, T = {KNN_T} on pooled backbone features, {opt.knn_train} "
         f"reference (train) and {opt.knn_test} test images, at the pretraining crop size.",
         "- Linear probe on the same frozen features (the transfer harness's cached-feature "
         f"classifier, SGD, cosine, batch 256, {opt.probe_epochs} epochs): lr chosen among "

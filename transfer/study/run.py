@@ -176,11 +176,11 @@ def linear_probe(
 def evaluate_run(cfg: CfgNode, run: RunPaths, opt: StudyOptions) -> dict:
     """kNN top-1, linear-probe top-1 and the test nuclear-norm statistic of the final checkpoint."""
     from pretrain.data.splits import evenly_spaced
-    from pretrain.demo import knn_features
     from pretrain.evaluation.knn import knn_accuracy
     from transfer.analysis.models import load_pretrained
     from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, open_split, view_spec
     from transfer.classification.backbone import load_eval_backbone
+    from transfer.classification.demo import knn_features
 
     root, device, out = cfg.DATASETS.ROOT, cfg.MODEL.DEVICE, {}
 

@@ -15,16 +15,16 @@ from torch.utils.data import Dataset
 from torchvision import transforms as T
 
 from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
-from pretrain.config.defaults import load_config
+from pretrain.config import load_config
 from pretrain.config.files import config_path
 from pretrain.data.datasets import (
     FASHION_MNIST,
-    FashionMNISTSource,
     ImageFolderSource,
     TransformedDataset,
 )
+from pretrain.data.splits import labelled_splits
 from pretrain.evaluation.features import extract_features
-from pretrain.evaluation.knn import knn_accuracy
+from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy, knn_top1
 from pretrain.losses.priors import PRIOR_REGISTRY
 from pretrain.modeling import build_model
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
@@ -35,14 +35,13 @@ __all__ = [
     "centred_pixels",
     "format_knn_report",
     "knn_features",
-    "knn_top1",
     "method_label",
     "raw_pixel_top1",
     "run_demo",
 ]
 
 DEMO_CONFIG = config_path("pretrain/demo_fashion_mnist_r18.yaml")
-logger = logging.getLogger("pretrain.demo")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,9 +95,8 @@ def _knn_splits(
         norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB)]
     if dataset_type == FASHION_MNIST:
         tf = T.Compose(norm)
-        return tuple(
-            FashionMNISTSource(root, split, n, image_size=size, transform=tf)
-            for split, n in (("train", n_train), ("test", n_test))
+        return labelled_splits(
+            FASHION_MNIST, root, limits=(n_train, n_test), image_size=size, transform=tf
         )
     ds = ImageFolderSource(root, extensions=IMG_EXTENSIONS, allow_empty=False)
     tf = T.Compose([T.Resize(size), T.CenterCrop(size), *norm])
@@ -121,18 +119,6 @@ def knn_features(
     f_train, y_train = extract_features(backbone, train, desc="kNN train features")
     f_test, y_test = extract_features(backbone, test, desc="kNN test features")
     return f_train, y_train, f_test, y_test
-
-
-def knn_top1(
-    backbone: torch.nn.Module,
-    root: str,
-    size: int,
-    n_train: int,
-    n_test: int,
-    dataset_type: str = FASHION_MNIST,
-) -> float:
-    """Weighted kNN (k = 200, T = 0.07) top-1 of ``backbone``'s pooled features."""
-    return knn_accuracy(*knn_features(backbone, root, size, n_train, n_test, dataset_type))
 
 
 def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,7 +159,7 @@ def _header(dataset_type: str, root: str, n_train: int, n_test: int, n_found: in
             where = f"the first {n_found:,} images of the Fashion-MNIST test split"
     else:
         where = f"{n_found:,} held-out images of {root}"
-    return f"kNN top-1 on {where} (k = 200, T = 0.07, {n_train:,} references):"
+    return f"kNN top-1 on {where} (k = {KNN_K}, T = {KNN_T}, {n_train:,} references):"
 
 
 def run_demo(
@@ -201,11 +187,11 @@ def run_demo(
     size = cfg.INPUT.LARGE_SIZE
     root, kind = cfg.DATASETS.ROOT, cfg.DATASETS.TYPE
     raw_size = 28 if kind == FASHION_MNIST else size
-    _, test = _knn_splits(kind, root, size, n_train, n_test)
+    train, test = _knn_splits(kind, root, size, n_train, n_test)
     return DemoResult(
         checkpoint=ckpt,
-        knn_pretrained=knn_top1(pretrained, root, size, n_train, n_test, kind),
-        knn_random=knn_top1(random_init, root, size, n_train, n_test, kind),
+        knn_pretrained=knn_top1(pretrained, train, test),
+        knn_random=knn_top1(random_init, train, test),
         train_seconds=seconds,
         method=method_label(cfg),
         knn_raw_pixels=raw_pixel_top1(root, n_train, n_test, kind, raw_size),
