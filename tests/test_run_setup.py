@@ -1,5 +1,4 @@
-"""Run setup (pretrain/utils/run_setup.py): every run dumps its full config and environment,
-once."""
+"""Run setup (pretrain/utils/run_setup.py): every run dumps its config and environment, once."""
 
 from __future__ import annotations
 
