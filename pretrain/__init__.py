@@ -43,6 +43,9 @@ _MOVED = {
     "pretrain.resnet_names": "pretrain.checkpoint.resnet_names",
     "pretrain.priors": "pretrain.losses.priors",
     "pretrain.nuclear_norm": "pretrain.losses.nuclear",
+    # one kNN monitor module, free of the trainer
+    "pretrain.engine.knn_monitor": "pretrain.evaluation.knn_monitor",
+    "pretrain.evaluation.knn_hook": "pretrain.evaluation.knn_monitor",
     # the demo evaluates (kNN, baselines): the transfer side's job since 2026-11
     "pretrain.demo": "transfer.classification.demo",
 }

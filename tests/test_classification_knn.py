@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from pretrain.data.datasets import DatasetError, FashionMNISTSource, read_idx
 from pretrain.evaluation.features import embed, extract_features, module_feature_fn
 from pretrain.evaluation.knn import knn_accuracy, knn_top1
-from pretrain.evaluation.knn_hook import KNNHook
+from pretrain.evaluation.knn_monitor import KNNHook
 from transfer.cli import knn_eval
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"

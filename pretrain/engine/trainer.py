@@ -28,6 +28,7 @@ from pretrain.data.loader import (
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
+from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.run_setup import dump_run_info
@@ -154,9 +155,11 @@ class PretrainTrainer(SimpleTrainer):
         """Hooks added before checkpointing/writing (the kNN monitor, when configured)."""
         if self.cfg.TEST.KNN_PERIOD <= 0:
             return []
-        from pretrain.engine.knn_monitor import build_knn_hook
 
-        return [build_knn_hook(self.cfg, self)]
+        def normalize(views: list[torch.Tensor]) -> list[torch.Tensor]:
+            return self.color_augment(views, None, apply_color=False)
+
+        return [build_knn_hook(self.cfg, self.model, normalize)]
 
     def resume(self) -> bool:
         """Resume from ``OUTPUT_DIR/last_checkpoint`` if present; returns whether it did."""

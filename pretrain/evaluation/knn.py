@@ -3,7 +3,7 @@
 Each of the k nearest reference features (cosine similarity s) votes for its label with weight
 exp(s / T); the class with the largest total wins. The defaults :data:`KNN_K` and :data:`KNN_T`
 (k = 200, T = 0.07, as in the InstDisc / MoCo literature) are written only here. This is the
-project's one kNN: the pretraining monitor (:mod:`.knn_hook`), the demo, ``tools/knn_eval.py``,
+project's one kNN: the pretraining monitor (:mod:`.knn_monitor`), the demo, ``tools/knn_eval.py``,
 the nuclear-norm analysis and the study all score features with it; which images are
 references and which are queries is theirs to choose.
 """
