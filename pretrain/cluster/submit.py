@@ -24,6 +24,7 @@ import submitit
 from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
+from pretrain.cluster.distributed import FAIL_FAST_ENV
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
 from pretrain.utils.errors import LoracError
 
@@ -190,6 +191,11 @@ def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
         "signal_delay_s": req.signal_delay_s,
         # requeueable even where the cluster's JobRequeue=0 (we requeue on the time-limit signal)
         "additional_parameters": {"requeue": True},
+        # Fail fast: a task that exits with an error ends the whole step (the others would wait
+        # in their next collective until the time limit), and NCCL aborts a failed or timed-out
+        # collective instead of hanging (see pretrain/cluster/distributed.py).
+        "srun_args": ["--kill-on-bad-exit=1"],
+        "setup": [f"export {k}={v}" for k, v in FAIL_FAST_ENV.items()],
     }
     return {k: v for k, v in params.items() if v is not None}
 
