@@ -224,6 +224,25 @@ def test_forked_child_of_a_killed_holder_does_not_keep_the_lock(tmp_path):
         os.killpg(holder.pid, signal.SIGKILL)
 
 
+def test_file_system_without_flock_warns_and_runs_unlocked(tmp_path, monkeypatch, caplog):
+    """Lustre without ``-o flock`` answers ENOLCK/ENOSYS: a lock that cannot exist must not stop
+    the run; the warning says what is not protected."""
+    import errno
+
+    import pretrain.utils.locks as locks
+
+    def no_flock(f, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(locks.fcntl, "flock", no_flock)
+    with caplog.at_level("WARNING"):
+        lock = locks.DirLock(str(tmp_path)).acquire()
+    assert not lock.held
+    assert (
+        f"cannot lock {tmp_path / '.lock'}" in caplog.text and "would not be refused" in caplog.text
+    )
+
+
 def test_lock_is_reentrant_in_one_process_and_released_with_the_trainer(tmp_path, image_folder):
     """A resumed run in the same process (the study, tests) is not a second user; the lock goes
     when the trainer does, so another process can then take the directory."""

@@ -18,6 +18,7 @@ Two details make it behave as "one process":
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import threading
@@ -29,6 +30,8 @@ from pretrain.utils.errors import BusyError
 __all__ = ["LOCK_FILE", "DirLock", "exclusive_dir_lock", "hold_for_lifetime"]
 
 LOCK_FILE = ".lock"
+
+logger = logging.getLogger(__name__)
 
 # Open lock files of this process by real path, with the number of holders. Process-wide on
 # purpose: the kernel's lock is per process (per open file), so this table mirrors its state.
@@ -98,6 +101,13 @@ class DirLock:
                     f"holds {self.path}); wait for it to end, stop it, or choose another "
                     f"{self.what}"
                 ) from None
+            except OSError as e:  # ENOLCK, ENOSYS: e.g. Lustre mounted without -o flock
+                f.close()
+                logger.warning(
+                    f"cannot lock {self.path} ({e.strerror}): this file system has no flock; "
+                    f"another {self.user} into {self.what} {self.directory} would not be refused"
+                )
+                return self
             f.seek(0)
             f.truncate()
             f.write(_holder_text() + "\n")
