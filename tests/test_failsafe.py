@@ -59,6 +59,20 @@ def test_cuda_without_visible_cuda_stops_the_tool_with_status_2(
     assert not (out / "last_checkpoint").exists() and not (out / "model_final.pth").exists()
 
 
+def test_local_gpu_job_without_visible_cuda_is_refused_before_it_starts(tmp_path, capsys,
+                                                                         monkeypatch):  # fmt: skip
+    from pretrain.cli.submit_pretrain import main as submit
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    opts = tiny_opts(tmp_path / "data", tmp_path / "out", **{"MODEL.DEVICE": "cuda"})
+    with pytest.raises(SystemExit) as e:
+        submit(["--config-file", DEMO_CONFIG, "--local", "--gpus-per-node", "1", *opts])
+    assert e.value.code == 2
+    (line,) = _error_lines(capsys.readouterr().err)
+    assert "CUDA is not visible" in line and "--gpus-per-node 0" in line
+    assert not (tmp_path / "out" / "submitit").exists()  # nothing started
+
+
 def test_trainer_built_without_the_tool_refuses_cuda_too(tmp_path, image_folder, monkeypatch):
     """The demo and the study build the trainer directly: same error, before any file."""
     from pretrain.engine.trainer import PretrainTrainer

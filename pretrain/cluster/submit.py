@@ -226,12 +226,25 @@ def dry_run_text(req: JobRequest, local: bool = False) -> str:
     return f"# sbatch script\n{script}\n{built.description}"
 
 
+def _check_local_gpus(req: JobRequest) -> None:
+    """``--local`` with GPUs on a machine where CUDA is not visible: refused here, once, rather
+    than by every task (``MODEL.DEVICE cuda`` never falls back to the CPU)."""
+    import torch
+
+    if req.gpus_per_node and not torch.cuda.is_available():
+        raise SubmitError(
+            f"--local --gpus-per-node {req.gpus_per_node} but CUDA is not visible on this "
+            "machine: use --gpus-per-node 0 --tasks-per-node N (MODEL.DEVICE cpu)"
+        )
+
+
 def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
     req.check(local)
     built = build_job(req)
     folder = os.path.join(built.folder, "%j")
     if local:
+        _check_local_gpus(req)
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(
             timeout_min=req.timeout_min,
