@@ -153,7 +153,7 @@ _HOLDER = textwrap.dedent(
     """
     import os, sys, time
     from pretrain.utils.locks import DirLock
-    DirLock(sys.argv[1]).acquire()
+    DirLock(sys.argv[1], filename=sys.argv[3]).acquire()
     forked = sys.argv[2] == "fork" and os.fork() == 0  # a child (a data worker) that outlives us
     if sys.argv[2] != "fork" or forked:  # with a child, it says ready: it has started
         print("ready", flush=True)
@@ -163,10 +163,10 @@ _HOLDER = textwrap.dedent(
 )
 
 
-def _hold(directory: Path, mode: str = "") -> subprocess.Popen:
+def _hold(directory: Path, mode: str = "", filename: str = ".lock") -> subprocess.Popen:
     """A process holding ``directory``'s lock (and, with mode "fork", a forked child of it)."""
     p = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(directory), mode or "-"],
+        [sys.executable, "-c", _HOLDER, str(directory), mode or "-", filename],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -200,8 +200,11 @@ def test_second_run_into_a_held_output_dir_refuses_and_a_killed_holder_frees_it(
 
 
 def test_lock_refuses_a_second_process_and_names_dir_and_holder(tmp_path):
-    from pretrain.utils.errors import BusyError
-    from pretrain.utils.locks import DirLock
+    from pretrain.utils.errors import BusyError, LoracError
+    from pretrain.utils.locks import DirLock, exclusive_dir_lock
+
+    class StudyLikeError(LoracError):
+        pass
 
     holder = _hold(tmp_path)
     try:
@@ -209,9 +212,20 @@ def test_lock_refuses_a_second_process_and_names_dir_and_holder(tmp_path):
             DirLock(str(tmp_path)).acquire()
         msg = str(e.value)
         assert f"OUTPUT_DIR {tmp_path}:" in msg and f"pid {holder.pid} on " in msg
-        study = DirLock(str(tmp_path), "--output-dir", "study", ".study.lock")
-        with study:  # another lock file in the same directory is another lock
-            assert study.held
+        with DirLock(str(tmp_path), filename=".other.lock") as other:  # another file: free
+            assert other.held
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    # the study's use (transfer/study/driver.py): its own file, wording and error class
+    holder = _hold(tmp_path, filename=".study.lock")
+    try:
+        study = exclusive_dir_lock(
+            str(tmp_path), "--output-dir", "study", ".study.lock", StudyLikeError
+        )
+        busy = rf"--output-dir {tmp_path}: another study is running there \(pid {holder.pid} on "
+        with pytest.raises(StudyLikeError, match=busy):
+            study.acquire()
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()

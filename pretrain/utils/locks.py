@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import IO
 
-from pretrain.utils.errors import BusyError
+from pretrain.utils.errors import BusyError, LoracError
 
 __all__ = ["LOCK_FILE", "DirLock", "exclusive_dir_lock", "hold_for_lifetime"]
 
@@ -63,14 +63,20 @@ class DirLock:
     """An exclusive lock on ``<directory>/<filename>``; ``what`` names the directory in messages
     (``"OUTPUT_DIR"``, ``"--output-dir"``) and ``user`` what holds it (``"run"``, ``"study"``).
 
-    :meth:`acquire` raises :class:`~pretrain.utils.errors.BusyError` naming the directory and the
-    holder when another process holds it; :meth:`release` is idempotent. Also a context manager.
+    :meth:`acquire` raises ``error`` (:class:`~pretrain.utils.errors.BusyError`, or a caller's own
+    :class:`~pretrain.utils.errors.LoracError` subclass) naming the directory and the holder when
+    another process holds it; :meth:`release` is idempotent. Also a context manager.
     """
 
     def __init__(
-        self, directory: str, what: str = "OUTPUT_DIR", user: str = "run", filename: str = LOCK_FILE
+        self,
+        directory: str,
+        what: str = "OUTPUT_DIR",
+        user: str = "run",
+        filename: str = LOCK_FILE,
+        error: type[LoracError] = BusyError,
     ) -> None:
-        self.directory, self.what, self.user = directory, what, user
+        self.directory, self.what, self.user, self.error = directory, what, user, error
         self.path = os.path.join(directory, filename)
         self._key = ""
 
@@ -96,10 +102,10 @@ class DirLock:
                 f.seek(0)
                 holder = f.read().strip() or "another process"
                 f.close()
-                raise BusyError(
-                    f"{self.what} {self.directory}: another {self.user} is using it ({holder}, "
-                    f"holds {self.path}); wait for it to end, stop it, or choose another "
-                    f"{self.what}"
+                raise self.error(
+                    f"{self.what} {self.directory}: another {self.user} is running there "
+                    f"({holder}, holds {self.path}); wait for it to end, stop it, or choose "
+                    f"another {self.what}"
                 ) from None
             except OSError as e:  # ENOLCK, ENOSYS: e.g. Lustre mounted without -o flock
                 f.close()
@@ -136,11 +142,15 @@ class DirLock:
 
 
 def exclusive_dir_lock(
-    directory: str, what: str = "OUTPUT_DIR", user: str = "run", filename: str = LOCK_FILE
+    directory: str,
+    what: str = "OUTPUT_DIR",
+    user: str = "run",
+    filename: str = LOCK_FILE,
+    error: type[LoracError] = BusyError,
 ) -> DirLock:
-    """``with exclusive_dir_lock(out, "--output-dir", "study", ".study.lock"): ...``: the
-    :class:`DirLock`, not yet taken (``with`` takes it)."""
-    return DirLock(directory, what, user, filename)
+    """``with exclusive_dir_lock(out, "--output-dir", "study", ".study.lock", StudyError): ...``:
+    the :class:`DirLock`, not yet taken (``with`` takes it)."""
+    return DirLock(directory, what, user, filename, error)
 
 
 def hold_for_lifetime(owner: object, directory: str, what: str = "OUTPUT_DIR") -> DirLock:
