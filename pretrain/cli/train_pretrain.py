@@ -15,7 +15,7 @@ from detectron2.engine import launch
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.distributed import set_fail_fast_env
-from pretrain.engine.launch import argument_parser, load_args_config, setup
+from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
 from pretrain.engine.trainer import PretrainTrainer
 
 __all__ = ["main", "train"]
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = argument_parser(__doc__.splitlines()[0]).parse_args(argv)
     # the process-group timeout is launch's to pass; the workers load the config again in setup()
     cfg = load_args_config(args)
+    check_device(cfg.MODEL.DEVICE)  # once, before launch starts --num-gpus workers
     set_fail_fast_env()  # inherited by launch's workers, before they create the process group
     launch(
         train,
