@@ -40,13 +40,14 @@ _held_guard = threading.Lock()
 
 
 def _drop_inherited_locks() -> None:
-    """In a forked child: point the inherited lock descriptors at /dev/null (the parent's lock is
-    then held by the parent alone) and forget them. ``dup2`` rather than ``close`` keeps each
-    descriptor number valid for the file object that still owns it."""
+    """In a forked child: drop the inherited lock descriptors (the parent's lock is then held by
+    the parent alone) and forget them. Each is first pointed at /dev/null, so that closing its
+    file object cannot flush or unlock anything of the parent's."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     try:
         for f, _ in _held.values():
             os.dup2(devnull, f.fileno())
+            f.close()
     finally:
         os.close(devnull)
     _held.clear()
