@@ -9,11 +9,13 @@ Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists.
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 from detectron2.engine import launch
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.engine.launch import argument_parser, setup
+from pretrain.cluster.distributed import set_fail_fast_env
+from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
 from pretrain.engine.trainer import PretrainTrainer
 
 __all__ = ["main", "train"]
@@ -31,7 +33,19 @@ def train(args: argparse.Namespace) -> None:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = argument_parser(__doc__.splitlines()[0]).parse_args(argv)
-    launch(train, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
+    # the process-group timeout is launch's to pass; the workers load the config again in setup()
+    cfg = load_args_config(args)
+    check_device(cfg.MODEL.DEVICE)  # once, before launch starts --num-gpus workers
+    set_fail_fast_env()  # inherited by launch's workers, before they create the process group
+    launch(
+        train,
+        args.num_gpus,
+        args.num_machines,
+        args.machine_rank,
+        args.dist_url,
+        args=(args,),
+        timeout=timedelta(minutes=cfg.DIST.TIMEOUT_MINUTES),
+    )
     return 0
 
 

@@ -10,6 +10,12 @@ One process per task (per GPU, or per CPU process). The rank layout comes from, 
   id so every task computes the same one without talking to the others.
 
 The batch script itself (no ``srun``) is not a step, so a process started there stays single.
+
+Failing fast: a process that dies or hangs must end the job, not leave the others waiting in a
+collective until the time limit. The process group times out after ``DIST.TIMEOUT_MINUTES``
+(10 by default, not torch's 30), and NCCL runs with asynchronous error handling
+(:data:`FAIL_FAST_ENV`), without which NCCL's timeout is never enforced: a timed-out or failed
+collective then aborts the process, and ``srun --kill-on-bad-exit=1`` ends the other tasks.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch.distributed as dist
 from pretrain.utils.errors import LoracError
 
 __all__ = [
+    "FAIL_FAST_ENV",
     "DistEnv",
     "dist_env_from_environ",
     "expand_nodelist",
@@ -35,7 +42,13 @@ __all__ = [
     "init_distributed",
     "job_port",
     "maybe_init_distributed",
+    "set_fail_fast_env",
 ]
+
+# NCCL aborts the process on a failed or timed-out collective (torch's name since 2.2; the older
+# NCCL_ASYNC_ERROR_HANDLING is deprecated). Set for every process before the group is created.
+FAIL_FAST_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+DEFAULT_TIMEOUT_MIN = 10.0  # as DIST.TIMEOUT_MINUTES' default
 
 logger = logging.getLogger(__name__)
 
@@ -158,9 +171,17 @@ def dist_env_from_environ(environ: Mapping[str, str] | None = None) -> DistEnv |
     return None
 
 
-def init_distributed(env: DistEnv, device: str, timeout_min: float = 30.0) -> None:
-    """Join the process group (gloo on CPU, NCCL on GPU) and create detectron2's per-machine
-    group, so ``comm.get_local_rank()``/``comm.get_local_size()`` work as under ``launch``."""
+def set_fail_fast_env(environ: dict[str, str] | None = None) -> None:
+    """Put :data:`FAIL_FAST_ENV` into ``environ`` (``os.environ``) where the user did not set it."""
+    env = os.environ if environ is None else environ
+    for key, value in FAIL_FAST_ENV.items():
+        env.setdefault(key, value)
+
+
+def init_distributed(env: DistEnv, device: str, timeout_min: float = DEFAULT_TIMEOUT_MIN) -> None:
+    """Join the process group (gloo on CPU, NCCL on GPU; collectives time out after
+    ``timeout_min``) and create detectron2's per-machine group, so
+    ``comm.get_local_rank()``/``comm.get_local_size()`` work as under ``launch``."""
     from detectron2.utils import comm
 
     # detectron2's local groups are consecutive rank blocks of equal size, one per machine
@@ -185,6 +206,7 @@ def init_distributed(env: DistEnv, device: str, timeout_min: float = 30.0) -> No
         f"joining process group ({env.source}): rank {env.rank} of {env.world_size}, "
         f"master {host}:{env.master_port}"
     )
+    set_fail_fast_env()
     dist.init_process_group(
         backend="nccl" if device == "cuda" else "gloo",
         init_method=f"tcp://{host}:{env.master_port}",
@@ -196,13 +218,17 @@ def init_distributed(env: DistEnv, device: str, timeout_min: float = 30.0) -> No
     comm.synchronize()
 
 
-def maybe_init_distributed(device: str, environ: Mapping[str, str] | None = None) -> int:
+def maybe_init_distributed(
+    device: str,
+    environ: Mapping[str, str] | None = None,
+    timeout_min: float = DEFAULT_TIMEOUT_MIN,
+) -> int:
     """Initialise torch.distributed from the launcher's variables unless it already is (e.g. by
-    detectron2's ``launch``); returns the world size."""
+    detectron2's ``launch``, which gets the same timeout); returns the world size."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     env = dist_env_from_environ(environ)
     if env is None or env.world_size == 1:
         return 1
-    init_distributed(env, device)
+    init_distributed(env, device, timeout_min)
     return env.world_size

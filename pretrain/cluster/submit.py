@@ -24,6 +24,7 @@ import submitit
 from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
+from pretrain.cluster.distributed import FAIL_FAST_ENV
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
 from pretrain.utils.errors import LoracError
 
@@ -190,6 +191,11 @@ def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
         "signal_delay_s": req.signal_delay_s,
         # requeueable even where the cluster's JobRequeue=0 (we requeue on the time-limit signal)
         "additional_parameters": {"requeue": True},
+        # Fail fast: a task that exits with an error ends the whole step (the others would wait
+        # in their next collective until the time limit), and NCCL aborts a failed or timed-out
+        # collective instead of hanging (see pretrain/cluster/distributed.py).
+        "srun_args": ["--kill-on-bad-exit=1"],
+        "setup": [f"export {k}={v}" for k, v in FAIL_FAST_ENV.items()],
     }
     return {k: v for k, v in params.items() if v is not None}
 
@@ -220,12 +226,25 @@ def dry_run_text(req: JobRequest, local: bool = False) -> str:
     return f"# sbatch script\n{script}\n{built.description}"
 
 
+def _check_local_gpus(req: JobRequest) -> None:
+    """``--local`` with GPUs on a machine where CUDA is not visible: refused here, once, rather
+    than by every task (``MODEL.DEVICE cuda`` never falls back to the CPU)."""
+    import torch
+
+    if req.gpus_per_node and not torch.cuda.is_available():
+        raise SubmitError(
+            f"--local --gpus-per-node {req.gpus_per_node} but CUDA is not visible on this "
+            "machine: use --gpus-per-node 0 --tasks-per-node N (MODEL.DEVICE cpu)"
+        )
+
+
 def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
     req.check(local)
     built = build_job(req)
     folder = os.path.join(built.folder, "%j")
     if local:
+        _check_local_gpus(req)
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(
             timeout_min=req.timeout_min,

@@ -26,7 +26,8 @@ _C.MODEL = CN()
 # Registered in pretrain.modeling.META_ARCH_REGISTRY. "MultiViewMoCo" covers LORAC (any prior),
 # MoCo-M (prior none or beta = inf) and MoCo-v2 (one key crop, one query view, prior none).
 _C.MODEL.META_ARCHITECTURE = "MultiViewMoCo"
-_C.MODEL.DEVICE = "cuda"  # "cpu" or "cuda"; tools fall back to cpu with a warning if no GPU
+# "cpu" or "cuda"; with "cuda" where no GPU is visible the run stops (set cpu to train on CPU)
+_C.MODEL.DEVICE = "cuda"
 _C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
 # "imagenet" (torchvision's 7x7/2 conv + max-pool) or "small" (3x3/1 conv, no max-pool: for
 # 28-32 px images). Checkpoints of the small stem load as torchvision ResNets with that stem but
@@ -126,6 +127,13 @@ _C.TEST.KNN_TEST_IMAGES = 2000
 # class folders (ImageNet's layout; DATASETS.CLASS_LIST applies).
 _C.TEST.KNN_ROOT = ""
 _C.TEST.KNN_BATCH_SIZE = 256
+
+_C.DIST = CN()
+# Minutes a collective (all-reduce, barrier, the process group's start) may wait for the other
+# processes before the run fails. Short, so a dead or hung rank ends the job within minutes
+# instead of holding every GPU until the time limit (torch's default is 30); long enough for the
+# longest stretch one rank spends alone (scanning the dataset, writing a checkpoint).
+_C.DIST.TIMEOUT_MINUTES = 10  # whole minutes
 
 _C.OUTPUT_DIR = "./output"
 _C.SEED = 0  # all data order and augmentation randomness derive from it (exact resume)
@@ -237,6 +245,8 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     )
     _need(bool(cfg.DATASETS.ROOT), "DATASETS.ROOT", cfg.DATASETS.ROOT, "must name a dataset root")
     _need(mod.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", mod.DEVICE, "cpu or cuda")
+    timeout = cfg.DIST.TIMEOUT_MINUTES
+    _need(timeout > 0, "DIST.TIMEOUT_MINUTES", timeout, "must be > 0 (minutes)")
     if cfg.TEST.KNN_PERIOD > 0:
         _need(
             cfg.DATASETS.TYPE != "imagefolder" or bool(cfg.TEST.KNN_ROOT),

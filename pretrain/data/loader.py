@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,9 +39,16 @@ __all__ = [
     "build_batch_augment",
     "build_pretrain_loader",
     "build_train_transform",
+    "check_shared_memory",
     "collate_views",
+    "shared_memory_need",
     "shuffle_seeds",
 ]
+
+logger = logging.getLogger(__name__)
+
+# Batches each worker prepares ahead (DataLoader's prefetch_factor): they wait in shared memory.
+PREFETCH_FACTOR = 4
 
 
 class PretrainDataset(Dataset):
@@ -202,7 +212,44 @@ def build_pretrain_loader(
         ),
         pin_memory=cfg.MODEL.DEVICE == "cuda",
         persistent_workers=workers > 0,
-        prefetch_factor=4 if workers > 0 else None,
+        prefetch_factor=PREFETCH_FACTOR if workers > 0 else None,
         # SLURM signals every process of the job: the workers leave the stop to the main process
         worker_init_fn=shield_data_worker if workers > 0 else None,
     )
+
+
+def shared_memory_need(cfg: CfgNode, world_size: int, procs_on_machine: int = 1) -> int:
+    """Bytes of shared memory (``/dev/shm``) the data workers of ``procs_on_machine`` processes
+    fill at once: each worker's prefetched batches of this process's share of the global batch,
+    every view a uint8 (3, size, size) tensor (colour parameters and indices are negligible)."""
+    workers = cfg.DATALOADER.NUM_WORKERS
+    inp = cfg.INPUT
+    per_image = 3 * (inp.LARGE_CROPS * inp.LARGE_SIZE**2 + inp.SMALL_CROPS * inp.SMALL_SIZE**2)
+    batch = cfg.SOLVER.IMS_PER_BATCH // world_size
+    return procs_on_machine * workers * PREFETCH_FACTOR * batch * per_image
+
+
+def check_shared_memory(
+    cfg: CfgNode, world_size: int, procs_on_machine: int = 1, shm: str = "/dev/shm"
+) -> str | None:
+    """Warn (and return the warning) when ``shm`` is smaller than :func:`shared_memory_need`.
+
+    Data workers hand their batches over in shared memory; when it is full they die with a bus
+    error or "No space left on device" some time into the run (containers often give 64 MB).
+    Nothing is checked without workers or without ``shm``.
+    """
+    if cfg.DATALOADER.NUM_WORKERS <= 0 or not os.path.isdir(shm):
+        return None
+    need = shared_memory_need(cfg, world_size, procs_on_machine)
+    size = shutil.disk_usage(shm).total
+    if size >= need:
+        return None
+    msg = (
+        f"{shm} holds {size / 2**20:.1f} MiB but the data loaders need about "
+        f"{need / 2**20:.1f} MiB ({procs_on_machine} process(es) x DATALOADER.NUM_WORKERS "
+        f"{cfg.DATALOADER.NUM_WORKERS} x {PREFETCH_FACTOR} prefetched batches of "
+        f"{cfg.SOLVER.IMS_PER_BATCH // world_size} images' uint8 views): workers may die with a "
+        f"bus error; enlarge {shm} (docker --shm-size) or lower DATALOADER.NUM_WORKERS"
+    )
+    logger.warning(msg)
+    return msg

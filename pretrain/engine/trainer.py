@@ -25,12 +25,15 @@ from pretrain.data.loader import (
     augment_views_on_device,
     build_batch_augment,
     build_pretrain_loader,
+    check_shared_memory,
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
+from pretrain.engine.launch import check_device
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
+from pretrain.utils.locks import hold_for_lifetime
 from pretrain.utils.run_setup import dump_run_info
 
 __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
@@ -85,8 +88,11 @@ class PretrainTrainer(SimpleTrainer):
     def __init__(self, cfg: CfgNode) -> None:
         world = comm.get_world_size()
         validate_cfg(cfg, world)
+        check_device(cfg.MODEL.DEVICE)
         self.cfg = cfg
         if comm.is_main_process():
+            # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
+            self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)
             dump_run_info(cfg.OUTPUT_DIR, cfg)
         self.source = build_source(cfg, "train")  # scanned once: ImageNet has 1.28M files
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
@@ -178,6 +184,8 @@ class PretrainTrainer(SimpleTrainer):
 
     def train(self) -> None:  # type: ignore[override]
         rank, world = comm.get_rank(), comm.get_world_size()
+        if comm.get_local_rank() == 0:  # one warning per machine: its processes share /dev/shm
+            check_shared_memory(self.cfg, world, comm.get_local_size())
         self.reset_data_loader(
             lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source)
         )

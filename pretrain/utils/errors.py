@@ -35,3 +35,8 @@ class ResultsError(LoracError):
 
 class UnsafePickleError(LoracError, pickle.UnpicklingError):
     """A pickle that names a global outside the allow-list (nothing was run)."""
+
+
+class BusyError(LoracError):
+    """A directory another live process is using (a run, a study); the message names the
+    directory and the holder."""
