@@ -19,7 +19,7 @@ import torch
 from conftest import ROOT, tiny_opts
 
 from pretrain.config.defaults import ConfigError, get_cfg, load_config
-from pretrain.demo import DEMO_CONFIG
+from transfer.classification.demo import DEMO_CONFIG
 
 TOOL = str(ROOT / "tools" / "train_pretrain.py")
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import datetime
-import fcntl
 import gc
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +16,8 @@ from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
 from fvcore.common.config import CfgNode
+
+from pretrain.utils.locks import exclusive_dir_lock
 
 from .config import StudyError, StudyOptions, load_method_configs
 from .report import write_report
@@ -198,24 +198,10 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
 
 @contextmanager
 def _one_study_at_a_time(output_dir: str) -> Iterator[None]:
-    """An exclusive ``flock`` on ``<output_dir>/.study.lock`` while the study runs: a second study
-    on the same directory would train the same runs into the same checkpoint files. The lock
-    goes with the process (killed included); the file stays, naming its last holder."""
-    path = os.path.join(output_dir, ".study.lock")
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "a process"
-            raise StudyError(
-                f"--output-dir {output_dir}: another study is running there ({holder}, "
-                f"holds {path}); wait for it or stop it first"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        f.flush()
+    """An exclusive lock on ``<output_dir>/.study.lock`` while the study runs (the pretraining
+    runs' own lock, :mod:`pretrain.utils.locks`): a second study on the same directory would
+    train the same runs into the same checkpoint files. It goes with the process."""
+    with exclusive_dir_lock(output_dir, "--output-dir", "study", ".study.lock", StudyError):
         yield
 
 
