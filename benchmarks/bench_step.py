@@ -100,7 +100,7 @@ class StepCounter(TorchDispatchMode):
             return out
         name = str(func)
         if name.startswith("c10d."):  # a round trip between processes, host tensors or not
-            self.collectives[name] += 1
+            self.collectives[f"{name} from {_caller(project_only=True)}"] += 1
             sent = args[1] if name.startswith("c10d.allgather") else args[0]
             self.collective_bytes += sum(t.numel() * t.element_size() for t in _tensors(sent))
         inputs = tree_flatten((args, kwargs))[0]

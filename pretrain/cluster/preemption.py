@@ -148,18 +148,26 @@ class StopOnSignal(HookBase):
     where Python delivers signals); the previous ones (submitit's, or the defaults) come back in
     ``after_train``, SIGCHLD's included (the trainer shuts its data-loader workers down first).
     A signal during the last iteration just lets the run finish.
+
+    With several processes the ranks agree (one ``all_reduce``) only at the boundaries after
+    every ``agree_every``-th iteration (the trainer passes its logging period), so that other
+    iterations run no collective and no host sync of their own; a stop then waits for the next
+    agreement, at most ``agree_every - 1`` iterations (seconds on a GPU, within SLURM's warning
+    time). One process checks at every boundary.
     """
 
     def __init__(
         self,
         signals: Mapping[int, int] | None = None,
         requeue: Callable[[], None] | None = None,
+        agree_every: int = 1,
     ) -> None:
         self._signals = dict(_default_signals() if signals is None else signals)
         self._requeue = requeue or requeue_slurm_job
         self._received = NONE
         self._signal_name = ""
         self._previous: dict[int, object] = {}
+        self._agree_every = max(1, int(agree_every))
 
     @property
     def pending(self) -> bool:
@@ -207,6 +215,16 @@ class StopOnSignal(HookBase):
         """
         if fetch_error is not None and not self.pending:
             raise fetch_error
+        if comm.get_world_size() > 1 and self.trainer.iter % self._agree_every:
+            if fetch_error is not None:
+                # Only SIGKILL ends a shielded worker; the other ranks are not at an agreement
+                # boundary, so this rank cannot stop them in step: it ends the job instead.
+                raise RuntimeError(
+                    f"the batch of iteration {self.trainer.iter} could not be fetched after "
+                    f"{self._signal_name or 'a signal'}, between two agreement boundaries; "
+                    "stopping without a checkpoint (the run resumes from its last one)"
+                ) from fetch_error
+            return  # not an agreement boundary: no collective here
         action = self._agreed_action()
         if action == NONE:
             return

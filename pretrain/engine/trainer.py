@@ -153,7 +153,7 @@ class PretrainTrainer(SimpleTrainer):
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
         # same iteration boundary, checked in run_step); see pretrain/cluster/preemption.py
-        self.stop_on_signal = StopOnSignal()
+        self.stop_on_signal = StopOnSignal(agree_every=cfg.SOLVER.LOG_PERIOD)
         ret.append(self.stop_on_signal)
         return ret
 
