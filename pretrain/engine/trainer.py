@@ -108,10 +108,9 @@ class PretrainTrainer(SimpleTrainer):
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
         self.device_type = cfg.MODEL.DEVICE
         self.color_augment = build_batch_augment(cfg)
+        # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
-            torch.amp.GradScaler("cuda")
-            if self.amp_dtype == torch.float16 and self.device_type == "cuda"
-            else None
+            torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
         )
         self.scheduler = build_lr_scheduler(cfg, optimizer, max_iter, self.iters_per_epoch)
         self.checkpointer = AtomicCheckpointer(
