@@ -215,7 +215,11 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
     cfg = load_config(str(ROOT / config), opts)
     trainer = PretrainTrainer(cfg)
     # the GPU's path where the code has a CPU one: colour augmentation as one pass per resolution
-    trainer.color_augment.one_pass = True
+    # (code before 2026-11 had no such switch: there, one chunk per view, as its GPU path ran)
+    if hasattr(trainer.color_augment, "one_pass"):
+        trainer.color_augment.one_pass = True
+    else:
+        trainer.color_augment.cpu_chunk_pixels = 1 << 40
     counter = StepCounter()
     build_loader = trainer_module.build_pretrain_loader
     trainer_module.build_pretrain_loader = lambda *a: _UncountedLoader(build_loader(*a), counter)
