@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo study test lint format bench test-slurm clean-venv
+.PHONY: venv demo study test lint format bench test-slurm clean-venv gpu-wheels gpu-check
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -62,6 +62,34 @@ bench: venv
 	$(PY) -m benchmarks.bench_nuclear_norm
 	$(PY) -m benchmarks.bench_loss
 	$(PY) -m benchmarks.bench_multicrop
+	$(PY) -m benchmarks.bench_step --procs 1 2
+
+# For the day a GPU is lent (docs/performance.md). `make gpu-wheels` here, where PyPI is
+# reachable, collects every wheel the project needs except torch/torchvision (the GPU machine
+# brings its own CUDA build) into gpu_wheels/; `make gpu-check` there installs from it without
+# internet when detectron2 or fvcore is missing, runs the CUDA tests, the throughput benchmark
+# (synthetic data, 64 images per GPU, ResNet-50 3x224 + 5x96) and the step counter on CUDA, and
+# writes output/gpu_check/*.json.
+GPU_PY ?= python3
+gpu-wheels: venv
+	rm -rf gpu_wheels && mkdir -p gpu_wheels
+	$(PY) tools/install_detectron2.py --wheel-dir gpu_wheels
+	$(PY) -m pip freeze --exclude-editable | grep -v -E '^(torch|torchvision|triton|nvidia-|sal-detectron2|detectron2)' > gpu_wheels/requirements.txt
+	$(PY) -m pip download -q --no-deps -d gpu_wheels -r gpu_wheels/requirements.txt
+	$(PY) -m pip wheel -q --no-deps -w gpu_wheels .
+
+gpu-check:
+	@$(GPU_PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" || \
+		{ echo "gpu-check: no CUDA device visible to $(GPU_PY)"; exit 2; }
+	@$(GPU_PY) -c "import detectron2, fvcore, lorac_configs" 2>/dev/null || \
+		$(GPU_PY) -m pip install -q --no-index --find-links gpu_wheels \
+			-r gpu_wheels/requirements.txt gpu_wheels/*detectron2*.whl gpu_wheels/lorac-*.whl
+	mkdir -p output/gpu_check
+	$(GPU_PY) -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests | tee output/gpu_check/tests.txt
+	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 64 \
+		--json output/gpu_check/throughput.json
+	$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 1 \
+		--json output/gpu_check/step.json
 
 clean-venv:
 	rm -rf .venv

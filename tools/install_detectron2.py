@@ -7,7 +7,10 @@ Python 3.10 / torch 2.3 that cannot load elsewhere. This script downloads that w
 retags it ``py3-none-any`` and installs it with pip. The project never uses detectron2's compiled
 ops, so nothing is lost. An official detectron2 that already imports is kept untouched.
 
-Usage: python tools/install_detectron2.py [--force]
+Usage: python tools/install_detectron2.py [--force] [--wheel-dir DIR]
+
+``--wheel-dir DIR`` writes the pure-Python wheel to DIR instead of installing it (``make
+gpu-wheels``: a GPU machine without internet installs from there).
 """
 
 # The one tool that is a standalone script rather than a console script of the package:
@@ -73,9 +76,10 @@ def repack(src: Path, dst_dir: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="reinstall even if detectron2 imports")
+    ap.add_argument("--wheel-dir", help="write the pure-Python wheel here; install nothing")
     args = ap.parse_args()
     where = _installed()
-    if where and not args.force:
+    if where and not args.force and not args.wheel_dir:
         print(f"detectron2 already importable from {where}; keeping it")
         return 0
     pip = [sys.executable, "-m", "pip"]
@@ -101,6 +105,10 @@ def main() -> int:
         wheels = list(Path(tmp).glob("sal_detectron2-*.whl"))
         if len(wheels) != 1:
             raise RuntimeError(f"expected one sal-detectron2 wheel in {tmp}, found {wheels}")
+        if args.wheel_dir:
+            Path(args.wheel_dir).mkdir(parents=True, exist_ok=True)
+            print(repack(wheels[0], Path(args.wheel_dir)))
+            return 0
         pure = repack(wheels[0], Path(tmp))
         # fvcore and iopath are imported by detectron2 but missing from sal-detectron2's metadata.
         subprocess.run(

@@ -297,6 +297,20 @@ def _separable_blur(
     return out
 
 
+def _separable_blur_conv(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """:func:`_separable_blur` as two depthwise convolutions (one launch per pass, not one per
+    tap): the one-pass (GPU) path. The CPU keeps the shifted sums, several times faster there.
+    Same result up to float rounding; float32 even under autocast."""
+    n, c, h, w = x.shape
+    radius = (taps.shape[1] - 1) // 2
+    with torch.autocast(x.device.type, enabled=False):
+        weight = taps.to(x.device, x.dtype, non_blocking=True).repeat_interleave(c, 0)  # (nc, k)
+        xp = F.pad(x, (radius, radius, 0, 0), mode="reflect").reshape(1, n * c, h, -1)
+        y = F.conv2d(xp, weight.view(n * c, 1, 1, -1), groups=n * c).view(n, c, h, w)
+        yp = F.pad(y, (0, 0, radius, radius), mode="reflect").reshape(1, n * c, -1, w)
+        return F.conv2d(yp, weight.view(n * c, 1, -1, 1), groups=n * c).view(n, c, h, w)
+
+
 def gaussian_blur(
     x: torch.Tensor,
     sigma: torch.Tensor | float,
@@ -319,8 +333,9 @@ def _blur_subset_(
     """Blur the samples of x picked by the CPU bool ``mask``, each with its own kernel size.
 
     With ``group_by_size`` (for the CPU, where the cost is the taps) each kernel size runs as
-    its own slice; otherwise (GPUs, where the cost is kernel launches) one pass uses the largest
-    size with the smaller kernels zero-padded. Both give the same result.
+    its own slice; otherwise (GPUs, where the cost is kernel launches) one pass of depthwise
+    convolutions uses the largest size with the smaller kernels zero-padded. Both give the same
+    result up to float rounding.
     """
     idx = mask.nonzero().squeeze(1)
     if idx.numel() == 0:
@@ -332,7 +347,7 @@ def _blur_subset_(
     xs = x.index_select(0, idx_dev)
     if not group_by_size:
         r = int(radii[-1])
-        x.index_copy_(0, idx_dev, _separable_blur(xs, _gaussian_taps(sig, r, radii)))
+        x.index_copy_(0, idx_dev, _separable_blur_conv(xs, _gaussian_taps(sig, r, radii)))
         return
     out = torch.empty_like(xs)
     start = 0
