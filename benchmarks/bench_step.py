@@ -245,11 +245,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(config: str, procs: int, device: str = "cpu") -> dict:
-    """Counts of rank 0 (and the other ranks' totals) for ``config`` on ``procs`` processes."""
+def measure(
+    config: str, procs: int, device: str = "cpu", extra_opts: list[str] | None = None
+) -> dict:
+    """Counts of rank 0 (and the other ranks' totals) for ``config`` on ``procs`` processes;
+    ``extra_opts``: more KEY VALUE overrides."""
     with tempfile.TemporaryDirectory() as tmp:
         data = make_images(Path(tmp) / "data")
-        opts = tiny_opts(data, Path(tmp) / "out", procs, device)
+        opts = tiny_opts(data, Path(tmp) / "out", procs, device) + list(extra_opts or [])
         results = Path(tmp) / "results"
         results.mkdir()
         if procs == 1:
@@ -274,13 +277,14 @@ def main() -> None:
     parser.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--opts", nargs="*", default=[], help="KEY VALUE config overrides")
     parser.add_argument("--verbose", action="store_true", help="print the most frequent ops")
     args = parser.parse_args()
     torch.set_num_threads(1)
     report: dict[str, dict] = {}
     for config in args.config:
         for procs in args.procs:
-            m = measure(config, procs, args.device)
+            m = measure(config, procs, args.device, args.opts)
             report[f"{config} x{procs}"] = m
             print(
                 f"{Path(config).stem} procs={procs}: ops={m['ops']} host_syncs={m['host_syncs']} "
