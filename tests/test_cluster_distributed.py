@@ -94,7 +94,7 @@ def test_two_processes_equal_one_process_with_matching_key_bn_groups(torchrun_ru
 
 
 def test_batchwise_prior_two_processes_equal_one_process(data, tmp_path):
-    """LORAC-bs under DDP: P (Eq. 14) spans both processes' instances, gathered with gradients
+    """LORAC-bs under DDP: P (Eq. 15) spans both processes' instances, gathered with gradients
     (the gather's backward runs an all_reduce inside DDP's backward), so 2 processes train
     exactly like 1 process with the whole batch."""
     opts = {**BASE, "LOSS.PRIOR": "batchwise", "SOLVER.MAX_ITER": 4}

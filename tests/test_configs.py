@@ -153,7 +153,7 @@ def test_m_ablation_q_has_m_rows(m):
 
 
 def test_mocov2_as_published():
-    """Per-GPU BN, f on the query view only, and Sec. 5.4's lr 0.1 / wd 1e-4 on ImageNet-100."""
+    """Per-GPU BN, f on the query view only, and Sec. 6.2's lr 0.1 / wd 1e-4 on ImageNet-100."""
     root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
     for name in ("in100_r18_mocov2.yaml", "in1k_r50_mocov2_200ep.yaml"):
         cfg = load_config(str(root / name), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"])

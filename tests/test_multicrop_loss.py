@@ -234,7 +234,7 @@ def _batchwise_worker(rank: int, world: int, init: str, out: str) -> None:
 
 
 def test_batchwise_two_processes_equal_one_process(tmp_path):
-    """P of Eq. (14) spans the global batch: 2 gloo processes with half the batch each give the
+    """P of Eq. (15) spans the global batch: 2 gloo processes with half the batch each give the
     one-process loss (mean of the two) and gradients (each process's gradient / 2, which is what
     DDP's averaging applies to the parameters)."""
     views, keys, queues = _data()

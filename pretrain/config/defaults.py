@@ -57,7 +57,7 @@ _C.LOSS.C = 3.0  # prior "constant" (L-sftmx-c)
 _C.LOSS.C0 = math.sqrt(5.0)  # prior "gaussian": centre
 _C.LOSS.SIGMA2 = 2.0  # prior "gaussian": variance
 # Which views' queries enter Q besides the keys: "large" (the key-sized crops, the paper's
-# default in Sec. 5.1: small crops are outlier-prone), "all", or "queries" (every view that is a
+# default in Sec. 6.1: small crops are outlier-prone), "all", or "queries" (every view that is a
 # query of some key crop: with one key crop, all views but it, so Q = [q_1..q_{M-1}, k] has M
 # rows exactly as in Eq. 11).
 _C.LOSS.LOWRANK_VIEWS = "large"

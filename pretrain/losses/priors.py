@@ -6,7 +6,7 @@ Contract of ``PRIOR_REGISTRY`` (``LOSS.PRIOR`` names an entry; :func:`build_prio
   fields are its own constants (``c`` of ``constant``, ``c0`` and ``sigma2`` of ``gaussian``),
   validated on construction with a ``ValueError`` naming the constant;
 * the loss (:mod:`pretrain.losses.lorac`) builds the matrix the prior reads, one Q per instance or,
-  when ``batchwise`` is set, one P of Eq. (14) over the (global) batch, computes its nuclear
+  when ``batchwise`` is set, one P of Eq. (15) over the (global) batch, computes its nuclear
   norm and calls :meth:`Prior.log_h` with that norm and M, the matrix's rows (or
   ``LOSS.PRIOR_M``); tau and beta are arguments because beta follows a schedule;
 * ``reads_norm`` says whether log h depends on the norm (when not, the norm is computed only
@@ -58,7 +58,7 @@ class Prior(ABC):
     """log h of a matrix with ``rows`` rows and nuclear norm ``nuc`` (see the module contract)."""
 
     name: ClassVar[str]
-    batchwise: ClassVar[bool] = False  # one P over the global batch (Eq. 14), not a Q per instance
+    batchwise: ClassVar[bool] = False  # one P over the global batch (Eq. 15), not a Q per instance
     reads_norm: ClassVar[bool] = True  # log h depends on the nuclear norm (gradients flow through)
     enabled: ClassVar[bool] = True  # False: no prior at any beta (MoCo-M)
 
@@ -139,7 +139,7 @@ class NoPrior(Prior):
 @register_prior
 @dataclasses.dataclass(frozen=True)
 class BatchwisePrior(LaplacePrior):
-    """LORAC-bs, Eq. (14): the Laplace form on P, every instance's prior views centred on their
+    """LORAC-bs, Eq. (15): the Laplace form on P, every instance's prior views centred on their
     mean, shared by the whole (global) batch; M is the number of rows of P."""
 
     name: ClassVar[str] = "batchwise"

@@ -40,7 +40,7 @@ def resnet_backbone(arch: str, stem: str = "imagenet") -> tuple[nn.Module, int]:
 
 
 class Encoder(nn.Module):
-    """x -> L2-normalised MLP(backbone(x)); the MLP is Linear-ReLU-Linear (paper Sec. 5)."""
+    """x -> L2-normalised MLP(backbone(x)); the MLP is Linear-ReLU-Linear (paper Sec. 6.1)."""
 
     def __init__(self, arch: str, hidden_dim: int, out_dim: int, stem: str = "imagenet") -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""Nuclear norm of augmented test views (paper Sec. 5.4 "Test Data Nuclear Norm Statistics").
+"""Nuclear norm of augmented test views (paper Sec. 6.2 "Test Data Nuclear Norm Statistics").
 
 For every test image, V = 32 views drawn from the run's own pretraining augmentation (its large
 crop: ``INPUT.LARGE_SIZE`` / ``LARGE_SCALE``, flip, and its colour spec) go through the query

@@ -93,7 +93,7 @@ def semi_supervised_defaults() -> CN:
 
 
 def transfer_defaults() -> CN:
-    """The 12-dataset linear transfer protocol of Sec. 5.1 (cached features by default)."""
+    """The 12-dataset linear transfer protocol of Sec. 6.1 (cached features by default)."""
     c = CN()
     _common(c)
     c.INPUT = CN()

@@ -1,4 +1,4 @@
-"""The 12-dataset linear transfer harness (paper Sec. 5.1, Table 2).
+"""The 12-dataset linear transfer harness (paper Sec. 6.1, Table 2).
 
 Per dataset: extract frozen features of every source split once (cached on disk, see
 :mod:`.features`), train one linear classifier per learning rate of the sweep (7 log-spaced

@@ -1,4 +1,4 @@
-"""The 12 linear-transfer datasets of the paper (Sec. 5.1, Table 2), read from local copies.
+"""The 12 linear-transfer datasets of the paper (Sec. 6.1, Table 2), read from local copies.
 
 Each dataset is built by a function registered in :data:`TRANSFER_DATASETS` (fvcore
 ``Registry``). Contract: ``builder(root: str, ctx: BuildContext) -> TransferData``; it must
@@ -78,7 +78,7 @@ DATASET_NAMES = {
     "places365": "Place365",
     "sun397": "SUN397",
 }
-# Sec. 5.1: mean per-class accuracy for Aircraft, Caltech-101, Flowers, Pets; top-1 otherwise.
+# Sec. 6.1: mean per-class accuracy for Aircraft, Caltech-101, Flowers, Pets; top-1 otherwise.
 METRIC_OF = {k: "top1" for k in DATASET_NAMES} | {
     k: "mean_per_class" for k in ("aircraft", "caltech101", "flowers", "pets")
 }
