@@ -6,6 +6,7 @@ The functional API (``lorac_loss``, ``multicrop_lorac_loss``, their ``_with_stat
 May import: torch only (this room is the method, free of config and engine).
 """
 
+from pretrain.losses import lorac
 from pretrain.losses.lorac import (
     PRIORS,
     Q_CONSTRUCTIONS,
@@ -20,17 +21,9 @@ from pretrain.losses.nuclear import nuclear_norm
 from pretrain.losses.priors import Prior, build_prior, prior_names, register_prior
 
 __all__ = [
-    "PRIORS",
-    "Q_CONSTRUCTIONS",
-    "LoracStats",
+    *lorac.__all__,
     "Prior",
     "build_prior",
-    "log_prior",
-    "lorac_loss",
-    "lorac_loss_with_stats",
-    "multicrop_lorac_loss",
-    "multicrop_lorac_loss_with_stats",
-    "nuclear_norm",
     "prior_names",
     "register_prior",
 ]

@@ -2,6 +2,7 @@
 weights ``hubconf.py`` loads. Imports :mod:`pretrain` (the checkpoint reader, atomic writes);
 nothing in :mod:`pretrain` imports this package."""
 
+from transfer.export import backbone
 from transfer.export.backbone import (
     EXPORT_FORMATS,
     ExportError,
@@ -12,12 +13,4 @@ from transfer.export.backbone import (
     read_backbone,
 )
 
-__all__ = [
-    "EXPORT_FORMATS",
-    "ExportError",
-    "ExportReport",
-    "export_backbone",
-    "export_metadata",
-    "export_state_dict",
-    "read_backbone",
-]
+__all__ = backbone.__all__
