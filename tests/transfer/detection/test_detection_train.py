@@ -265,7 +265,8 @@ def test_cli_unknown_config_key_names_key_and_file(tmp_path):
     config.write_text(f'_BASE_: "{base}"\nMODEL:\n  RESNETS:\n    DEPTHH: 50\n')
     line = _one_error_line(_train_net("--config-file", str(config)))
     assert str(config) in line and "MODEL.RESNETS.DEPTHH" in line
-    # (unknown command-line keys: tests/test_detection_configs.py, without a subprocess)
+    # (unknown command-line keys: tests/transfer/detection/test_detection_configs.py, without a
+    # subprocess)
 
 
 def test_cli_finds_coco_through_detectron2_datasets(tmp_path):
