@@ -56,7 +56,7 @@ test-slurm: venv
 	tests/slurm/cluster.sh start && \
 	eval "$$(tests/slurm/cluster.sh env)" && \
 	LORAC_REQUIRE_SLURM=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) \
-		tests/test_cluster_slurm.py
+		tests/pretrain/cluster/test_cluster_slurm.py
 
 bench: venv
 	$(PY) -m benchmarks.bench_nuclear_norm

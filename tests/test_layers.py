@@ -9,7 +9,7 @@ import ast
 import graphlib
 from pathlib import Path
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 WALKED = ("pretrain", "transfer", "tools", "tests")
 

@@ -1,0 +1,92 @@
+"""The one strict config loader (pretrain/config/strict.py) and the three loaders built on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fvcore.common.config import CfgNode
+
+import pretrain.config
+import transfer.classification.config as classification
+import transfer.detection.config as detection
+from pretrain.config.strict import load_strict
+from pretrain.utils.errors import ConfigError
+from tests.helpers import ROOT
+from transfer.classification.demo import DEMO_CONFIG
+
+REPO = ROOT
+
+
+def _defaults() -> CfgNode:
+    c = CfgNode()
+    c.SOLVER = CfgNode({"BASE_LR": 0.1, "STEPS": (1, 2)})
+    c.EXTRA = CfgNode(new_allowed=True)
+    return c
+
+
+def _chain(tmp_path: Path, base_body: str, leaf_body: str = "") -> Path:
+    (tmp_path / "base.yaml").write_text(base_body)
+    leaf = tmp_path / "leaf.yaml"
+    leaf.write_text('_BASE_: "base.yaml"\n' + leaf_body)
+    return leaf
+
+
+def test_merges_base_leaf_and_opts_without_touching_the_defaults(tmp_path):
+    defaults = _defaults()
+    leaf = _chain(tmp_path, "SOLVER:\n  BASE_LR: 0.5\n", "EXTRA:\n  ANY: 3\n")
+    cfg = load_strict(defaults, str(leaf), ["SOLVER.STEPS", "(3, 4)"])
+    assert (cfg.SOLVER.BASE_LR, cfg.SOLVER.STEPS, cfg.EXTRA.ANY) == (0.5, (3, 4), 3)
+    assert defaults.SOLVER.BASE_LR == 0.1 and "ANY" not in defaults.EXTRA
+    assert load_strict(defaults) == defaults  # no file, no opts: the defaults
+
+
+def test_unknown_key_names_the_base_file_key_and_value(tmp_path):
+    leaf = _chain(tmp_path, "SOLVER:\n  BASE_LRR: 0.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_strict(_defaults(), str(leaf))
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'base.yaml'}: ") and "SOLVER.BASE_LRR" in msg
+    assert "(value 0.5)" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "body, opts, match",
+    [
+        ("SOLVER:\n  BASE_LR: fast\n", [], r"leaf\.yaml: Type mismatch .*SOLVER\.BASE_LR"),
+        ("SOLVER: [1, 2\n", [], r"leaf\.yaml: "),
+        ("", [], r"leaf\.yaml: expected a YAML mapping"),
+        ("{}", ["SOLVER.BASE_LRR", "1"], r"command-line override: .*BASE_LRR \(value '1'\)"),
+        ("{}", ["SOLVER.BASE_LR"], "KEY VALUE pairs"),
+    ],
+)
+def test_bad_values_yaml_and_overrides(tmp_path, body, opts, match):
+    leaf = tmp_path / "leaf.yaml"
+    leaf.write_text(body)
+    with pytest.raises(ConfigError, match=match):
+        load_strict(_defaults(), str(leaf), opts)
+    with pytest.raises(ConfigError, match="absent.yaml: no such config file"):
+        load_strict(_defaults(), str(tmp_path / "absent.yaml"))
+
+
+@pytest.mark.parametrize(
+    "load, base, section",
+    [
+        (pretrain.config.load_config, DEMO_CONFIG, "LOSS"),
+        (
+            lambda p: classification.load_config(classification.linear_probe_defaults(), p),
+            REPO / "configs" / "eval" / "linear_lorac_in1k.yaml",
+            "SOLVER",
+        ),
+        (detection.load_config, REPO / "configs" / "Base-RCNN-FPN-SyncBN.yaml", "SOLVER"),
+    ],
+    ids=["pretrain", "classification", "detection"],
+)
+def test_every_loader_raises_the_same_error(tmp_path, load, base, section):
+    """Pretraining, classification and detection configs share the loader, so a typo in a
+    leaf gives the same ConfigError (file, key, value) whichever tool reads it."""
+    leaf = tmp_path / "typo.yaml"
+    leaf.write_text(f'_BASE_: "{base}"\n{section}:\n  TYPOO: 7\n')
+    with pytest.raises(ConfigError) as e:
+        load(str(leaf))
+    assert str(e.value).startswith(f"{leaf}: ") and f"{section}.TYPOO (value 7)" in str(e.value)
