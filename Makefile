@@ -29,11 +29,12 @@ $(FASHION_MNIST):
 demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
 
-# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 3 seeds each: 61 min on 2 cores with STUDY_JOBS=3
-# (measured 2026-11-22). Writes docs/results.md and docs/results.png.
-# 9 runs (3 methods x 3 seeds); STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each
-# (a ResNet-18 at 24 px gains little from a second thread). Ctrl-C saves the runs in progress;
-# `make study` again resumes where it stopped.
+# LORAC vs MoCo-M vs MoCo-v2 at demo scale, 5 seeds each (15 runs; the report pairs LORAC and
+# MoCo-M by seed with a 95 % interval). Estimated 100 min on 2 cores with STUDY_JOBS=3, from the
+# 3-seed study's 61 min for 9 runs (measured 2026-11-22). Writes docs/results.md and .png.
+# STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each (a ResNet-18 at 24 px gains
+# little from a second thread). Ctrl-C saves the runs in progress; `make study` again resumes
+# where it stopped.
 STUDY_JOBS ?= 3
 study: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --output-dir output/study --results docs/results.md --jobs $(STUDY_JOBS)

@@ -48,7 +48,7 @@ METHODS: dict[str, Method] = {
 class StudyOptions:
     output_dir: str = "output/study"
     results: str = "docs/results.md"
-    seeds: Sequence[int] = (0, 1, 2)
+    seeds: Sequence[int] = (0, 1, 2, 3, 4)
     methods: Sequence[str] = tuple(METHODS)
     knn_train: int = 10000  # kNN reference images (Fashion-MNIST train split)
     knn_test: int = 10000  # kNN test images

@@ -18,7 +18,17 @@ from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
 
-__all__ = ["METRICS", "MethodSummary", "hardware", "summarize", "verdict", "write_report"]
+__all__ = [
+    "METRICS",
+    "MethodSummary",
+    "PairedDifference",
+    "hardware",
+    "paired_difference",
+    "paired_verdict",
+    "summarize",
+    "verdict",
+    "write_report",
+]
 
 # study.json key -> (column title, digits)
 METRICS = {
@@ -94,6 +104,63 @@ def verdict(summaries: Sequence[MethodSummary]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class PairedDifference:
+    """``a - b`` per common seed for one metric, its mean and 95 % t confidence interval."""
+
+    metric: str
+    seeds: list[int]
+    diffs: list[float]
+    mean: float
+    low: float  # NaN with fewer than 2 seeds
+    high: float
+
+    @property
+    def beyond_spread(self) -> int:
+        """+1 when the interval lies above 0, -1 below, 0 when it includes 0 (or is undefined)."""
+        if math.isnan(self.low):
+            return 0
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+
+def paired_difference(a: MethodSummary, b: MethodSummary, metric: str) -> PairedDifference:
+    """The seed-paired difference ``a - b`` (the same seed gives both methods the same data
+    order and initial weights): mean and Student-t 95 % interval over the common seeds."""
+    from scipy import stats
+
+    common = [s for s in a.seeds if s in b.seeds]
+    va = dict(zip(a.seeds, a.values[metric], strict=True))
+    vb = dict(zip(b.seeds, b.values[metric], strict=True))
+    diffs = [va[s] - vb[s] for s in common]
+    mean = float(np.mean(diffs)) if diffs else math.nan
+    if len(diffs) < 2:
+        return PairedDifference(metric, common, diffs, mean, math.nan, math.nan)
+    half = float(stats.t.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
+    return PairedDifference(metric, common, diffs, mean, mean - half, mean + half)
+
+
+def paired_verdict(summaries: Sequence[MethodSummary]) -> str:
+    """One sentence per accuracy: does the paired 95 % interval of LORAC - MoCo-M exclude 0?"""
+    by = {s.key: s for s in summaries}
+    if "lorac" not in by or "mocom" not in by:
+        return ""
+    parts = []
+    for metric, name in (("knn_top1", "kNN"), ("linear_top1", "linear-probe")):
+        d = paired_difference(by["lorac"], by["mocom"], metric)
+        if math.isnan(d.low):
+            return "Fewer than two common seeds: no paired interval."
+        what = {
+            1: "LORAC beats MoCo-M beyond the seed spread",
+            -1: "MoCo-M beats LORAC beyond the seed spread",
+            0: "no difference beyond the seed spread at this scale",
+        }[d.beyond_spread]
+        parts.append(
+            f"{name} top-1 {d.mean:+.2f} points, 95 % CI [{d.low:+.2f}, {d.high:+.2f}] ({what})"
+        )
+    n = len(paired_difference(by["lorac"], by["mocom"], "knn_top1").seeds)
+    return f"Paired by seed ({n} seeds), LORAC - MoCo-M: {parts[0]}; {parts[1]}."
+
+
 def hardware() -> dict[str, str]:
     import torch
 
@@ -133,6 +200,8 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
         f"Generated {stamp} by `tools/study.py` (`make study`) from {len(results)} runs "
         f"(seeds {seeds}).",
         "",
+        paired_verdict(summaries),
+        "",
         verdict(summaries),
         "",
         "## Mean ± sample standard deviation over seeds (ddof = 1)",
@@ -158,9 +227,38 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
         f"(seed {opt.nuclear_seed}). Its minimum is √{opt.nuclear_views} = "
         f"{math.sqrt(opt.nuclear_views):.3f} (identical views).",
         "",
-        "## Per seed",
-        "",
     ]
+    by = {x.key: x for x in summaries}
+    if "lorac" in by and "mocom" in by:
+        pairs = {k: paired_difference(by["lorac"], by["mocom"], k) for k in METRICS}
+        lines += ["## LORAC − MoCo-M, paired by seed", ""]
+        cols = ["seed", *(METRICS[k][0] for k in METRICS)]
+        rows = [
+            {
+                "seed": seed,
+                **{METRICS[k][0]: f"{pairs[k].diffs[i]:+.{METRICS[k][1]}f}" for k in METRICS},
+            }
+            for i, seed in enumerate(pairs["knn_top1"].seeds)
+        ]
+        rows.append(
+            {
+                "seed": "mean [95 % CI]",
+                **{
+                    METRICS[k][0]: f"{p.mean:+.{METRICS[k][1]}f} "
+                    f"[{p.low:+.{METRICS[k][1]}f}, {p.high:+.{METRICS[k][1]}f}]"
+                    for k, p in pairs.items()
+                },
+            }
+        )
+        lines += _table(cols, rows)
+        lines += [
+            "",
+            "The interval is Student's t over the per-seed differences (each seed gives both "
+            "methods the same data order and initial weights); an interval that excludes 0 is a "
+            "difference beyond the seed spread.",
+            "",
+        ]
+    lines += ["## Per seed", ""]
     cols = [
         "Method",
         "seed",

@@ -217,3 +217,22 @@ def test_a_second_study_on_the_same_directory_is_refused(tmp_path, capsys):
     (outcome,) = run_study(opt)  # released: the study runs, and names itself in the lock file
     assert outcome.status == "done"
     assert lock.read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_paired_difference_and_its_interval():
+    """Per-seed differences, their mean and the Student-t 95 % interval (checked by hand:
+    diffs 1, 2, 3 -> mean 2, sd 1, t(0.975, 2) = 4.303, half width 4.303 / sqrt(3) = 2.484)."""
+    from transfer.study.report import paired_difference, paired_verdict
+
+    lorac = _summary("lorac", [71.0, 74.0, 77.0], [81.0, 81.1, 81.2])
+    mocom = _summary("mocom", [70.0, 72.0, 74.0], [80.0, 80.0, 80.0])
+    d = paired_difference(lorac, mocom, "knn_top1")
+    assert d.diffs == [1.0, 2.0, 3.0] and d.mean == pytest.approx(2.0)
+    assert (d.low, d.high) == pytest.approx((2.0 - 2.4841, 2.0 + 2.4841), abs=1e-3)
+    assert d.beyond_spread == 0  # the interval includes 0
+    linear = paired_difference(lorac, mocom, "linear_top1")
+    assert linear.beyond_spread == 1  # diffs 1.0, 1.1, 1.2: [0.85, 1.35] excludes 0
+    assert paired_difference(mocom, lorac, "linear_top1").beyond_spread == -1
+    text = paired_verdict([lorac, mocom])
+    assert "kNN top-1 +2.00 points" in text and "no difference beyond the seed spread" in text
+    assert "linear-probe top-1 +1.10 points" in text and "LORAC beats MoCo-M beyond" in text
