@@ -252,3 +252,63 @@ def plot_seed_spread(
     )
     _save(fig, path)
     return drawn
+
+
+def plot_sweep(
+    curves: Mapping[str, Mapping[float, Sequence[float]]],
+    path: str,
+    *,
+    xlabel: str,
+    ylabels: Sequence[str],
+    log_x: bool = False,
+    title: str = "",
+) -> None:
+    """One panel per metric (``ylabels[i]`` is panel i): per curve (``{name: {x: per seed, a
+    tuple of the metrics' values}}``), the per-x mean with +- sample std bars. An x of ``inf``
+    (MoCo-M in the beta sweep) is drawn as a horizontal dashed line at its mean."""
+    fig, axes = plt.subplots(
+        1, len(ylabels), figsize=(3.8 * len(ylabels) + 0.6, 3.6), squeeze=False
+    )
+    for j, (ax, ylabel) in enumerate(zip(axes[0], ylabels, strict=True)):
+        for i, (name, by_x) in enumerate(curves.items()):
+            xs = sorted(x for x in by_x if math.isfinite(x))
+            means = [float(np.mean([v[j] for v in by_x[x]])) for x in xs]
+            stds = [
+                float(np.std([v[j] for v in by_x[x]], ddof=1)) if len(by_x[x]) > 1 else 0.0
+                for x in xs
+            ]
+            if xs:
+                ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=f"C{i}", label=name)
+            for x in by_x:
+                if not math.isfinite(x):
+                    mean = float(np.mean([v[j] for v in by_x[x]]))
+                    ax.axhline(mean, ls="--", color=f"C{i}", label=f"{name}")
+        if log_x:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    _save(fig, path)
+
+
+def plot_scatter_means(
+    points: Mapping[str, Sequence[tuple[float, float]]],
+    path: str,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+) -> None:
+    """Per named point, its (x, y) per seed as small dots and their mean as a labelled marker
+    (Fig. 3c's accuracy against nuclear norm)."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.8))
+    for i, (name, xy) in enumerate(points.items()):
+        a = np.asarray(xy, dtype=float)
+        ax.scatter(a[:, 0], a[:, 1], s=10, alpha=0.4, color=f"C{i}")
+        ax.scatter([a[:, 0].mean()], [a[:, 1].mean()], s=50, color=f"C{i}", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    _save(fig, path)

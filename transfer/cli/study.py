@@ -3,6 +3,8 @@ checkpoint (kNN, linear probe, test nuclear norm) and write a results page with 
 
   python tools/study.py --output-dir output/study --results docs/results.md
   python tools/study.py --seeds 0 --methods lorac mocom SOLVER.MAX_ITER 20   # a quick look
+  python tools/study.py --sweep beta --seeds 0 1 2 SOLVER.EPOCHS 2.0   # Fig. 3: make study-beta
+  python tools/study.py --sweep views --seeds 0 1 2 SOLVER.EPOCHS 2.0  # Fig. 4b: study-views
 
 Interrupted? Run the same command again: finished runs (study.json) are skipped and an unfinished
 one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in progress
@@ -16,8 +18,10 @@ import shlex
 import sys
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.config import load_config
 from transfer.cli.common import options_from_args, tool_parser
 from transfer.study import METHODS, StudyInterrupted, StudyOptions, run_study
+from transfer.study.config import SWEEPS, sweep_methods
 
 __all__ = ["main", "parse_args"]
 
@@ -25,10 +29,24 @@ __all__ = ["main", "parse_args"]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = StudyOptions()
     p = tool_parser(__doc__)
-    p.add_argument("--output-dir", default=d.output_dir, help="run directories go here")
-    p.add_argument("--results", default=d.results, help="Markdown report (plot: same name .png)")
+    p.add_argument("--output-dir", help=f"run directories go here (default {d.output_dir}[_SWEEP])")
+    p.add_argument(
+        "--results",
+        help=f"Markdown report, plots beside it (default {d.results}, or docs/results_SWEEP.md)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=list(d.seeds))
-    p.add_argument("--methods", nargs="+", default=list(d.methods), help=f"of {list(METHODS)}")
+    p.add_argument(
+        "--methods", nargs="+", help=f"of {list(METHODS)} (default: all, or the sweep's)"
+    )
+    p.add_argument(
+        "--sweep",
+        choices=SWEEPS,
+        default="",
+        help="beta: paper Fig. 3; views: the M ablation (Fig. 4b)",
+    )
+    p.add_argument(
+        "--records", default=d.records, help="keep each run's study.json here too (committed)"
+    )
     p.add_argument("--knn-train", type=int, default=d.knn_train, help="kNN reference images")
     p.add_argument("--knn-test", type=int, default=d.knn_test, help="kNN test images")
     p.add_argument(
@@ -46,7 +64,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)])
-    opt = options_from_args(StudyOptions, args, command=command)
+    d = StudyOptions()
+    suffix = f"_{args.sweep}" if args.sweep else ""
+    args.output_dir = args.output_dir or d.output_dir + suffix
+    args.results = args.results or d.results.replace(".md", f"{suffix}.md")
+    if args.sweep:
+        # the sweep's warm-up is half of the epochs the overrides (or the demo config) set
+        demo = load_config(METHODS["lorac"].config, [str(o) for o in args.opts])
+        table = sweep_methods(args.sweep, float(demo.SOLVER.EPOCHS))
+        args.methods = args.methods or list(table)
+        opt = options_from_args(StudyOptions, args, command=command, method_table=table)
+    else:
+        args.methods = args.methods or list(METHODS)
+        opt = options_from_args(StudyOptions, args, command=command)
     try:
         outcomes = run_study(opt)
     except StudyInterrupted as e:

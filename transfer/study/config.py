@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,10 +15,12 @@ from pretrain.utils.errors import LoracError
 
 __all__ = [
     "METHODS",
+    "SWEEPS",
     "Method",
     "StudyError",
     "StudyOptions",
     "load_method_configs",
+    "sweep_methods",
 ]
 
 _CONFIGS = config_path()
@@ -31,6 +34,8 @@ class StudyError(LoracError):
 class Method:
     label: str  # as in the tables: LORAC, MoCo-M, MoCo-v2
     config: str  # pretraining config (inherits the demo config)
+    opts: tuple = ()  # this method's own overrides KEY VALUE ..., after the study's
+    x: float | None = None  # its place on a sweep's axis (beta, or the number of views M)
 
 
 METHODS: dict[str, Method] = {
@@ -42,6 +47,39 @@ METHODS: dict[str, Method] = {
         "MoCo-v2", os.path.join(_CONFIGS, "pretrain", "demo_fashion_mnist_r18_mocov2.yaml")
     ),
 }
+
+
+# The paper's two ablations at demo scale (Sec. 6.2), both with beta = inf for the first half of
+# the epochs as its ImageNet-100 runs: Fig. 3 (beta; MoCo-M is beta = inf throughout) and the M
+# ablation of Fig. 4b (M views of one size, one key crop, Q = the M - 1 queries and the key,
+# beta = 1; LORAC and MoCo-M at every M).
+SWEEP_BETAS = (0.5, 1.0, 2.0, 4.0, 8.0)
+SWEEP_VIEWS = (2, 3, 4, 6)
+SWEEPS = ("beta", "views")
+
+
+def sweep_methods(sweep: str, epochs: float) -> dict[str, Method]:
+    """The method table of ``sweep`` ("beta" or "views") at ``epochs`` epochs."""
+    lorac, mocom = METHODS["lorac"].config, METHODS["mocom"].config
+    half = ("LOSS.BETA_INF_EPOCHS", epochs / 2)
+    if sweep == "beta":
+        table = {
+            f"lorac_beta{b:g}": Method(f"LORAC β={b:g}", lorac, ("LOSS.BETA", b, *half), b)
+            for b in SWEEP_BETAS
+        }
+        table["mocom"] = Method("MoCo-M (β=∞)", mocom, (), math.inf)
+        return table
+    if sweep == "views":
+        table = {}
+        for m in SWEEP_VIEWS:
+            views = ("INPUT.LARGE_CROPS", m, "INPUT.SMALL_CROPS", 0, "INPUT.KEY_CROPS", 1)
+            views += ("LOSS.LOWRANK_VIEWS", "queries")
+            table[f"lorac_M{m}"] = Method(
+                f"LORAC M={m}", lorac, (*views, "LOSS.BETA", 1.0, *half), m
+            )
+            table[f"mocom_M{m}"] = Method(f"MoCo-M M={m}", mocom, views, m)
+        return table
+    raise StudyError(f"--sweep {sweep!r}: choose from {SWEEPS}")
 
 
 @dataclass
@@ -67,6 +105,10 @@ class StudyOptions:
     jobs: int = 1  # runs at once, each in its own process with nproc // jobs threads
     opts: Sequence[str] = ()  # pretraining overrides KEY VALUE ..., applied to every method
     command: str = ""  # the command line, for the report
+    sweep: str = ""  # "" (the three methods), "beta" or "views": see sweep_methods
+    # A folder (committed with the results) where each finished run's study.json is also kept;
+    # a run whose record is there is not run again, even without its run directory.
+    records: str = ""
     method_table: Mapping[str, Method] = field(default_factory=lambda: dict(METHODS))
 
     def eval_settings(self) -> dict[str, object]:
@@ -108,7 +150,13 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     ):
         if getattr(opt, name) < 1:
             raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
-    cfgs = {m: load_config(opt.method_table[m].config, list(opt.opts)) for m in opt.methods}
+    cfgs = {
+        m: load_config(
+            opt.method_table[m].config,
+            [str(o) for o in (*opt.opts, *opt.method_table[m].opts)],
+        )
+        for m in opt.methods
+    }
     for m, cfg in cfgs.items():
         where = f"{opt.method_table[m].config} (method {m})"
         if cfg.DATASETS.TYPE != "fashion_mnist":

@@ -118,7 +118,7 @@ def _do_run(
         "label": label,
         "seed": run.seed,
         "config": os.path.relpath(opt.method_table[run.method].config),
-        "overrides": list(opt.opts),
+        "overrides": [str(o) for o in (*opt.opts, *opt.method_table[run.method].opts)],
         **train,
         **metrics,
         "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
@@ -127,7 +127,18 @@ def _do_run(
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_json(run.study_json, result)
+    record = _record_path(opt, run)
+    if record:  # as soon as it exists: the next session may not have this run directory
+        write_json(record, result)
     return result
+
+
+def _record_path(opt: StudyOptions, run: RunPaths) -> str:
+    """Where ``opt.records`` keeps this run's study.json ("" without records)."""
+    if not opt.records:
+        return ""
+    os.makedirs(opt.records, exist_ok=True)
+    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json")
 
 
 def _log_done(head: str, result: dict, eta: str) -> None:
@@ -165,8 +176,16 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         for i, run in enumerate(runs, 1):
             label = opt.method_table[run.method].label
             head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
+            record = _record_path(opt, run)
+            if not os.path.isfile(run.study_json) and record and os.path.isfile(record):
+                result = read_json(record)
+                logger.info("%s: skipped, its record %s exists", head, record)
+                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
+                continue
             if os.path.isfile(run.study_json):
                 result = read_json(run.study_json)
+                if record and not os.path.isfile(record):
+                    write_json(record, result)
                 if result.get("eval_settings") != settings:
                     logger.warning(
                         "%s: %s was evaluated with other settings (%s, now %s); kept as it is: "

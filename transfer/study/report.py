@@ -161,6 +161,90 @@ def paired_verdict(summaries: Sequence[MethodSummary]) -> str:
     return f"Paired by seed ({n} seeds), LORAC - MoCo-M: {parts[0]}; {parts[1]}."
 
 
+PAPER_SHAPES = {
+    "beta": (
+        "The paper (Fig. 3, ImageNet-100, 100 epochs): accuracy is best at β = 2, falls towards "
+        "MoCo-M's as β grows and collapses below β = 1 (3a); the test ‖Q̂‖∗ grows with β (3b); "
+        "accuracy against ‖Q̂‖∗ is best at an intermediate norm (3c)."
+    ),
+    "views": (
+        "The paper (Fig. 4b, ImageNet-100): LORAC is above MoCo-M at every M, and the gap grows "
+        "with M."
+    ),
+}
+
+
+def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[str]:
+    """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and what it shows
+    next to the paper's curve shapes, computed from the numbers."""
+    table = opt.method_table
+    by = {s.key: s for s in summaries}
+    lines = ["## The sweep", "", PAPER_SHAPES[opt.sweep], ""]
+    if opt.sweep == "beta":
+        mocom = by.get("mocom")
+        rows, found = [], []
+        for key in opt.methods:
+            if key not in by:
+                continue
+            s, x = by[key], table[key].x
+            row = {"β": "∞ (MoCo-M)" if x == math.inf else f"{x:g}", "seeds": len(s.seeds)}
+            row.update({METRICS[k][0]: _mean_std(s, k) for k in METRICS})
+            if mocom is not None and key != "mocom":
+                d = paired_difference(s, mocom, "knn_top1")
+                row["kNN − MoCo-M [95 % CI]"] = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
+                found.append((x, s.mean("knn_top1"), s.mean("nuclear_mean"), d))
+            rows.append(row)
+        lines += _table(list(rows[0]) if rows else ["β"], rows)
+        if found:
+            best = max(found, key=lambda f: f[1])
+            ordered = sorted(found, key=lambda f: f[0])
+            nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
+            above = [f"{f[0]:g}" for f in ordered if f[3].beyond_spread == 1]
+            below = [f"{f[0]:g}" for f in ordered if f[3].beyond_spread == -1]
+            lines += [
+                "",
+                f"Here: kNN is best at β = {best[0]:g} ({best[1]:.2f} %); the test ‖Q̂‖∗ "
+                f"{'grows' if nuc_up else 'does not grow monotonically'} with β; LORAC is above "
+                f"MoCo-M beyond the seed spread at β = {', '.join(above) or 'none'} and below it "
+                f"at β = {', '.join(below) or 'none'}.",
+            ]
+    else:
+        rows, gaps = [], []
+        for x in sorted({table[k].x for k in opt.methods}):
+            lo, mo = by.get(f"lorac_M{x:g}"), by.get(f"mocom_M{x:g}")
+            if lo is None or mo is None:
+                continue
+            d = paired_difference(lo, mo, "knn_top1")
+            dl = paired_difference(lo, mo, "linear_top1")
+            gaps.append((x, d))
+            rows.append(
+                {
+                    "M": f"{x:g}",
+                    "seeds": len(d.seeds),
+                    "LORAC kNN (%)": _mean_std(lo, "knn_top1"),
+                    "MoCo-M kNN (%)": _mean_std(mo, "knn_top1"),
+                    "kNN LORAC − MoCo-M [95 % CI]": f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
+                    "linear LORAC − MoCo-M [95 % CI]": (
+                        f"{dl.mean:+.2f} [{dl.low:+.2f}, {dl.high:+.2f}]"
+                    ),
+                }
+            )
+        lines += _table(list(rows[0]) if rows else ["M"], rows)
+        if gaps:
+            above = [f"{x:g}" for x, d in gaps if d.beyond_spread == 1]
+            below = [f"{x:g}" for x, d in gaps if d.beyond_spread == -1]
+            grows = gaps[-1][1].mean > gaps[0][1].mean
+            lines += [
+                "",
+                f"Here: LORAC is above MoCo-M beyond the seed spread at M = "
+                f"{', '.join(above) or 'none'}, below it at M = {', '.join(below) or 'none'}; "
+                f"the mean kNN gap is {gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
+                f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
+                f"({'growing' if grows else 'not growing'} with M).",
+            ]
+    return [*lines, ""]
+
+
 def hardware() -> dict[str, str]:
     import torch
 
@@ -195,15 +279,20 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
     seeds = " ".join(str(s) for s in opt.seeds)
     stamp = datetime.datetime.now().isoformat(timespec="seconds")
     lines = [
-        "# CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
+        {
+            "": "# CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
+            "beta": "# CPU-scale β sweep (paper Fig. 3): LORAC at five β and MoCo-M",
+            "views": "# CPU-scale M sweep (paper Fig. 4b): LORAC and MoCo-M at M views",
+        }[opt.sweep],
         "",
         f"Generated {stamp} by `tools/study.py` (`make study`) from {len(results)} runs "
         f"(seeds {seeds}).",
         "",
-        paired_verdict(summaries),
-        "",
-        verdict(summaries),
-        "",
+        *(
+            _sweep_rows(opt, summaries)
+            if opt.sweep
+            else [paired_verdict(summaries), "", verdict(summaries), ""]
+        ),
         "## Mean ± sample standard deviation over seeds (ddof = 1)",
         "",
     ]
@@ -293,6 +382,11 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
     lines[-1] += ":"
     lines += [""] + [
         f"- {opt.method_table[m].label}: `{os.path.relpath(opt.method_table[m].config)}`"
+        + (
+            f" with `{' '.join(str(o) for o in opt.method_table[m].opts)}`"
+            if opt.method_table[m].opts
+            else ""
+        )
         for m in opt.methods
     ]
     lines += ["", "## Budget", ""]
@@ -350,5 +444,40 @@ def write_report(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: fl
         png,
         title=f"{len(results)} runs: per-seed values (dots), mean ± sample std (bars)",
     )
+    if opt.sweep:
+        _plot_sweep(opt, summaries, os.path.splitext(opt.results)[0])
     atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png).encode())
     return png
+
+
+def _plot_sweep(opt: StudyOptions, summaries: Sequence[MethodSummary], stem: str) -> None:
+    """``<stem>_curves.png`` (the metrics against the sweep's x) and, for beta,
+    ``<stem>_accuracy_vs_nuclear_norm.png`` (Fig. 3c)."""
+    from transfer.analysis.plots import plot_scatter_means, plot_sweep
+
+    keys = list(METRICS)
+    curves: dict[str, dict[float, list[tuple[float, ...]]]] = {}
+    for s in summaries:
+        name = "MoCo-M" if s.key.startswith("mocom") else "LORAC"
+        per_seed = [tuple(s.values[k][i] for k in keys) for i in range(len(s.seeds))]
+        curves.setdefault(name, {})[opt.method_table[s.key].x] = per_seed
+    xlabel = "β (MoCo-M: β = ∞, dashed)" if opt.sweep == "beta" else "views M"
+    plot_sweep(
+        curves,
+        f"{stem}_curves.png",
+        xlabel=xlabel,
+        ylabels=[METRICS[k][0] for k in keys],
+        log_x=opt.sweep == "beta",
+        title=f"{len(summaries)} methods: mean ± sample std over seeds",
+    )
+    if opt.sweep == "beta":
+        plot_scatter_means(
+            {
+                s.label: list(zip(s.values["nuclear_mean"], s.values["knn_top1"], strict=True))
+                for s in summaries
+            },
+            f"{stem}_accuracy_vs_nuclear_norm.png",
+            xlabel=METRICS["nuclear_mean"][0],
+            ylabel=METRICS["knn_top1"][0],
+            title="kNN accuracy against the test ‖Q̂‖∗ (paper Fig. 3c)",
+        )
