@@ -26,23 +26,10 @@ from pretrain.checkpoint.layouts import LAYOUTS, layouts_table
 from pretrain.checkpoint.reader import CheckpointError, load_backbone
 from pretrain.checkpoint.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
 from tests.helpers import ROOT
-from tests.helpers.checkpoints import CASES, bb, d2_names, pre, randomise_bn, write
+from tests.helpers.checkpoints import CASES, bb, d2_names, pre, write
 from transfer.detection.convert import convert_checkpoint, convert_to_d2
 
 REPO = ROOT
-
-
-@pytest.fixture(scope="module")
-def net() -> torchvision.models.ResNet:
-    torch.manual_seed(0)
-    return randomise_bn(torchvision.models.resnet18(), seed=1)
-
-
-@pytest.fixture(scope="module")
-def other() -> torchvision.models.ResNet:
-    """Different weights of the same shape (a student, a second candidate)."""
-    torch.manual_seed(5)
-    return randomise_bn(torchvision.models.resnet18(), seed=6)
 
 
 def _d2_resnet18() -> torch.nn.Module:

@@ -39,18 +39,6 @@ DEMO_CONFIG = REPO / "configs" / "pretrain" / "demo_fashion_mnist_r18.yaml"
 
 
 @pytest.fixture(scope="module")
-def net() -> torchvision.models.ResNet:
-    torch.manual_seed(0)
-    return randomise_bn(torchvision.models.resnet18(), seed=1)
-
-
-@pytest.fixture(scope="module")
-def other() -> torchvision.models.ResNet:
-    torch.manual_seed(5)
-    return randomise_bn(torchvision.models.resnet18(), seed=6)
-
-
-@pytest.fixture(scope="module")
 def image() -> torch.Tensor:
     return torch.randn(2, 3, 64, 80, generator=torch.Generator().manual_seed(0))
 
