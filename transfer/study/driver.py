@@ -210,7 +210,8 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         elif pending:
             _run_in_parallel(work)
         ordered = [outcomes[i] for i in sorted(outcomes)]
-        write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start)
+        runs_done = sum(o.status == "done" for o in ordered)
+        write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start, runs_done)
         logger.info("wrote %s and its plot", opt.results)
         return ordered
 

@@ -17,6 +17,7 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
+from .run import read_json, write_json
 
 __all__ = [
     "METRICS",
@@ -161,6 +162,8 @@ def paired_verdict(summaries: Sequence[MethodSummary]) -> str:
     return f"Paired by seed ({n} seeds), LORAC - MoCo-M: {parts[0]}; {parts[1]}."
 
 
+TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-views"}
+
 PAPER_SHAPES = {
     "beta": (
         "The paper (Fig. 3, ImageNet-100, 100 epochs): accuracy is best at β = 2, falls towards "
@@ -172,6 +175,28 @@ PAPER_SHAPES = {
         "with M."
     ),
 }
+
+
+def _spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]]) -> str:
+    """Where the paired kNN interval of LORAC - MoCo-M excludes 0, in words."""
+    above = [f"{x:g}" for x, d in gaps if d.beyond_spread == 1]
+    below = [f"{x:g}" for x, d in gaps if d.beyond_spread == -1]
+    if not above and not below:
+        return (
+            f"at no {symbol} does LORAC differ from MoCo-M in kNN beyond the seed spread (every "
+            "paired 95 % CI includes 0)"
+        )
+    parts = []
+    if above:
+        parts.append(
+            f"LORAC is above MoCo-M beyond the seed spread at {symbol} = {', '.join(above)}"
+        )
+    if below:
+        parts.append(f"below it beyond the seed spread at {symbol} = {', '.join(below)}")
+    rest = [f"{x:g}" for x, d in gaps if d.beyond_spread == 0]
+    if rest:
+        parts.append(f"within it at {symbol} = {', '.join(rest)}")
+    return ", ".join(parts)
 
 
 def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[str]:
@@ -199,14 +224,20 @@ def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[s
             best = max(found, key=lambda f: f[1])
             ordered = sorted(found, key=lambda f: f[0])
             nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
-            above = [f"{f[0]:g}" for f in ordered if f[3].beyond_spread == 1]
-            below = [f"{f[0]:g}" for f in ordered if f[3].beyond_spread == -1]
+            low = ordered[0]
+            collapse = (
+                f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
+                "collapse below β = 1"
+                if low[3].beyond_spread == -1
+                else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
+            )
             lines += [
                 "",
-                f"Here: kNN is best at β = {best[0]:g} ({best[1]:.2f} %); the test ‖Q̂‖∗ "
-                f"{'grows' if nuc_up else 'does not grow monotonically'} with β; LORAC is above "
-                f"MoCo-M beyond the seed spread at β = {', '.join(above) or 'none'} and below it "
-                f"at β = {', '.join(below) or 'none'}.",
+                f"Here: kNN is highest at β = {best[0]:g} ({best[1]:.2f} %; the paper's peak is "
+                f"at β = 2); the test ‖Q̂‖∗ "
+                f"{'grows' if nuc_up else 'does not grow monotonically'} with β "
+                f"({'as' if nuc_up else 'unlike'} the paper's Fig. 3b); {collapse}; "
+                f"{_spread_sentence('β', [(f[0], f[3]) for f in ordered])}.",
             ]
     else:
         rows, gaps = [], []
@@ -231,14 +262,11 @@ def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[s
             )
         lines += _table(list(rows[0]) if rows else ["M"], rows)
         if gaps:
-            above = [f"{x:g}" for x, d in gaps if d.beyond_spread == 1]
-            below = [f"{x:g}" for x, d in gaps if d.beyond_spread == -1]
             grows = gaps[-1][1].mean > gaps[0][1].mean
             lines += [
                 "",
-                f"Here: LORAC is above MoCo-M beyond the seed spread at M = "
-                f"{', '.join(above) or 'none'}, below it at M = {', '.join(below) or 'none'}; "
-                f"the mean kNN gap is {gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
+                f"Here: {_spread_sentence('M', gaps)}; the mean kNN gap is "
+                f"{gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
                 f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
                 f"({'growing' if grows else 'not growing'} with M).",
             ]
@@ -274,7 +302,13 @@ def _fmt(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value / scale:.{digits}f}"
 
 
-def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, png: str) -> str:
+def render(
+    opt: StudyOptions,
+    results: Sequence[Mapping],
+    wall_seconds: float,
+    png: str,
+    invocations: Sequence[Mapping] = (),
+) -> str:
     summaries = summarize(results, opt.methods)
     seeds = " ".join(str(s) for s in opt.seeds)
     stamp = datetime.datetime.now().isoformat(timespec="seconds")
@@ -285,7 +319,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
             "views": "# CPU-scale M sweep (paper Fig. 4b): LORAC and MoCo-M at M views",
         }[opt.sweep],
         "",
-        f"Generated {stamp} by `tools/study.py` (`make study`) from {len(results)} runs "
+        f"Generated {stamp} by `tools/study.py` (`{TARGETS[opt.sweep]}`) from {len(results)} runs "
         f"(seeds {seeds}).",
         "",
         *(
@@ -376,7 +410,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
             }
         )
     lines += _table(cols, rows)
-    lines += ["", "## Command", "", "```", opt.command or "make study", "```", ""]
+    lines += ["", "## Command", "", "```", opt.command or TARGETS[opt.sweep], "```", ""]
     lines += ["Pretraining configs (overrides applied to every method: "]
     lines[-1] += f"`{' '.join(opt.opts)}`)" if opt.opts else "none)"
     lines[-1] += ":"
@@ -422,6 +456,7 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
     lines += [
         f"- Wall time per run (pretraining + evaluation): mean {np.mean(per_run) / 60:.1f} min, "
         f"total {sum(per_run) / 60:.1f} min over {len(results)} runs.",
+        *_invocation_lines(invocations),
         f"- This invocation of the study: {wall_seconds / 60:.1f} min (runs already done are "
         "skipped, so a resumed study takes less).",
         f"- Runs at once (`--jobs`): {opt.jobs}; with more than one, each run had "
@@ -432,10 +467,57 @@ def render(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, p
     return "\n".join(lines)
 
 
-def write_report(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float) -> str:
-    """Write ``opt.results`` (Markdown) and the plot beside it (same name, ``.png``)."""
+INVOCATIONS = "invocations.json"
+
+
+def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> list[dict]:
+    """Append this invocation (when it ran anything) to ``<records>/invocations.json`` and
+    return them all: the target's wall time is the sum over the sessions that ran it, which a
+    page regenerated from the records alone would otherwise lose. [] without records."""
+    if not opt.records:
+        return []
+    path = os.path.join(opt.records, INVOCATIONS)
+    logged = read_json(path)["invocations"] if os.path.isfile(path) else []
+    if runs_done:
+        logged.append(
+            {
+                "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+                "minutes": round(wall_seconds / 60, 1),
+                "runs_done": runs_done,
+                "jobs": opt.jobs,
+                "cpu_cores": len(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else os.cpu_count(),
+            }
+        )
+        os.makedirs(opt.records, exist_ok=True)
+        write_json(path, {"invocations": logged})
+    return logged
+
+
+def _invocation_lines(invocations: Sequence[Mapping]) -> list[str]:
+    if not invocations:
+        return []
+    total = sum(i["minutes"] for i in invocations)
+    each = "; ".join(
+        f"{i['finished'][:16].replace('T', ' ')}: {i['minutes']:.1f} min, {i['runs_done']} runs, "
+        f"{i['jobs']} at once on {i['cpu_cores']} cores"
+        for i in invocations
+    )
+    return [
+        f"- Wall time of the target, summed over the invocations that ran something "
+        f"(`{INVOCATIONS}` in the records): {total:.1f} min ({each})."
+    ]
+
+
+def write_report(
+    opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, runs_done: int = 0
+) -> str:
+    """Write ``opt.results`` (Markdown) and the plot beside it (same name, ``.png``); an
+    invocation that ran ``runs_done`` > 0 runs is logged in the records first."""
     from transfer.analysis.plots import plot_seed_spread
 
+    invocations = log_invocation(opt, wall_seconds, runs_done)
     png = os.path.splitext(opt.results)[0] + ".png"
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
     summaries = summarize(results, opt.methods)
@@ -446,7 +528,7 @@ def write_report(opt: StudyOptions, results: Sequence[Mapping], wall_seconds: fl
     )
     if opt.sweep:
         _plot_sweep(opt, summaries, os.path.splitext(opt.results)[0])
-    atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png).encode())
+    atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png, invocations).encode())
     return png
 
 

@@ -84,9 +84,12 @@ def test_records_are_not_run_again_and_make_the_sweep_report(tmp_path):
     assert {o.status for o in outcomes} == {"skipped"} and len(outcomes) == 12
     text = (tmp_path / "results_beta.md").read_text()
     assert "# CPU-scale β sweep" in text and "The paper (Fig. 3" in text
-    assert "kNN is best at β = 2 (76.05 %)" in text
+    assert "by `tools/study.py` (`make study-beta`)" in text
+    assert "kNN is highest at β = 2 (76.05 %; the paper's peak is at β = 2)" in text
     assert "LORAC is above MoCo-M beyond the seed spread at β = 2, 4, 8" in text
-    assert "below it at β = 0.5" in text
+    assert "below it beyond the seed spread at β = 0.5, within it at β = 1" in text
+    assert "at β = 0.5 kNN is below MoCo-M's beyond the seed spread" in text
+    assert "grows with β (as the paper's Fig. 3b)" in text
     for name in ("results_beta.png", "results_beta_curves.png"):
         assert_png_not_blank(tmp_path / name)
     assert_png_not_blank(tmp_path / "results_beta_accuracy_vs_nuclear_norm.png")
@@ -120,3 +123,41 @@ def test_a_finished_run_writes_its_record(tmp_path, monkeypatch):
         "LOSS.LOWRANK_VIEWS",
         "queries",
     ]
+
+
+def test_spread_sentence_says_when_no_interval_excludes_zero():
+    """The sweep's sentence never lists empty sets ("at β = none"): with every paired interval
+    including 0 it says so, and it names the points above and below otherwise."""
+    from transfer.study.report import PairedDifference, _spread_sentence
+
+    def gap(low, high):
+        return PairedDifference("knn_top1", [0, 1, 2], [0.0] * 3, (low + high) / 2, low, high)
+
+    within = _spread_sentence("β", [(0.5, gap(-0.3, 0.1)), (1.0, gap(-0.1, 0.2))])
+    assert within == (
+        "at no β does LORAC differ from MoCo-M in kNN beyond the seed spread (every paired "
+        "95 % CI includes 0)"
+    )
+    mixed = _spread_sentence("M", [(2.0, gap(0.1, 0.4)), (3.0, gap(-0.5, -0.1)), (4.0, gap(-1, 1))])
+    assert mixed == (
+        "LORAC is above MoCo-M beyond the seed spread at M = 2, below it beyond the seed spread "
+        "at M = 3, within it at M = 4"
+    )
+    assert "none" not in within + mixed
+
+
+def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
+    """An invocation that ran something is appended to the records' invocations.json; one that
+    ran nothing is not, and the page shows the sum over all of them."""
+    from transfer.study.report import INVOCATIONS, _invocation_lines, log_invocation
+
+    opt = _options(tmp_path, "beta", tmp_path, records=str(tmp_path / "records"))
+    assert log_invocation(opt, 600.0, 0) == []  # nothing ran, nothing logged
+    assert not (tmp_path / "records" / INVOCATIONS).exists()
+    log_invocation(opt, 59 * 60.0, 18)
+    logged = log_invocation(opt, 30 * 60.0, 6)
+    assert [(i["minutes"], i["runs_done"]) for i in logged] == [(59.0, 18), (30.0, 6)]
+    on_disk = json.loads((tmp_path / "records" / INVOCATIONS).read_text())["invocations"]
+    assert on_disk == logged
+    (line,) = _invocation_lines(logged)
+    assert "89.0 min" in line and "59.0 min, 18 runs" in line and "30.0 min, 6 runs" in line
