@@ -119,3 +119,15 @@ def exit_status(main: Callable[[list[str]], int], argv: list[str]) -> int:
         return main(argv)
     except SystemExit as e:
         return e.code
+
+
+def study_record(method, label, seed, knn, nuc, **extra):
+    """A study run's record (its study.json, as ``tools/study.py --records`` keeps it) with the
+    given kNN (linear = kNN + 1) and test nuclear norm."""
+    return {
+        "method": method, "label": label, "seed": seed, "knn_top1": knn, "linear_top1": knn + 1,
+        "nuclear_mean": nuc, "nuclear_std": 0.1, "train_seconds": 60.0, "images_per_sec": 100.0,
+        "eval_seconds": 10.0, "resumed_from_iter": 0, "max_iter": 10, "ims_per_batch": 8,
+        "train_images": 40, "epochs": 2.0, "views": 3, "probe_train_images": 40,
+        "probe_test_images": 20, **extra,
+    }  # fmt: skip

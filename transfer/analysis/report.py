@@ -115,6 +115,32 @@ def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
     return sec
 
 
+def _studies(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
+    """One section per folder of study records (``tools/study.py --records``: ``make study``,
+    ``make study-beta``, ``make study-views``): what it shows about LORAC vs MoCo-M (the same
+    sentences as its Markdown page), its tables and its plots."""
+    from transfer.study.report import comparison, mean_rows, summarize, write_plots
+
+    sections = []
+    for i, (d, opt, results) in enumerate(loaded):
+        summaries = summarize(results, opt.methods)
+        found = comparison(opt, summaries)
+        sec = Section(f"{found.title} ({len(results)} runs: {d})", text=list(found.text))
+        tables = [("The sweep" if opt.sweep else "LORAC − MoCo-M, paired by seed", found.rows)]
+        tables.append(("Mean ± sample standard deviation over seeds", mean_rows(summaries)))
+        for title, rows in tables:
+            if rows:
+                table = Table(title, list(rows[0]))
+                for row in rows:
+                    table.add([str(row.get(c, "-")) for c in table.columns])
+                sec.tables.append(table)
+        stem = os.path.join(fig_dir, f"study{i + 1}_{opt.sweep or 'methods'}")
+        for title, path in write_plots(opt, summaries, stem):
+            sec.figures.append(Figure(title, path, f"from {d}"))
+        sections.append(sec)
+    return sections
+
+
 def build_report(
     run_specs: Sequence[str],
     out_dir: str,
@@ -123,9 +149,19 @@ def build_report(
     detection_dirs: Sequence[str] = (),
     ablation_dirs: Sequence[str] = (),
     nuclear_dir: str = "",
+    study_records: Sequence[str] = (),
     title: str = "LORAC experiment report",
 ) -> Report:
     """Read everything first (so a bad file fails before anything is written), then write."""
+    from transfer.study.config import StudyError
+    from transfer.study.records import load_records
+
+    studies = []
+    for d in study_records:
+        try:
+            studies.append((d, *load_records(d)))
+        except StudyError as e:
+            raise AnalysisError(str(e)) from None
     runs = [load_run(s) for s in run_specs]
     labels = [r.label for r in runs]
     if len(set(labels)) != len(labels):
@@ -154,6 +190,7 @@ def build_report(
         sec.text.append("not run: no knn.csv (tools/knn_eval.py) found.")
     sections.append(sec)
     sections.append(_nuclear(nuclear_dir, fig_dir))
+    sections += _studies(studies, fig_dir)
     other = [t for t in results.other if os.path.basename(t.path) != "knn.csv"]
     if other:
         sections.append(
@@ -168,6 +205,7 @@ def build_report(
         f"detection folders: {', '.join(detection_dirs) or 'none'}",
         f"ablation folders (Table 5): {', '.join(ablation_dirs) or 'none'}",
         f"nuclear-norm folder: {nuclear_dir or 'none'}",
+        f"study records: {', '.join(study_records) or 'none'}",
     ]
     md_path = os.path.join(out_dir, "report.md")
     html_path = os.path.join(out_dir, "report.html")

@@ -3,13 +3,18 @@
   python tools/make_report.py output/lorac output/mocom output/mocov2 --out output/report \
       --eval-dir output/tables --detection-dir output/coco --ablation-dir output/in100_tables \
       --nuclear-dir output/nuclear
+  python tools/make_report.py --study-records docs/results_runs/study docs/results_runs/beta \
+      docs/results_runs/views --out output/study_report
 
 RUN_DIR is a pretraining OUTPUT_DIR (metrics.json, config.yaml), optionally LABEL=RUN_DIR.
 --eval-dir: folders with the CSV tables of tools/linear_probe.py (Table 1), transfer_linear.py
 (Table 2), semi_supervised.py (Table 3), knn_eval.py; --detection-dir: tools/train_net.py run
 folders (results.json) or collect_detection_results.py CSVs (Table 4); --ablation-dir: linear
-probes of the ImageNet-100 prior ablation (Table 5). Writes OUT/report.html (self-contained) and
-OUT/report.md with its PNGs in OUT/figures/. See docs/analysis.md.
+probes of the ImageNet-100 prior ablation (Table 5); --study-records: folders of study run
+records (tools/study.py --records: make study, study-beta, study-views), each shown as on its
+docs/results*.md page (LORAC vs MoCo-M paired by seed, the sweep against the paper). Writes
+OUT/report.html (self-contained) and OUT/report.md with its PNGs in OUT/figures/. See
+docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--detection-dir", nargs="+", action="extend", default=[], metavar="D")
     p.add_argument("--ablation-dir", nargs="+", action="extend", default=[], metavar="D")
     p.add_argument("--nuclear-dir", default="", metavar="D", help="analyze_nuclear_norm.py --out")
+    p.add_argument(
+        "--study-records",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="D",
+        help="tools/study.py --records folders, e.g. docs/results_runs/beta",
+    )
     p.add_argument("--title", default="LORAC experiment report")
     return p.parse_args(argv)
 
@@ -40,7 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not (
-        args.runs or args.eval_dir or args.detection_dir or args.ablation_dir or args.nuclear_dir
+        args.runs
+        or args.eval_dir
+        or args.detection_dir
+        or args.ablation_dir
+        or args.nuclear_dir
+        or args.study_records
     ):
         raise AnalysisError("nothing to report: give run folders or result folders")
     report = build_report(
@@ -50,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         detection_dirs=args.detection_dir,
         ablation_dirs=args.ablation_dir,
         nuclear_dir=args.nuclear_dir,
+        study_records=args.study_records,
         title=args.title,
     )
     print(

@@ -17,10 +17,14 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
-from .run import read_json, write_json
+from .records import INVOCATIONS, log_invocation
 
 __all__ = [
     "METRICS",
+    "Comparison",
+    "comparison",
+    "mean_rows",
+    "write_plots",
     "MethodSummary",
     "PairedDifference",
     "hardware",
@@ -70,6 +74,18 @@ def _mean_std(s: MethodSummary, metric: str) -> str:
     std = s.std(metric)
     std_text = "n/a" if math.isnan(std) else f"{std:.{digits}f}"
     return f"{s.mean(metric):.{digits}f} ± {std_text}"
+
+
+def mean_rows(summaries: Sequence[MethodSummary]) -> list[dict]:
+    """One row per method: its label, seeds and every metric's mean ± sample std."""
+    return [
+        {
+            "Method": s.label,
+            "seeds": len(s.seeds),
+            **{METRICS[k][0]: _mean_std(s, k) for k in METRICS},
+        }
+        for s in summaries
+    ]
 
 
 def verdict(summaries: Sequence[MethodSummary]) -> str:
@@ -199,15 +215,15 @@ def _spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]]
     return ", ".join(parts)
 
 
-def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[str]:
-    """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and what it shows
-    next to the paper's curve shapes, computed from the numbers."""
+def _sweep_table(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[list[dict], str]:
+    """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and one sentence on
+    what it shows next to the paper's curve shapes, computed from the numbers."""
     table = opt.method_table
     by = {s.key: s for s in summaries}
-    lines = ["## The sweep", "", PAPER_SHAPES[opt.sweep], ""]
+    rows: list[dict] = []
     if opt.sweep == "beta":
         mocom = by.get("mocom")
-        rows, found = [], []
+        found = []
         for key in opt.methods:
             if key not in by:
                 continue
@@ -219,58 +235,109 @@ def _sweep_rows(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> list[s
                 row["kNN − MoCo-M [95 % CI]"] = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
                 found.append((x, s.mean("knn_top1"), s.mean("nuclear_mean"), d))
             rows.append(row)
-        lines += _table(list(rows[0]) if rows else ["β"], rows)
-        if found:
-            best = max(found, key=lambda f: f[1])
-            ordered = sorted(found, key=lambda f: f[0])
-            nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
-            low = ordered[0]
-            collapse = (
-                f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
-                "collapse below β = 1"
-                if low[3].beyond_spread == -1
-                else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
-            )
-            lines += [
-                "",
-                f"Here: kNN is highest at β = {best[0]:g} ({best[1]:.2f} %; the paper's peak is "
-                f"at β = 2); the test ‖Q̂‖∗ "
-                f"{'grows' if nuc_up else 'does not grow monotonically'} with β "
-                f"({'as' if nuc_up else 'unlike'} the paper's Fig. 3b); {collapse}; "
-                f"{_spread_sentence('β', [(f[0], f[3]) for f in ordered])}.",
-            ]
+        if not found:
+            return rows, ""
+        best = max(found, key=lambda f: f[1])
+        ordered = sorted(found, key=lambda f: f[0])
+        nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
+        low = ordered[0]
+        collapse = (
+            f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
+            "collapse below β = 1"
+            if low[3].beyond_spread == -1
+            else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
+        )
+        return rows, (
+            f"Here: kNN is highest at β = {best[0]:g} ({best[1]:.2f} %; the paper's peak is "
+            f"at β = 2); the test ‖Q̂‖∗ "
+            f"{'grows' if nuc_up else 'does not grow monotonically'} with β "
+            f"({'as' if nuc_up else 'unlike'} the paper's Fig. 3b); {collapse}; "
+            f"{_spread_sentence('β', [(f[0], f[3]) for f in ordered])}."
+        )
+    gaps = []
+    for x in sorted({table[k].x for k in opt.methods}):
+        lo, mo = by.get(f"lorac_M{x:g}"), by.get(f"mocom_M{x:g}")
+        if lo is None or mo is None:
+            continue
+        d = paired_difference(lo, mo, "knn_top1")
+        dl = paired_difference(lo, mo, "linear_top1")
+        gaps.append((x, d))
+        rows.append(
+            {
+                "M": f"{x:g}",
+                "seeds": len(d.seeds),
+                "LORAC kNN (%)": _mean_std(lo, "knn_top1"),
+                "MoCo-M kNN (%)": _mean_std(mo, "knn_top1"),
+                "kNN LORAC − MoCo-M [95 % CI]": f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
+                "linear LORAC − MoCo-M [95 % CI]": (
+                    f"{dl.mean:+.2f} [{dl.low:+.2f}, {dl.high:+.2f}]"
+                ),
+            }
+        )
+    if not gaps:
+        return rows, ""
+    grows = gaps[-1][1].mean > gaps[0][1].mean
+    return rows, (
+        f"Here: {_spread_sentence('M', gaps)}; the mean kNN gap is "
+        f"{gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
+        f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
+        f"({'growing' if grows else 'not growing'} with M)."
+    )
+
+
+def _paired_rows(summaries: Sequence[MethodSummary]) -> list[dict]:
+    """LORAC - MoCo-M per common seed for every metric, then the mean [95 % CI]; [] unless both
+    methods ran."""
+    by = {x.key: x for x in summaries}
+    if "lorac" not in by or "mocom" not in by:
+        return []
+    pairs = {k: paired_difference(by["lorac"], by["mocom"], k) for k in METRICS}
+    rows: list[dict] = [
+        {
+            "seed": seed,
+            **{METRICS[k][0]: f"{pairs[k].diffs[i]:+.{METRICS[k][1]}f}" for k in METRICS},
+        }
+        for i, seed in enumerate(pairs["knn_top1"].seeds)
+    ]
+    rows.append(
+        {
+            "seed": "mean [95 % CI]",
+            **{
+                METRICS[k][0]: f"{p.mean:+.{METRICS[k][1]}f} "
+                f"[{p.low:+.{METRICS[k][1]}f}, {p.high:+.{METRICS[k][1]}f}]"
+                for k, p in pairs.items()
+            },
+        }
+    )
+    return rows
+
+
+TITLES = {
+    "": "CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
+    "beta": "CPU-scale β sweep (paper Fig. 3): LORAC at five β and MoCo-M",
+    "views": "CPU-scale M sweep (paper Fig. 4b): LORAC and MoCo-M at M views",
+}
+
+
+@dataclass
+class Comparison:
+    """What one study or sweep shows about LORAC vs MoCo-M: its title, the sentences (the
+    paper's curve shapes first for a sweep) and its table (one dict of cells per row); the
+    Markdown page and the HTML report (``tools/make_report.py --study-records``) both show it."""
+
+    title: str
+    text: list[str]
+    rows: list[dict]
+
+
+def comparison(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> Comparison:
+    if opt.sweep:
+        rows, sentence = _sweep_table(opt, summaries)
+        text = [PAPER_SHAPES[opt.sweep], *([sentence] if sentence else [])]
     else:
-        rows, gaps = [], []
-        for x in sorted({table[k].x for k in opt.methods}):
-            lo, mo = by.get(f"lorac_M{x:g}"), by.get(f"mocom_M{x:g}")
-            if lo is None or mo is None:
-                continue
-            d = paired_difference(lo, mo, "knn_top1")
-            dl = paired_difference(lo, mo, "linear_top1")
-            gaps.append((x, d))
-            rows.append(
-                {
-                    "M": f"{x:g}",
-                    "seeds": len(d.seeds),
-                    "LORAC kNN (%)": _mean_std(lo, "knn_top1"),
-                    "MoCo-M kNN (%)": _mean_std(mo, "knn_top1"),
-                    "kNN LORAC − MoCo-M [95 % CI]": f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
-                    "linear LORAC − MoCo-M [95 % CI]": (
-                        f"{dl.mean:+.2f} [{dl.low:+.2f}, {dl.high:+.2f}]"
-                    ),
-                }
-            )
-        lines += _table(list(rows[0]) if rows else ["M"], rows)
-        if gaps:
-            grows = gaps[-1][1].mean > gaps[0][1].mean
-            lines += [
-                "",
-                f"Here: {_spread_sentence('M', gaps)}; the mean kNN gap is "
-                f"{gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
-                f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
-                f"({'growing' if grows else 'not growing'} with M).",
-            ]
-    return [*lines, ""]
+        rows = _paired_rows(summaries)
+        text = [t for t in (paired_verdict(summaries), verdict(summaries)) if t]
+    return Comparison(TITLES[opt.sweep], text, rows)
 
 
 def hardware() -> dict[str, str]:
@@ -312,34 +379,25 @@ def render(
     summaries = summarize(results, opt.methods)
     seeds = " ".join(str(s) for s in opt.seeds)
     stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    found = comparison(opt, summaries)
     lines = [
-        {
-            "": "# CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
-            "beta": "# CPU-scale β sweep (paper Fig. 3): LORAC at five β and MoCo-M",
-            "views": "# CPU-scale M sweep (paper Fig. 4b): LORAC and MoCo-M at M views",
-        }[opt.sweep],
+        f"# {found.title}",
         "",
         f"Generated {stamp} by `tools/study.py` (`{TARGETS[opt.sweep]}`) from {len(results)} runs "
         f"(seeds {seeds}).",
         "",
-        *(
-            _sweep_rows(opt, summaries)
-            if opt.sweep
-            else [paired_verdict(summaries), "", verdict(summaries), ""]
-        ),
-        "## Mean ± sample standard deviation over seeds (ddof = 1)",
-        "",
     ]
-    cols = ["Method", "seeds", *(title for title, _ in METRICS.values())]
-    rows = [
-        {
-            "Method": s.label,
-            "seeds": len(s.seeds),
-            **{METRICS[k][0]: _mean_std(s, k) for k in METRICS},
-        }
-        for s in summaries
-    ]
-    lines += _table(cols, rows)
+    if opt.sweep:
+        lines += ["## The sweep", "", found.text[0], ""]
+        lines += _table(list(found.rows[0]) if found.rows else ["x"], found.rows)
+        lines += ["", *found.text[1:], ""]
+    else:
+        for sentence in found.text:
+            lines += [sentence, ""]
+    lines += ["## Mean ± sample standard deviation over seeds (ddof = 1)", ""]
+    lines += _table(
+        ["Method", "seeds", *(title for title, _ in METRICS.values())], mean_rows(summaries)
+    )
     lines += [
         "",
         f"![per-seed values and mean ± std]({os.path.basename(png)})",
@@ -351,29 +409,9 @@ def render(
         f"{math.sqrt(opt.nuclear_views):.3f} (identical views).",
         "",
     ]
-    by = {x.key: x for x in summaries}
-    if "lorac" in by and "mocom" in by:
-        pairs = {k: paired_difference(by["lorac"], by["mocom"], k) for k in METRICS}
+    if found.rows and not opt.sweep:
         lines += ["## LORAC − MoCo-M, paired by seed", ""]
-        cols = ["seed", *(METRICS[k][0] for k in METRICS)]
-        rows = [
-            {
-                "seed": seed,
-                **{METRICS[k][0]: f"{pairs[k].diffs[i]:+.{METRICS[k][1]}f}" for k in METRICS},
-            }
-            for i, seed in enumerate(pairs["knn_top1"].seeds)
-        ]
-        rows.append(
-            {
-                "seed": "mean [95 % CI]",
-                **{
-                    METRICS[k][0]: f"{p.mean:+.{METRICS[k][1]}f} "
-                    f"[{p.low:+.{METRICS[k][1]}f}, {p.high:+.{METRICS[k][1]}f}]"
-                    for k, p in pairs.items()
-                },
-            }
-        )
-        lines += _table(cols, rows)
+        lines += _table(list(found.rows[0]), found.rows)
         lines += [
             "",
             "The interval is Student's t over the per-seed differences (each seed gives both "
@@ -467,34 +505,6 @@ def render(
     return "\n".join(lines)
 
 
-INVOCATIONS = "invocations.json"
-
-
-def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> list[dict]:
-    """Append this invocation (when it ran anything) to ``<records>/invocations.json`` and
-    return them all: the target's wall time is the sum over the sessions that ran it, which a
-    page regenerated from the records alone would otherwise lose. [] without records."""
-    if not opt.records:
-        return []
-    path = os.path.join(opt.records, INVOCATIONS)
-    logged = read_json(path)["invocations"] if os.path.isfile(path) else []
-    if runs_done:
-        logged.append(
-            {
-                "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-                "minutes": round(wall_seconds / 60, 1),
-                "runs_done": runs_done,
-                "jobs": opt.jobs,
-                "cpu_cores": len(os.sched_getaffinity(0))
-                if hasattr(os, "sched_getaffinity")
-                else os.cpu_count(),
-            }
-        )
-        os.makedirs(opt.records, exist_ok=True)
-        write_json(path, {"invocations": logged})
-    return logged
-
-
 def _invocation_lines(invocations: Sequence[Mapping]) -> list[str]:
     if not invocations:
         return []
@@ -510,33 +520,21 @@ def _invocation_lines(invocations: Sequence[Mapping]) -> list[str]:
     ]
 
 
-def write_report(
-    opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, runs_done: int = 0
-) -> str:
-    """Write ``opt.results`` (Markdown) and the plot beside it (same name, ``.png``); an
-    invocation that ran ``runs_done`` > 0 runs is logged in the records first."""
-    from transfer.analysis.plots import plot_seed_spread
+def write_plots(opt: StudyOptions, summaries: Sequence[MethodSummary], stem: str) -> list[tuple]:
+    """Draw the study's figures as ``<stem>*.png``; returns ``[(title, path)]``: the per-seed
+    values (``<stem>.png``) and, for a sweep, the metrics against its x (``<stem>_curves.png``)
+    and for beta kNN against the test ‖Q̂‖∗ (``<stem>_accuracy_vs_nuclear_norm.png``, Fig. 3c)."""
+    from transfer.analysis.plots import plot_scatter_means, plot_seed_spread, plot_sweep
 
-    invocations = log_invocation(opt, wall_seconds, runs_done)
-    png = os.path.splitext(opt.results)[0] + ".png"
-    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
-    summaries = summarize(results, opt.methods)
+    n_runs = sum(len(s.seeds) for s in summaries)
+    drawn = [("Per-seed values and mean ± sample std", f"{stem}.png")]
     plot_seed_spread(
         {title: {s.label: s.values[k] for s in summaries} for k, (title, _) in METRICS.items()},
-        png,
-        title=f"{len(results)} runs: per-seed values (dots), mean ± sample std (bars)",
+        drawn[0][1],
+        title=f"{n_runs} runs: per-seed values (dots), mean ± sample std (bars)",
     )
-    if opt.sweep:
-        _plot_sweep(opt, summaries, os.path.splitext(opt.results)[0])
-    atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png, invocations).encode())
-    return png
-
-
-def _plot_sweep(opt: StudyOptions, summaries: Sequence[MethodSummary], stem: str) -> None:
-    """``<stem>_curves.png`` (the metrics against the sweep's x) and, for beta,
-    ``<stem>_accuracy_vs_nuclear_norm.png`` (Fig. 3c)."""
-    from transfer.analysis.plots import plot_scatter_means, plot_sweep
-
+    if not opt.sweep:
+        return drawn
     keys = list(METRICS)
     curves: dict[str, dict[float, list[tuple[float, ...]]]] = {}
     for s in summaries:
@@ -544,22 +542,41 @@ def _plot_sweep(opt: StudyOptions, summaries: Sequence[MethodSummary], stem: str
         per_seed = [tuple(s.values[k][i] for k in keys) for i in range(len(s.seeds))]
         curves.setdefault(name, {})[opt.method_table[s.key].x] = per_seed
     xlabel = "β (MoCo-M: β = ∞, dashed)" if opt.sweep == "beta" else "views M"
+    drawn.append(
+        (f"The metrics against {'β' if opt.sweep == 'beta' else 'M'}", f"{stem}_curves.png")
+    )
     plot_sweep(
         curves,
-        f"{stem}_curves.png",
+        drawn[-1][1],
         xlabel=xlabel,
         ylabels=[METRICS[k][0] for k in keys],
         log_x=opt.sweep == "beta",
         title=f"{len(summaries)} methods: mean ± sample std over seeds",
     )
     if opt.sweep == "beta":
+        drawn.append(("kNN against the test ‖Q̂‖∗", f"{stem}_accuracy_vs_nuclear_norm.png"))
         plot_scatter_means(
             {
                 s.label: list(zip(s.values["nuclear_mean"], s.values["knn_top1"], strict=True))
                 for s in summaries
             },
-            f"{stem}_accuracy_vs_nuclear_norm.png",
+            drawn[-1][1],
             xlabel=METRICS["nuclear_mean"][0],
             ylabel=METRICS["knn_top1"][0],
             title="kNN accuracy against the test ‖Q̂‖∗ (paper Fig. 3c)",
         )
+    return drawn
+
+
+def write_report(
+    opt: StudyOptions, results: Sequence[Mapping], wall_seconds: float, runs_done: int = 0
+) -> str:
+    """Write ``opt.results`` (Markdown) and its plots beside it (same name, ``.png``, and for
+    a sweep ``_curves.png`` ...); an invocation that ran ``runs_done`` > 0 runs is logged in the
+    records first."""
+    invocations = log_invocation(opt, wall_seconds, runs_done)
+    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
+    summaries = summarize(results, opt.methods)
+    png = write_plots(opt, summaries, os.path.splitext(opt.results)[0])[0][1]
+    atomic_write_bytes(opt.results, render(opt, results, wall_seconds, png, invocations).encode())
+    return png

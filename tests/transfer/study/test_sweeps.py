@@ -7,7 +7,7 @@ import json
 import math
 
 from pretrain.modeling import build_model
-from tests.helpers.analysis import assert_png_not_blank, make_fashion_mnist
+from tests.helpers.analysis import assert_png_not_blank, make_fashion_mnist, study_record
 from transfer.study import StudyOptions, run_study
 from transfer.study.config import load_method_configs, sweep_methods
 
@@ -58,16 +58,6 @@ def test_views_sweep_methods_have_m_views_and_m_row_q(tmp_path):
             assert cfg.LOSS.PRIOR == "none"
 
 
-def _record(method, label, seed, knn, nuc):
-    return {
-        "method": method, "label": label, "seed": seed, "knn_top1": knn, "linear_top1": knn + 1,
-        "nuclear_mean": nuc, "nuclear_std": 0.1, "train_seconds": 60.0, "images_per_sec": 100.0,
-        "eval_seconds": 10.0, "resumed_from_iter": 0, "max_iter": 10, "ims_per_batch": 8,
-        "train_images": 40, "epochs": 2.0, "views": 3, "probe_train_images": 40,
-        "probe_test_images": 20,
-    }  # fmt: skip
-
-
 def test_records_are_not_run_again_and_make_the_sweep_report(tmp_path):
     """With every run's record present (as committed by an earlier session) nothing trains; the
     report states the sweep against the paper's curve shapes and draws its plots."""
@@ -78,7 +68,9 @@ def test_records_are_not_run_again_and_make_the_sweep_report(tmp_path):
     knn = {0.5: 70.0, 1.0: 74.0, 2.0: 76.0, 4.0: 75.0, 8.0: 74.5, math.inf: 74.0}
     for key, method in opt.method_table.items():
         for seed in opt.seeds:
-            r = _record(key, method.label, seed, knn[method.x] + 0.1 * seed, 5.0 + method.x / 10)
+            r = study_record(
+                key, method.label, seed, knn[method.x] + 0.1 * seed, 5.0 + method.x / 10
+            )
             (records / f"{key}_seed{seed}.json").write_text(json.dumps(r))
     outcomes = run_study(opt)
     assert {o.status for o in outcomes} == {"skipped"} and len(outcomes) == 12
@@ -113,7 +105,7 @@ def test_a_finished_run_writes_its_record(tmp_path, monkeypatch):
         records=str(records),
         opts=("DATASETS.ROOT", str(root)),
     )
-    fake = _record("mocom_M2", "MoCo-M M=2", 0, 70.0, 5.0)
+    fake = study_record("mocom_M2", "MoCo-M M=2", 0, 70.0, 5.0)
     monkeypatch.setattr(driver, "pretrain_run", lambda cfg, run: {})
     monkeypatch.setattr(driver, "evaluate_run", lambda cfg, run, opt: dict(fake))
     (outcome,) = run_study(opt)
@@ -149,7 +141,8 @@ def test_spread_sentence_says_when_no_interval_excludes_zero():
 def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
     """An invocation that ran something is appended to the records' invocations.json; one that
     ran nothing is not, and the page shows the sum over all of them."""
-    from transfer.study.report import INVOCATIONS, _invocation_lines, log_invocation
+    from transfer.study.records import INVOCATIONS, log_invocation
+    from transfer.study.report import _invocation_lines
 
     opt = _options(tmp_path, "beta", tmp_path, records=str(tmp_path / "records"))
     assert log_invocation(opt, 600.0, 0) == []  # nothing ran, nothing logged
