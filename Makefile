@@ -30,8 +30,8 @@ demo: venv $(FASHION_MNIST)
 	$(PY) tools/demo.py --output-dir output/demo
 
 # LORAC vs MoCo-M vs MoCo-v2 at demo scale, 5 seeds each (15 runs; the report pairs LORAC and
-# MoCo-M by seed with a 95 % interval). Estimated 100 min on 2 cores with STUDY_JOBS=3, from the
-# 3-seed study's 61 min for 9 runs (measured 2026-11-22). Writes docs/results.md and .png.
+# MoCo-M by seed with a 95 % interval). Measured: 84.4 min on 2 cores with STUDY_JOBS=3
+# (2026-11-25). Writes docs/results.md and .png; each run's record goes to docs/results_runs/.
 # STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each (a ResNet-18 at 24 px gains
 # little from a second thread). Ctrl-C saves the runs in progress; `make study` again resumes
 # where it stopped.
@@ -43,8 +43,9 @@ study: venv $(FASHION_MNIST)
 # The paper's two ablations at demo scale, 3 seeds each, 2 epochs per run (beta = inf for the
 # first epoch, as the paper's first half), with the demo's data and recipe. Each finished run's
 # results are also kept in docs/results_runs/<sweep>/ (committed), so a sweep stopped half-way,
-# even on another machine, goes on where it stopped. Estimated from the study's per-run times
-# (not yet measured): study-beta 18 runs, about 65 min; study-views 24 runs, about 110 min.
+# even on another machine, goes on where it stopped. Measured on 2 cores with STUDY_JOBS=3:
+# study-beta 18 runs, 59 min (2026-11-25); study-views 24 runs (cost grows with M), estimated
+# 100-110 min from study-beta's time per view, until it has run (docs/results_views.md says).
 SWEEP_OPTS ?= SOLVER.EPOCHS 2.0
 study-beta: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --sweep beta --seeds 0 1 2 --jobs $(STUDY_JOBS) \

@@ -236,3 +236,12 @@ def test_paired_difference_and_its_interval():
     text = paired_verdict([lorac, mocom])
     assert "kNN top-1 +2.00 points" in text and "no difference beyond the seed spread" in text
     assert "linear-probe top-1 +1.10 points" in text and "LORAC beats MoCo-M beyond" in text
+
+
+def test_main_comparison_quotes_the_papers_numbers():
+    """The paper's LORAC - MoCo-M (Tables 1 and 5 as transcribed) sits beside ours."""
+    from transfer.study.report import paper_main_comparison
+
+    text = paper_main_comparison()
+    assert "+0.7 points on ImageNet-1K (ResNet-50, 200 epochs, Table 1: 73.2 vs 72.5)" in text
+    assert "+1.7 points on ImageNet-100 (ResNet-18, 100 epochs, Table 5: 78.7 vs 77.0)" in text
