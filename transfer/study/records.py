@@ -22,6 +22,11 @@ _RECORD = re.compile(r"^(?P<method>.+)_seed(?P<seed>\d+)\.json$")
 _NEEDED = ("method", "seed", "label", "knn_top1", "linear_top1", "nuclear_mean", "epochs")
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> list[dict]:
     """Append this invocation (when it ran anything) to ``<records>/invocations.json`` and
     return them all: the target's wall time is the sum over the sessions that ran it, which a
@@ -31,14 +36,13 @@ def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> li
     path = os.path.join(opt.records, INVOCATIONS)
     logged = read_json(path)["invocations"] if os.path.isfile(path) else []
     if runs_done:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         logged.append(
             {
                 "finished": datetime.datetime.now().isoformat(timespec="seconds"),
                 "minutes": round(wall_seconds / 60, 1),
                 "runs_done": runs_done,
                 "jobs": opt.jobs,
-                "cpu_cores": cores,
+                "cpu_cores": cpu_cores(),
             }
         )
         os.makedirs(opt.records, exist_ok=True)

@@ -17,7 +17,7 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
-from .records import INVOCATIONS, log_invocation
+from .records import INVOCATIONS, cpu_cores, log_invocation
 
 __all__ = [
     "METRICS",
@@ -375,7 +375,7 @@ def hardware() -> dict[str, str]:
         model = names[0] if names else model
     except OSError:
         pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cpu_cores()
     return {
         "CPU cores (nproc)": str(cores),
         "CPU model": model,
