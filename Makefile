@@ -44,8 +44,8 @@ study: venv $(FASHION_MNIST)
 # first epoch, as the paper's first half), with the demo's data and recipe. Each finished run's
 # results are also kept in docs/results_runs/<sweep>/ (committed), so a sweep stopped half-way,
 # even on another machine, goes on where it stopped. Measured on 2 cores with STUDY_JOBS=3:
-# study-beta 18 runs, 59 min (2026-11-25); study-views 24 runs (cost grows with M), estimated
-# 100-110 min from study-beta's time per view, until it has run (docs/results_views.md says).
+# study-beta 18 runs, 59 min (2026-11-25); study-views 24 runs (cost grows with M), 108 min
+# (2026-11-25, two invocations: 64 + 44 min; docs/results_views.md).
 SWEEP_OPTS ?= SOLVER.EPOCHS 2.0
 study-beta: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --sweep beta --seeds 0 1 2 --jobs $(STUDY_JOBS) \

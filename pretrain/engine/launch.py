@@ -11,10 +11,17 @@ from fvcore.common.config import CfgNode
 
 from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config.defaults import ConfigError, load_config
+from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.locks import DirLock
 from pretrain.utils.run_setup import setup_run
 
-__all__ = ["argument_parser", "check_device", "load_args_config", "setup"]
+__all__ = [
+    "argument_parser",
+    "check_cpu_bfloat16",
+    "check_device",
+    "load_args_config",
+    "setup",
+]
 
 
 def argument_parser(description: str) -> argparse.ArgumentParser:
@@ -46,6 +53,40 @@ def check_device(device: str) -> None:
             "MODEL.DEVICE = 'cuda' but CUDA is not visible to this process (no GPU, no driver, or "
             "CUDA_VISIBLE_DEVICES hides them): run where a GPU is visible, or set MODEL.DEVICE "
             "cpu to train on the CPU"
+        )
+
+
+def check_cpu_bfloat16(cfg: CfgNode) -> None:
+    """Refuse bfloat16 autocast on the CPU where a strided 3x3 conv would see 1 px maps.
+
+    There oneDNN's bfloat16 weight gradient is wrong: for a 3x3 stride-2 conv on a 1x1 input the
+    taps that only ever see padding must get a zero gradient, and they get leftover memory
+    (sometimes NaN) in about half the steps; float32 and float16 are exact. Measured with torch
+    2.14.1 (oneDNN 3.12) on an AVX512-BF16 CPU: ``benchmarks/check_bf16_conv.py`` shows it. It is
+    what made ``test_step_device_work`` fail now and then with a non-finite loss (16 px views,
+    ``layer4.0.conv1`` of a ResNet-18). A finite garbage gradient would pass unseen, so refuse.
+    """
+    amp = cfg.SOLVER.AMP
+    if cfg.MODEL.DEVICE != "cpu" or not amp.ENABLED or amp.PRECISION != "bfloat16":
+        return
+    inp = cfg.INPUT
+    sizes = {inp.LARGE_SIZE} if inp.LARGE_CROPS else set()
+    sizes |= {inp.SMALL_SIZE} if inp.SMALL_CROPS else set()
+    for size in sorted(sizes):
+        convs = strided_convs_on_1px_maps(cfg.MODEL.ARCH, cfg.MODEL.STEM, size)
+        if not convs:
+            continue
+        key = "INPUT.LARGE_SIZE" if size == inp.LARGE_SIZE else "INPUT.SMALL_SIZE"
+        safe = next(
+            s
+            for s in range(size + 1, 4096)
+            if not strided_convs_on_1px_maps(cfg.MODEL.ARCH, cfg.MODEL.STEM, s)
+        )
+        raise ConfigError(
+            f"{key} = {size} with SOLVER.AMP bfloat16 on the CPU: {cfg.MODEL.ARCH}'s "
+            f"{', '.join(convs)} (strided 3x3) sees 1x1 maps at {size} px, where oneDNN's "
+            "bfloat16 weight gradient is wrong (benchmarks/check_bf16_conv.py). Use views of "
+            f"at least {safe} px, MODEL.STEM small, or SOLVER.AMP.ENABLED False"
         )
 
 

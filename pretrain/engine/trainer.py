@@ -29,7 +29,7 @@ from pretrain.data.loader import (
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
-from pretrain.engine.launch import check_device
+from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
@@ -89,6 +89,7 @@ class PretrainTrainer(SimpleTrainer):
         world = comm.get_world_size()
         validate_cfg(cfg, world)
         check_device(cfg.MODEL.DEVICE)
+        check_cpu_bfloat16(cfg)
         self.cfg = cfg
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)

@@ -7,7 +7,14 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-__all__ = ["STEMS", "Encoder", "convert_norm", "resnet_backbone", "set_stem"]
+__all__ = [
+    "STEMS",
+    "Encoder",
+    "convert_norm",
+    "resnet_backbone",
+    "set_stem",
+    "strided_convs_on_1px_maps",
+]
 
 # "imagenet": torchvision's 7x7 stride-2 conv + 3x3 stride-2 max-pool (4x downsampling).
 # "small": a 3x3 stride-1 conv and no max-pool, as SimCLR and solo-learn use for 32 px CIFAR
@@ -37,6 +44,33 @@ def resnet_backbone(arch: str, stem: str = "imagenet") -> tuple[nn.Module, int]:
     dim = net.fc.in_features
     net.fc = nn.Identity()
     return net, dim
+
+
+def strided_convs_on_1px_maps(arch: str, stem: str, size: int) -> list[str]:
+    """Names of the backbone's strided convs wider than 1x1 whose input map is 1 px high or wide
+    when the image is ``size`` px (e.g. ``layer4.0.conv1`` of an ImageNet-stem ResNet at 16 px).
+
+    Shapes only: the backbone is built and run on the meta device (no memory, no arithmetic).
+    """
+    with torch.device("meta"):
+        net, _ = resnet_backbone(arch, stem)
+    net.eval()  # BatchNorm in eval mode accepts a batch of one 1x1 map
+    found: list[str] = []
+
+    def watch(name: str):  # noqa: ANN202
+        def hook(conv: nn.Conv2d, inputs: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
+            wide = max(conv.kernel_size) > 1 and max(conv.stride) > 1
+            if wide and min(inputs[0].shape[-2:]) == 1:
+                found.append(name)
+
+        return hook
+
+    for name, m in net.named_modules():
+        if isinstance(m, nn.Conv2d):
+            m.register_forward_hook(watch(name))
+    with torch.no_grad():
+        net(torch.empty(1, 3, size, size, device="meta"))
+    return found
 
 
 class Encoder(nn.Module):

@@ -28,6 +28,8 @@ TINY = {
     "INPUT.LARGE_SIZE": 16,
     "INPUT.SMALL_SIZE": 16,
     "SOLVER.IMS_PER_BATCH": 8,
+    # float32: CPU bfloat16 at 16 px is refused (pretrain.engine.launch.check_cpu_bfloat16)
+    "SOLVER.AMP.ENABLED": False,
 }
 
 
