@@ -82,6 +82,7 @@ def test_records_are_not_run_again_and_make_the_sweep_report(tmp_path):
     assert "below it beyond the seed spread at β = 0.5, within it at β = 1" in text
     assert "at β = 0.5 kNN is below MoCo-M's beyond the seed spread" in text
     assert "grows with β (as the paper's Fig. 3b)" in text
+    assert "This invocation of the study ran nothing: every run was recorded" in text
     for name in ("results_beta.png", "results_beta_curves.png"):
         assert_png_not_blank(tmp_path / name)
     assert_png_not_blank(tmp_path / "results_beta_accuracy_vs_nuclear_norm.png")
