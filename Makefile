@@ -20,7 +20,13 @@ $(VENV_STAMP): setup.py tools/install_detectron2.py
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(VENV_STAMP)
 
+# A .venv copied or linked from another checkout imports that checkout's code (the editable
+# install points there; tools/*.py then fail or run stale code): point it here again.
 venv: $(VENV_STAMP)
+	@$(PY) -I -c "import importlib.util as u, os, sys; s = u.find_spec('pretrain'); \
+	sys.exit(not s or os.path.realpath(os.path.dirname(os.path.dirname(s.origin))) != \
+	os.path.realpath('.'))" || { echo "re-pointing .venv's editable install at $$(pwd)"; \
+	$(PY) -m pip install -q --no-deps -e .; }
 
 $(FASHION_MNIST):
 	@command -v apt-get >/dev/null || { echo "Fashion-MNIST missing: install Debian's dataset-fashion-mnist"; exit 1; }
