@@ -20,6 +20,7 @@ from fvcore.common.config import CfgNode
 from pretrain.utils.locks import exclusive_dir_lock
 
 from .config import StudyError, StudyOptions, load_method_configs
+from .records import threads_per_run
 from .report import write_report
 from .run import RunPaths, evaluate_run, pretrain_run, read_json, run_log, write_json
 
@@ -321,7 +322,7 @@ def _run_in_parallel(work: _Work) -> None:
     opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
     ctx = mp.get_context("spawn")
     stop_event = ctx.Event()
-    threads = max(1, (os.cpu_count() or 1) // opt.jobs)
+    threads = threads_per_run(opt.jobs)
     futures = {}
     others = set(mp.active_children())  # children that are not the pool's (a test's, say)
 

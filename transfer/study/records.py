@@ -27,6 +27,12 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def threads_per_run(jobs: int) -> int:
+    """The torch threads each of ``jobs`` runs at once gets: the driver sets them, the page
+    states them."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> list[dict]:
     """Append this invocation (when it ran anything) to ``<records>/invocations.json`` and
     return them all: the target's wall time is the sum over the sessions that ran it, which a

@@ -17,7 +17,7 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.tables import markdown_table
 
 from .config import StudyOptions
-from .records import INVOCATIONS, cpu_cores, log_invocation
+from .records import INVOCATIONS, cpu_cores, log_invocation, threads_per_run
 
 __all__ = [
     "METRICS",
@@ -531,7 +531,7 @@ def render(
             "done are skipped, so a resumed study takes less)."
         ),
         f"- Runs at once (`--jobs`): {opt.jobs}; with more than one, each run had "
-        f"{max(1, (os.cpu_count() or 1) // opt.jobs)} torch thread(s) and shared the machine, so "
+        f"{threads_per_run(opt.jobs)} torch thread(s) and shared the machine, so "
         "its wall time is longer than alone.",
         "",
     ]
