@@ -86,6 +86,7 @@ bench: venv
 	$(PY) -m benchmarks.bench_loss
 	$(PY) -m benchmarks.bench_multicrop
 	$(PY) -m benchmarks.bench_step --procs 1 2
+	$(PY) -m benchmarks.check_bf16_conv
 
 # For the day a GPU is lent (docs/performance.md). `make gpu-wheels` here, where PyPI is
 # reachable, collects every wheel the project needs except torch/torchvision (the GPU machine
