@@ -1,4 +1,6 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test` (see README).
+# bash, for `set -o pipefail` in gpu-check's pipes (dash's sh may lack it).
+SHELL := /bin/bash
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
@@ -88,32 +90,68 @@ bench: venv
 	$(PY) -m benchmarks.bench_step --procs 1 2
 	$(PY) -m benchmarks.check_bf16_conv
 
-# For the day a GPU is lent (docs/performance.md). `make gpu-wheels` here, where PyPI is
-# reachable, collects every wheel the project needs except torch/torchvision (the GPU machine
-# brings its own CUDA build) into gpu_wheels/; `make gpu-check` there installs from it without
-# internet when detectron2 or fvcore is missing, runs the CUDA tests, the throughput benchmark
-# (synthetic data, 64 images per GPU, ResNet-50 3x224 + 5x96) and the step counter on CUDA, and
-# writes output/gpu_check/*.json.
+# For a machine with a GPU (docs/performance.md, "make gpu-check"). `make gpu-wheels` here, where
+# PyPI is reachable, collects the wheels the project needs beyond what a CUDA PyTorch image brings
+# (torch, torchvision, numpy, pillow, matplotlib, scikit-learn, pytest, ...): detectron2 (pure
+# Python), fvcore, iopath, submitit, omegaconf and their pure-Python needs, and pycocotools for
+# CPython 3.10, 3.11 and 3.12. `make gpu-check` there installs them without internet (into
+# output/gpu_check/site, only when detectron2 or fvcore is missing), runs the CUDA tests, the
+# throughput benchmark (the shipped IN-1K LORAC step at 32 images per GPU, the shipped 8-GPU
+# share, and 64; the shipped 65,536 queue), the norm's sync cost and LARS's launches
+# (benchmarks/bench_gpu_costs.py), CUDA's own sync report (benchmarks/cuda_sync_report.py) and the
+# step counter on CUDA (2 processes too with 2+ GPUs), and writes every figure to output/gpu_check/.
+# It exits non-zero when a test or a benchmark fails (the pipes run under pipefail).
 GPU_PY ?= python3
+GPU_OUT := output/gpu_check
+GPU_PURE := fvcore==0.1.5.post20221221 iopath==0.1.10 yacs==0.1.8 submitit==1.5.4 \
+	omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 hydra-core==1.3.8 termcolor==3.3.0
+GPU_BINARY := pycocotools==2.0.11
+GPU_PYTHONS := 3.10 3.11 3.12
+# the modules holding tests marked `cuda` (collecting only these keeps the GPU image's
+# packages enough: no test module of the transfer side is imported there)
+GPU_TESTS := tests/pretrain/engine/test_gpu.py tests/pretrain/data/test_transforms.py
+GPU_STEP_CONFIGS := configs/pretrain/in1k_r50_lorac_200ep.yaml configs/pretrain/in1k_r50_mocom_200ep.yaml
 gpu-wheels: venv
 	rm -rf gpu_wheels && mkdir -p gpu_wheels
 	$(PY) tools/install_detectron2.py --wheel-dir gpu_wheels
-	$(PY) -m pip freeze --exclude-editable | grep -v -E '^(torch|torchvision|triton|nvidia-|sal-detectron2|detectron2)' > gpu_wheels/requirements.txt
-	$(PY) -m pip download -q --no-deps -d gpu_wheels -r gpu_wheels/requirements.txt
-	$(PY) -m pip wheel -q --no-deps -w gpu_wheels .
+	$(PY) -m pip wheel -q --no-deps -w gpu_wheels $(GPU_PURE)
+	for v in $(GPU_PYTHONS); do $(PY) -m pip download -q --no-deps --only-binary=:all: \
+		--python-version $$v --implementation cp --platform manylinux2014_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d gpu_wheels \
+		$(GPU_BINARY) || exit 1; done
+	printf '%s\n' sal-detectron2 $(GPU_PURE) $(GPU_BINARY) > gpu_wheels/requirements.txt
 
 gpu-check:
+	@$(GPU_PY) -c "import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 2)" \
+		|| { echo "error: gpu-check: $(GPU_PY) is Python $$($(GPU_PY) -c 'import platform; \
+		print(platform.python_version())'); gpu_wheels/ covers 3.10 to 3.12 (set GPU_PY)"; exit 2; }
 	@$(GPU_PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" || \
-		{ echo "gpu-check: no CUDA device visible to $(GPU_PY)"; exit 2; }
-	@$(GPU_PY) -c "import detectron2, fvcore, lorac_configs" 2>/dev/null || \
-		$(GPU_PY) -m pip install -q --no-index --find-links gpu_wheels \
-			-r gpu_wheels/requirements.txt gpu_wheels/*detectron2*.whl gpu_wheels/lorac-*.whl
-	mkdir -p output/gpu_check
-	$(GPU_PY) -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests | tee output/gpu_check/tests.txt
-	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 64 \
-		--json output/gpu_check/throughput.json
-	$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 1 \
-		--json output/gpu_check/step.json
+		{ echo "error: gpu-check: no CUDA device visible to $(GPU_PY)"; exit 2; }
+	@mkdir -p $(GPU_OUT)
+	@$(GPU_PY) -c "import detectron2, fvcore, iopath, submitit, omegaconf" 2>/dev/null || \
+		{ test -f gpu_wheels/requirements.txt || { echo "error: gpu-check: detectron2/fvcore \
+		are missing and gpu_wheels/ is not here: run make gpu-wheels where PyPI is reachable and \
+		bring gpu_wheels/ along"; exit 2; }; \
+		echo "installing gpu_wheels/ into $(GPU_OUT)/site"; \
+		$(GPU_PY) -m pip install -q --no-index --no-deps --find-links gpu_wheels \
+			--target $(GPU_OUT)/site -r gpu_wheels/requirements.txt || exit 1; }
+	set -o pipefail; export PYTHONPATH=$(abspath $(GPU_OUT))/site:$(CURDIR); \
+	$(GPU_PY) -m pytest -q -p no:cacheprovider -m cuda $(GPU_TESTS) 2>&1 | tee $(GPU_OUT)/tests.txt; \
+	status=$$?; \
+	for b in 32 64; do $(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch $$b \
+		--json $(GPU_OUT)/throughput_b$$b.json 2>&1 | tee $(GPU_OUT)/throughput_b$$b.txt \
+		|| status=1; done; \
+	$(GPU_PY) -m benchmarks.bench_gpu_costs --json $(GPU_OUT)/costs.json 2>&1 \
+		| tee $(GPU_OUT)/costs.txt || status=1; \
+	$(GPU_PY) -m benchmarks.cuda_sync_report --json $(GPU_OUT)/sync.json 2>&1 \
+		| tee $(GPU_OUT)/sync.txt || status=1; \
+	$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 1 --config $(GPU_STEP_CONFIGS) \
+		--json $(GPU_OUT)/step.json 2>&1 | tee $(GPU_OUT)/step.txt || status=1; \
+	if [ "$$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then \
+		$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 2 --config $(GPU_STEP_CONFIGS) \
+			--json $(GPU_OUT)/step2.json 2>&1 | tee $(GPU_OUT)/step2.txt || status=1; \
+	fi; \
+	echo "gpu-check: figures in $(GPU_OUT)/"; exit $$status
 
 clean-venv:
 	rm -rf .venv

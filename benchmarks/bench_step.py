@@ -11,10 +11,17 @@ GPU every counted op is at least one kernel launch, and every host sync drains t
 queue:
 
 * ops: aten ops dispatched (views and metadata ops included, as the dispatcher sees them);
-* host syncs: ops that read a device tensor's value on the host (``.item()``, ``bool(t)``,
-  ``int(t)``, ``nonzero``, ...), with the source line each comes from;
-* collectives: c10d ops (all_gather, all_reduce, broadcast ...) and the bytes this rank sends;
-  DDP's gradient all-reduce runs inside its C++ reducer and is not seen here.
+* host syncs: what makes the host wait for the device, with the source line each comes from:
+  ops that read a device tensor's value on the host (``.item()``, ``bool(t)``, ``int(t)``,
+  ``.tolist()``, ``nonzero``, ...), and the syncs a GPU makes *inside* ops, which Python never
+  sees (:data:`HIDDEN_SYNCS`): linalg ops with error checks (their CUDA kernels read the
+  ``info`` flags back), boolean-mask indexing (a ``nonzero`` inside), indexing a device tensor
+  with host index tensors (a Python list becomes a host tensor, copied to the device with a
+  blocking copy) and blocking host-to-device copies of non-scalar tensors (``.to(device)``,
+  ``torch.tensor(..., device=...)`` without ``non_blocking``);
+* collectives: c10d ops (all_gather, all_reduce, broadcast ...), the bytes this rank sends and
+  receives, and every collective whose input and output differ in memory layout (NCCL moves raw
+  bytes: a channels_last input gathered into NCHW buffers, or the reverse, scrambles the data).
 
 Where the code takes another path on the CPU than on a GPU (colour augmentation: views in
 cache-sized chunks on the CPU, one pass per resolution elsewhere), the count takes the GPU's.
@@ -42,6 +49,7 @@ import torch
 from detectron2.engine import HookBase, launch
 from detectron2.utils import comm
 from PIL import Image
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -65,6 +73,39 @@ SYNC_OPS = {
     "aten.unique_consecutive.default",
     "aten._unique2.default",
 }
+# Ops whose CUDA kernels make the host wait although no Python code reads a value: the host reads
+# LAPACK-style ``info`` flags (``_linalg_check_errors``) or an output size that depends on values.
+# docs/performance.md lists them with the reason; ``_check_errors`` ops only with the check on.
+HIDDEN_SYNCS = {
+    "aten._linalg_eigh.default": "linalg error check (eigh/eigvalsh)",
+    "aten._linalg_svd.default": "linalg error check (svd/svdvals/matrix_norm nuc)",
+    "aten.linalg_eig.default": "eig runs on the host for CUDA tensors",
+    "aten.linalg_lstsq.default": "linalg error check (lstsq)",
+    "aten.linalg_cholesky_ex.default": "linalg error check (cholesky, check_errors=True)",
+    "aten.linalg_inv_ex.default": "linalg error check (inv, check_errors=True)",
+    "aten._linalg_solve_ex.default": "linalg error check (solve, check_errors=True)",
+    "aten.linalg_lu_factor_ex.default": "linalg error check (lu_factor, check_errors=True)",
+    "aten.repeat_interleave.Tensor": "output size read from the repeats (no output_size)",
+    "aten.bincount.default": "output size read from the values",
+    "aten._unique.default": "output size read from the values",
+    "aten.unique_dim.default": "output size read from the values",
+}
+_CHECK_ERRORS_OPS = {
+    "aten.linalg_cholesky_ex.default",
+    "aten.linalg_inv_ex.default",
+    "aten._linalg_solve_ex.default",
+    "aten.linalg_lu_factor_ex.default",
+}
+_INDEX_OPS = {
+    "aten.index.Tensor",
+    "aten.index_put.default",
+    "aten.index_put_.default",
+    "aten._index_put_impl_.default",
+}
+# Tensor methods that hand a device tensor's values to the host without an aten op the dispatch
+# level sees (``.item()``, ``bool(t)`` ... are ``_local_scalar_dense``/``is_nonzero`` there).
+_HOST_READS = {"tolist", "numpy", "cpu"}
+_FACTORIES_WITH_DATA = {"tensor", "as_tensor", "asarray"}
 COUNTED_ITER = 2  # warm (not the first), neither logging nor checkpointing
 PER_PROC_BATCH = 8
 
@@ -73,6 +114,9 @@ class StepCounter(TorchDispatchMode):
     """Counts device ops, host syncs (by source line) and collective bytes while not paused.
 
     A tensor is on the device when :meth:`mark` said so or an op computed it from one that is.
+    Enter it with :meth:`watching`, which also enters its :class:`_DeviceCopies` companion (the
+    function-level view: ``.to(device)`` of a host tensor is no op at all when the device is the
+    CPU, yet a host-to-device copy on a GPU).
     """
 
     def __init__(self) -> None:
@@ -85,6 +129,11 @@ class StepCounter(TorchDispatchMode):
         self.syncs: collections.Counter[str] = collections.Counter()
         self.collectives: collections.Counter[str] = collections.Counter()
         self.collective_bytes = 0
+        self.collective_bytes_received = 0
+        self.received_by_source: collections.Counter[str] = collections.Counter()
+        self.layout_mismatches: list[str] = []
+        self.async_copies: collections.Counter[str] = collections.Counter()
+        self.copies = _DeviceCopies(self)
 
     def mark(self, tensors: Any) -> None:
         """Count ``tensors`` (any nesting) as device tensors."""
@@ -93,6 +142,20 @@ class StepCounter(TorchDispatchMode):
                 self.on_device.add(id(t))
                 weakref.finalize(t, self.on_device.discard, id(t))
 
+    def is_on_device(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and id(t) in self.on_device
+
+    def sync(self, what: str) -> None:
+        self.syncs[f"{what} at {_caller()}"] += 1
+
+    def __enter__(self):  # noqa: ANN204
+        self.copies.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self.copies.__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -100,19 +163,135 @@ class StepCounter(TorchDispatchMode):
             return out
         name = str(func)
         if name.startswith("c10d."):  # a round trip between processes, host tensors or not
-            self.collectives[f"{name} from {_caller(project_only=True)}"] += 1
-            sent = args[1] if name.startswith("c10d.allgather") else args[0]
-            self.collective_bytes += sum(t.numel() * t.element_size() for t in _tensors(sent))
+            self._collective(name, args)
         inputs = tree_flatten((args, kwargs))[0]
-        if not any(isinstance(t, torch.Tensor) and id(t) in self.on_device for t in inputs):
+        if not any(self.is_on_device(t) for t in inputs):
             return out
         self.mark(out)
         self.ops += 1
         self.by_op[name] += 1
         self.by_source[_caller(project_only=True).split(":")[0]] += 1
         if name in SYNC_OPS:
-            self.syncs[f"{name.split('.')[1]} at {_caller()}"] += 1
+            self.sync(name.split(".")[1])
+        elif name in HIDDEN_SYNCS:
+            if name not in _CHECK_ERRORS_OPS or _check_errors(func, args, kwargs):
+                self.sync(f"{name.split('.')[1]} ({HIDDEN_SYNCS[name]})")
+        elif name in _INDEX_OPS:
+            indices = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
+            if any(t.dtype in (torch.bool, torch.uint8) for t in indices):
+                self.sync(f"{name.split('.')[1]} with a boolean mask (nonzero inside)")
+            elif any(not self.is_on_device(t) for t in indices):
+                self.sync(f"{name.split('.')[1]} with a host index tensor (blocking copy)")
         return out
+
+    def _collective(self, name: str, args: tuple) -> None:
+        where = _caller(project_only=True)
+        self.collectives[f"{name} from {where}"] += 1
+        sent, received = _collective_io(name, args)
+        self.collective_bytes += sum(_nbytes(t) for t in sent)
+        self.collective_bytes_received += sum(_nbytes(t) for t in received)
+        self.received_by_source[f"{name} from {where}"] += sum(_nbytes(t) for t in received)
+        layouts = {_layout(t) for t in [*sent, *received]}
+        if len(layouts) > 1 or "strided" in layouts:
+            self.layout_mismatches.append(f"{name} from {where}: {sorted(layouts)}")
+
+
+class _DeviceCopies(TorchFunctionMode):
+    """The host-to-device copies a GPU would make, seen where Python asks for them.
+
+    ``t.to(device)`` (or ``.to(other)``, ``.cuda()``) of a host tensor, and ``torch.tensor(data,
+    device=...)``: the result is a device tensor; the copy is a host sync unless it is
+    ``non_blocking`` or copies a single element (CUDA copies a host scalar as a kernel argument).
+    A non-blocking copy is counted apart, not as a sync (on CUDA the project's copies go through
+    pinned memory: :func:`pretrain.utils.device.to_device`).
+    Methods that hand a device tensor's values to Python (``tolist``, ``cpu``...) are syncs.
+    """
+
+    def __init__(self, counter: StepCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        c = self.counter
+        if c.paused:
+            return out
+        name = getattr(func, "__name__", "")
+        if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
+            src = args[0]
+            if c.is_on_device(src) or not _names_a_device(name, args[1:], kwargs, c):
+                return out
+            c.mark(out)
+            self._copy(src, _non_blocking(args[1:], kwargs), f".{name}()")
+        elif kwargs.get("device") is not None and isinstance(out, torch.Tensor):
+            c.mark(out)  # a factory told the device: torch.empty/zeros/full/tensor(..., device=)
+            data = args[0] if args else kwargs.get("data")
+            if name in _FACTORIES_WITH_DATA and not c.is_on_device(data):
+                self._copy(out, False, f"torch.{name}(..., device=...)")
+        elif name in _HOST_READS and args and c.is_on_device(args[0]):
+            c.sync(f"{name}() of a device tensor")
+        return out
+
+    def _copy(self, t: torch.Tensor, non_blocking: bool, what: str) -> None:
+        if t.numel() <= 1:
+            return
+        if non_blocking:
+            self.counter.async_copies[f"{what} at {_caller()}"] += 1
+        else:
+            self.counter.sync(f"blocking host-to-device copy {what}")
+
+
+def _names_a_device(name: str, args: tuple, kwargs: dict, counter: StepCounter) -> bool:
+    """Whether a ``.to(...)``/``.cuda(...)`` call moves a tensor to a device (not just a dtype)."""
+    if name == "cuda":
+        return True
+    target = kwargs.get("device", args[0] if args else None)
+    if isinstance(target, torch.Tensor):
+        return counter.is_on_device(target)
+    return isinstance(target, (torch.device, str))
+
+
+def _non_blocking(args: tuple, kwargs: dict) -> bool:
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    flags = [a for a in args if isinstance(a, bool)]
+    return bool(flags and flags[0])
+
+
+def _check_errors(func: Any, args: tuple, kwargs: dict) -> bool:
+    """The ``check_errors`` argument of a ``linalg_*_ex`` op (its schema default if not given)."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == "check_errors":
+            if "check_errors" in kwargs:
+                return bool(kwargs["check_errors"])
+            return bool(args[i]) if i < len(args) else bool(arg.default_value)
+    return True
+
+
+def _collective_io(name: str, args: tuple) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(tensors this rank sends, tensors it receives) of a c10d op."""
+    op = name.split(".")[1]
+    if op == "allgather_":  # (output lists, inputs, ...)
+        return _tensors(args[1]), _tensors(args[0])
+    if op in ("_allgather_base_", "alltoall_base_", "_reduce_scatter_base_"):
+        return _tensors(args[1]), _tensors(args[0])  # (output, input, ...)
+    if op in ("reduce_scatter_", "alltoall_"):  # (outputs, inputs, ...)
+        return _tensors(args[1]), _tensors(args[0])
+    return _tensors(args[0]), _tensors(args[0])  # in place: allreduce_, broadcast_, ...
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _layout(t: torch.Tensor) -> str:
+    """The memory layout a collective's raw byte copy sees."""
+    if t.is_contiguous():
+        return "contiguous"
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    return "strided"
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
@@ -233,8 +412,12 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
         "ops": counter.ops,
         "host_syncs": sum(counter.syncs.values()),
         "syncs_by_source": dict(counter.syncs),
+        "async_copies": dict(counter.async_copies),
         "collectives": dict(counter.collectives),
         "collective_bytes": counter.collective_bytes,
+        "collective_bytes_received": counter.collective_bytes_received,
+        "collective_bytes_received_by_source": dict(counter.received_by_source),
+        "layout_mismatches": counter.layout_mismatches,
         "top_ops": dict(counter.by_op.most_common(15)),
         "ops_by_source": dict(counter.by_source.most_common()),
     }
@@ -291,12 +474,18 @@ def main() -> None:
             print(
                 f"{Path(config).stem} procs={procs}: ops={m['ops']} host_syncs={m['host_syncs']} "
                 f"collectives={sum(m['collectives'].values())} "
-                f"collective_bytes={m['collective_bytes']}"
+                f"collective_bytes={m['collective_bytes']} "
+                f"received={m['collective_bytes_received']}"
             )
             for where, n in sorted(m["syncs_by_source"].items()):
                 print(f"    sync x{n}: {where}")
+            received = m["collective_bytes_received_by_source"]
             for name, n in m["collectives"].items():
-                print(f"    collective x{n}: {name}")
+                print(f"    collective x{n}: {name} ({received.get(name, 0)} bytes received)")
+            for where in m["layout_mismatches"]:
+                print(f"    LAYOUT MISMATCH: {where}")
+            for where, n in sorted(m["async_copies"].items()):
+                print(f"    non-blocking host-to-device copy x{n}: {where}")
             if args.verbose:
                 for name, n in m["ops_by_source"].items():
                     print(f"    ops x{n}: from {name}")

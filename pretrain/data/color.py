@@ -28,7 +28,8 @@ Departures from the reference, on purpose:
   the end.
 
 Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fixes them whatever
-the device) and copied to the device; decisions that pick subsets of the batch are made on the
+the device) and copied to the device through pinned memory without a host sync
+(:func:`pretrain.utils.device.to_device`); decisions that pick subsets of the batch are made on the
 CPU, so a CUDA batch never waits on a device-to-host synchronisation.
 """
 
@@ -41,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.utils.device import to_device
 
 __all__ = [
     "BatchColorAugment",
@@ -157,7 +159,7 @@ def sample_color_params(
 
 def _per_sample(values: torch.Tensor | Sequence[float] | float, x: torch.Tensor) -> torch.Tensor:
     """Per-sample scalars as an (n, 1, 1, 1) tensor on x's device and dtype."""
-    t = torch.as_tensor(values, dtype=x.dtype).to(x.device, non_blocking=True)
+    t = to_device(torch.as_tensor(values, dtype=x.dtype), x.device)
     return t.expand(x.shape[0]).reshape(-1, 1, 1, 1)
 
 
@@ -189,7 +191,7 @@ def _blend_(
         return torch.addcmul(base, x, fx, out=x).clamp_(0.0, 1.0)
     if fm is not None:
         # The mean of the grayscale image from the channel means: one read pass, no plane.
-        w = torch.tensor(GRAY_WEIGHTS, dtype=x.dtype).to(x.device, non_blocking=True)
+        w = to_device(torch.tensor(GRAY_WEIGHTS, dtype=x.dtype), x.device)
         offset = (x.mean(dim=(2, 3)) @ w).view(-1, 1, 1, 1).mul_(fm)  # (n, 1, 1, 1)
         # Not addcmul: with a per-sample (not per-pixel) first operand its CPU kernel is ~5x
         # slower than these two passes.
@@ -283,7 +285,7 @@ def _separable_blur(
     """Blur (n, 3, h, w) rows then columns with per-sample taps (n, 2r + 1), reflect padding."""
     n, _, h, w = x.shape
     radius = (taps.shape[1] - 1) // 2
-    taps = taps.to(x.device, x.dtype, non_blocking=True).view(n, 1, 1, -1)  # (n, 1, 1, k)
+    taps = to_device(taps, x.device, x.dtype).view(n, 1, 1, -1)  # (n, 1, 1, k)
     # Multiply-accumulate of shifted slices: a grouped conv2d with per-sample kernels is several
     # times slower on CPU, and this is a handful of fused elementwise kernels on GPU.
     xp = F.pad(x, (radius, radius, 0, 0), mode="reflect")  # (n, 3, h, w + 2r)
@@ -304,7 +306,7 @@ def _separable_blur_conv(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     n, c, h, w = x.shape
     radius = (taps.shape[1] - 1) // 2
     with torch.autocast(x.device.type, enabled=False):
-        weight = taps.to(x.device, x.dtype, non_blocking=True).repeat_interleave(c, 0)  # (nc, k)
+        weight = to_device(taps, x.device, x.dtype).repeat_interleave(c, 0)  # (nc, k)
         xp = F.pad(x, (radius, radius, 0, 0), mode="reflect").reshape(1, n * c, h, -1)
         y = F.conv2d(xp, weight.view(n * c, 1, 1, -1), groups=n * c).view(n, c, h, w)
         yp = F.pad(y, (0, 0, radius, radius), mode="reflect").reshape(1, n * c, -1, w)
@@ -343,7 +345,7 @@ def _blur_subset_(
     radii, order = blur_radius(sigma[idx], *x.shape[-2:]).sort(stable=True)
     idx = idx[order]  # grouped by kernel size: each group is a slice, not another gather
     sig = sigma[idx].double()
-    idx_dev = idx.to(x.device, non_blocking=True)
+    idx_dev = to_device(idx, x.device)
     xs = x.index_select(0, idx_dev)
     if not group_by_size:
         r = int(radii[-1])
@@ -371,7 +373,7 @@ def _subset_(
     if idx.numel() == x.shape[0]:
         x.copy_(fn(x, idx))
         return
-    idx_dev = idx.to(x.device, non_blocking=True)
+    idx_dev = to_device(idx, x.device)
     x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), idx))
 
 
@@ -409,7 +411,7 @@ def apply_color_params(
         # Which slots need which terms, decided on the CPU: no device sync, no wasted passes.
         has_gray, has_mean = (coef[1] != 0).any(0).tolist(), (coef[2] != 0).any(0).tolist()
         has_scale = (coef[0] != 1).any(0).tolist()
-        coef_dev = coef.to(x.device, x.dtype, non_blocking=True)  # one host-to-device copy
+        coef_dev = to_device(coef, x.device, x.dtype)  # one host-to-device copy
         hue = params.factors[:, 3]
         for slot in range(4):
             if has_scale[slot] or has_gray[slot] or has_mean[slot]:
@@ -521,8 +523,8 @@ class BatchColorAugment:
 
     def normalize_(self, x: torch.Tensor) -> torch.Tensor:
         """In place ``(x - mean) / std`` per channel, as torchvision's ``Normalize``."""
-        mean = torch.tensor(self.mean, dtype=x.dtype).to(x.device, non_blocking=True)
-        std = torch.tensor(self.std, dtype=x.dtype).to(x.device, non_blocking=True)
+        mean = to_device(torch.tensor(self.mean, dtype=x.dtype), x.device)
+        std = to_device(torch.tensor(self.std, dtype=x.dtype), x.device)
         return x.sub_(mean.view(1, 3, 1, 1)).div_(std.view(1, 3, 1, 1))
 
 

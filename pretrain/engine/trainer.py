@@ -249,6 +249,8 @@ class PretrainTrainer(SimpleTrainer):
         start = time.perf_counter()
         data = self._fetch()
         data_time = time.perf_counter() - start
+        # statistics that cost a host sync (||Q||_* alone) only where they will be logged
+        data = {**data, "log_stats": self._flush_due()}
         out = self._forward(data)
         losses = {k: v for k, v in out.items() if k.startswith("loss")}
         total = sum(losses.values())

@@ -81,7 +81,8 @@ _Check = Callable[[str, bool, str], None]
 class LoracStats:
     """Detached by-products of one loss evaluation, for logging."""
 
-    nuclear_norm: torch.Tensor  # mean ||Q||_* (||P||_* for batchwise), also when the prior is off
+    # mean ||Q||_* (||P||_* for batchwise), also when the prior is off; None when not asked for
+    nuclear_norm: torch.Tensor | None
     log_prior: torch.Tensor  # mean log h(Q), () float32
     # instance-discrimination top-1 over all (query, instance) pairs on the plain similarities
     # q.k vs q.k^- (log h left out, so that it is comparable across the beta switch), ()
@@ -237,6 +238,8 @@ class LoracLoss(nn.Module):
         )
         self.q_construction = q_construction
         self.prior_m = prior_m
+        # device copies of the view index sets that are not runs (see _take_views)
+        self._device_indices: dict[tuple, torch.Tensor] = {}
 
     @classmethod
     def from_config(cls, cfg: Any) -> LoracLoss:
@@ -319,19 +322,44 @@ class LoracLoss(nn.Module):
                 f"must be ({low}, N_global >= {n}, {d}), got {tuple(global_lowrank.shape)}",
             )
 
+    def _take_views(self, x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
+        """``x[idx]`` along dim 0 without a host index tensor in the step.
+
+        Indexing a CUDA tensor with a Python list copies the list to the device with a blocking
+        copy, a host sync in the forward and again in the backward. A run of consecutive views
+        is a slice (a view: no copy, no kernel); any other set an ``index_select`` whose device
+        index is made once per (set, device) and kept.
+        """
+        idx = tuple(int(i) for i in idx)
+        if idx and idx == tuple(range(idx[0], idx[0] + len(idx))):
+            return x[idx[0] : idx[0] + len(idx)]
+        key = (idx, x.device)
+        index = self._device_indices.get(key)
+        if index is None:
+            index = self._device_indices[key] = torch.tensor(idx, dtype=torch.long).to(x.device)
+        return x.index_select(0, index)
+
     def _prior_terms(
-        self, x: torch.Tensor, k: torch.Tensor, global_lowrank: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        global_lowrank: torch.Tensor | None,
+        log_norm: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log h per key crop and instance, (J, N), and the nuclear norm(s) it read, for
-        logging: (N,) per instance, or () for a batchwise prior. Float32 inputs."""
+        logging: (N,) per instance, or () for a batchwise prior; None when the prior is off and
+        ``log_norm`` is off (the norm's eigendecomposition costs a host sync on a GPU).
+        Float32 inputs."""
         prior, tau, beta, prior_m = self.prior, self.tau, self.beta, self.prior_m
         kv, low = self.key_views, list(self.lowrank_views)
         n = x.shape[1]
         prior_on = prior.active(beta)
         # log h grows a graph only when it is on and reads the norm; otherwise ||.||_* is logged
         grad_through_norm = torch.is_grad_enabled() and prior_on and prior.reads_norm
+        if not (log_norm or prior_on):  # the norm would only be logged
+            return x.new_zeros(len(kv), n), None
         if prior.batchwise:
-            lowq = x[low] if global_lowrank is None else global_lowrank.float()
+            lowq = self._take_views(x, low) if global_lowrank is None else global_lowrank.float()
             p = _p_matrix(lowq)  # (N_global * L, d), Eq. (15)
             rows = p.shape[0] if prior_m is None else lowq.shape[1] * prior_m
             with torch.set_grad_enabled(grad_through_norm):
@@ -342,10 +370,11 @@ class LoracLoss(nn.Module):
                 lp = x.new_zeros(len(kv), n)
             return lp, nuc.detach()
         if self.q_construction == "instance":
-            q_mats = [_q_matrix(x[low], k)] * len(kv)  # (N, L + J, d)
+            q_mats = [_q_matrix(self._take_views(x, low), k)] * len(kv)  # (N, L + J, d)
         else:  # per_key_crop: the large queries other than view j, and k_j
             q_mats = [
-                _q_matrix(x[[i for i in low if i != kv[j]]], k[j : j + 1]) for j in range(len(kv))
+                _q_matrix(self._take_views(x, [i for i in low if i != kv[j]]), k[j : j + 1])
+                for j in range(len(kv))
             ]
         distinct = q_mats[:1] if self.q_construction == "instance" else q_mats
         with torch.set_grad_enabled(grad_through_norm):
@@ -366,6 +395,7 @@ class LoracLoss(nn.Module):
         keys: torch.Tensor,
         queues: torch.Tensor,
         global_lowrank: torch.Tensor | None = None,
+        log_norm: bool = True,
     ) -> tuple[torch.Tensor, LoracStats]:
         """Loss and statistics of one step.
 
@@ -378,16 +408,20 @@ class LoracLoss(nn.Module):
             global_lowrank: for ``batchwise``, the (L, N_global, d) ``lowrank_views`` queries of
                 every instance of the global batch (gathered with gradients), so that P is
                 shared across the whole batch as Eq. (15) says; default: these instances.
+            log_norm: compute ||Q||_* for the statistics even where the prior does not read it
+                (off: ``stats.nuclear_norm`` is None while the prior is off; the trainer turns it
+                off between logging iterations).
         """
         self._check_shapes(views, keys, queues, global_lowrank)
         tau = self.tau
         with torch.autocast(device_type=views.device.type, enabled=False):
             x, k, queues = views.float(), keys.float(), queues.float()
             v = x.shape[0]
-            lp, nucs = self._prior_terms(x, k, global_lowrank)
+            lp, nucs = self._prior_terms(x, k, global_lowrank, log_norm)
             losses, correct = [], []
             for j, key_view in enumerate(self.key_views):
-                q = x[[i for i in range(v) if i != key_view]]  # (V-1, N, d): SwAV's pairing
+                # (V-1, N, d): SwAV's pairing
+                q = self._take_views(x, [i for i in range(v) if i != key_view])
                 sim_pos = torch.einsum("mnd,nd->mn", q, k[j]) / tau  # (V-1, N)
                 l_pos = sim_pos + lp[j]
                 l_neg = torch.matmul(q, queues[j].t()) / tau  # (V-1, N, K)
@@ -400,7 +434,7 @@ class LoracLoss(nn.Module):
                         correct.append(sim_pos.new_ones(()))
             loss = torch.stack(losses).mean()
             stats = LoracStats(
-                nuclear_norm=nucs.mean(),
+                nuclear_norm=None if nucs is None else nucs.mean(),
                 log_prior=lp.detach().mean(),
                 accuracy=torch.stack(correct).mean(),
             )

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from pretrain.modeling.sync_bn import convert_sync_batchnorm
+
 __all__ = [
     "STEMS",
     "Encoder",
@@ -88,14 +90,12 @@ class Encoder(nn.Module):
 
 
 def convert_norm(module: nn.Module, norm: str) -> nn.Module:
-    """Replace BatchNorm layers by ``SyncBN`` (torch) or ``NaiveSyncBN`` (detectron2).
-
-    NaiveSyncBN exists because torch's SyncBatchNorm refuses CPU tensors with >1 process.
-    """
+    """Replace BatchNorm layers by ``SyncBN`` (:mod:`pretrain.modeling.sync_bn`: no host sync
+    per layer, CPU and GPU) or ``NaiveSyncBN`` (detectron2's)."""
     if norm == "BN":
         return module
     if norm == "SyncBN":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(module)
+        return convert_sync_batchnorm(module)
     if norm != "NaiveSyncBN":
         raise ValueError(f"MODEL.NORM = {norm!r}: expected BN, SyncBN or NaiveSyncBN")
     from detectron2.layers import NaiveSyncBatchNorm

@@ -33,9 +33,11 @@ from pretrain.modeling.distributed import (
     all_gather_with_grad,
     concat_all_gather,
     rank,
+    take_global_rows,
     world_size,
 )
 from pretrain.modeling.encoder import Encoder, convert_norm
+from pretrain.utils.device import to_device
 
 __all__ = ["MultiViewMoCo"]
 
@@ -99,7 +101,7 @@ class MultiViewMoCo(nn.Module):
         if world_size == 1:
             norm = "BN"
         elif norm == "auto":
-            norm = "SyncBN" if mod.DEVICE == "cuda" else "NaiveSyncBN"
+            norm = "SyncBN"
         return {
             "arch": mod.ARCH,
             "stem": mod.STEM,
@@ -163,8 +165,10 @@ class MultiViewMoCo(nn.Module):
     def _encode_keys(self, x: torch.Tensor, seed: int | None) -> torch.Tensor:
         """g(x) with ShuffleBN; returns the keys of the whole global batch, in batch order.
 
-        The global batch is permuted with ``seed``, shared by all processes, each process encodes
-        its slice in ``key_bn_splits`` BN groups, and the keys are gathered and un-permuted.
+        The global batch is permuted with ``seed``, shared by all processes (the permutation is
+        drawn on the host, so every process knows it without a host sync), each process takes
+        its slice of the permuted batch (one all-to-all: only the images it takes travel),
+        encodes it in ``key_bn_splits`` BN groups, and the keys are gathered and un-permuted.
         With one process and one split this is a plain forward (BN is permutation invariant).
         """
         n_proc, b = world_size(), x.shape[0]
@@ -176,15 +180,11 @@ class MultiViewMoCo(nn.Module):
                 "ShuffleBN needs batch['shuffle_seeds'], one seed per key crop equal on every "
                 "process (pretrain.data.loader.shuffle_seeds)"
             )
-        x_all = concat_all_gather(x)
-        g = torch.Generator().manual_seed(seed)
-        perm = torch.randperm(x_all.shape[0], generator=g).to(x.device)
-        mine = x_all[perm[rank() * b : (rank() + 1) * b]]
+        perm = torch.randperm(n_proc * b, generator=torch.Generator().manual_seed(seed))
+        mine = take_global_rows(x, perm)  # global rows perm[rank * b : (rank + 1) * b]
         k_mine = torch.cat([self.encoder_k(c) for c in mine.chunk(self.key_bn_splits)])
-        k_perm = concat_all_gather(k_mine)
-        keys = torch.empty_like(k_perm)
-        keys[perm] = k_perm
-        return keys
+        k_perm = concat_all_gather(k_mine)  # k_perm[i] is the key of global row perm[i]
+        return k_perm.index_select(0, to_device(torch.argsort(perm), k_perm.device))
 
     @torch.no_grad()
     def _enqueue(self, crop: int, keys: torch.Tensor) -> None:
@@ -217,16 +217,21 @@ class MultiViewMoCo(nn.Module):
         global_lowrank = None
         if self.criterion.prior.batchwise:  # Eq. (15): one P over the global batch
             global_lowrank = all_gather_with_grad(q[self.lowrank_views], dim=1)
-        loss, stats = self.criterion(q, keys, self.queues.clone().detach(), global_lowrank)
+        # ||Q||_* only for the log costs a host sync on a GPU (eigh's error check): skip it on the
+        # iterations the trainer does not log (batch["log_stats"]; default: every iteration)
+        loss, stats = self.criterion(
+            q, keys, self.queues.clone().detach(), global_lowrank, batch.get("log_stats", True)
+        )
         if self.training:
             for j in range(self.num_key_crops):
                 self._enqueue(j, global_keys[j])
         metrics = {  # device tensors: the trainer reads them at its logging period
-            "nuclear_norm": stats.nuclear_norm.detach(),
             "log_prior": stats.log_prior.detach(),
             "inst_acc": stats.accuracy.detach(),
             "beta": beta if math.isfinite(beta := self.criterion.beta) else float("inf"),
         }
+        if stats.nuclear_norm is not None:
+            metrics = {"nuclear_norm": stats.nuclear_norm.detach(), **metrics}
         return {"loss_contrastive": loss, "metrics": metrics}
 
 

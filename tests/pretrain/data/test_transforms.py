@@ -413,6 +413,7 @@ def test_batch_color_rejects_float_views():
         BatchColorAugment(ColorSpec())([torch.rand(2, 3, 8, 8)], None)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu():
     views = [TF.to_dtype(random_images(16, 32, 32), torch.uint8, scale=True)]

@@ -1,0 +1,95 @@
+"""Two costs only a GPU shows: the nuclear norm's host sync per step, and LARS's launches.
+
+* **The norm's sync.** With the prior on, LORAC's step keeps one host sync: the error check of
+  ``torch.linalg.eigh`` in :mod:`pretrain.losses.nuclear` (docs/performance.md says why no
+  sync-free form keeps the exactness tests). This times the IN-1K LORAC step
+  (:func:`benchmarks.bench_throughput.measure`, synthetic data) as shipped and with the norm
+  replaced by a sync-free stand-in of negligible cost (the Frobenius norm): the difference bounds
+  what the exact norm costs per step, its sync included. Both in one process, alternating
+  rounds, so clocks and caches treat them alike; the median of the rounds is reported.
+* **LARS.** The CUDA kernels one ``LARS.step`` launches over ResNet-50 + head's parameters
+  (torch.profiler), against the number of parameters: ``_foreach_*`` ops with per-parameter
+  0-d tensors fall back to one kernel per parameter.
+
+Run (on a GPU): python -m benchmarks.bench_gpu_costs [--batch 64] [--rounds 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+import pretrain.losses.lorac as lorac
+from benchmarks.bench_throughput import measure
+from pretrain.solver.build import LARS
+
+
+def _frobenius(x: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(x.float(), dim=(-2, -1))
+
+
+def norm_sync_cost(batch: int, rounds: int, iters: int) -> dict:
+    exact, proxy = [], []
+    original = lorac.nuclear_norm
+    for _ in range(rounds):
+        exact.append(measure(batch=batch, iters=iters, warmup=3)["seconds_per_iteration"])
+        lorac.nuclear_norm = _frobenius
+        try:
+            proxy.append(measure(batch=batch, iters=iters, warmup=3)["seconds_per_iteration"])
+        finally:
+            lorac.nuclear_norm = original
+    e, p = statistics.median(exact), statistics.median(proxy)
+    return {
+        "batch_per_process": batch,
+        "seconds_per_step_exact_norm": exact,
+        "seconds_per_step_sync_free_proxy": proxy,
+        "median_exact": e,
+        "median_proxy": p,
+        "cost_per_step_seconds": e - p,
+        "cost_fraction_of_step": (e - p) / e,
+    }
+
+
+def lars_kernels() -> dict:
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda()
+    params = [p for p in model.parameters()]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = LARS(params, lr=0.1, momentum=0.9, weight_decay=1e-6)
+    opt.step()  # the first step creates the buffers
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        opt.step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"parameters": len(params), "cuda_kernels_per_step": len(kernels)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64, help="images per process")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("error: bench_gpu_costs needs a CUDA device")
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "norm_sync": norm_sync_cost(args.batch, args.rounds, args.iters),
+        "lars": lars_kernels(),
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The synchronised BatchNorm: two processes equal one BatchNorm over the whole batch.
+
+Two CPU processes (gloo), each with half of a batch, against ``nn.BatchNorm2d`` on the whole
+batch in one process: the outputs, the input gradients, the running statistics and the sum of
+the processes' weight and bias gradients (what DDP's all-reduce forms) agree to float32
+rounding, for NCHW and channels_last inputs, and the collectives keep one layout.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from pretrain.modeling.encoder import convert_norm
+from pretrain.modeling.sync_bn import SyncBatchNorm, convert_sync_batchnorm
+
+C = 5
+
+
+def _data(channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, C, 6, 7, generator=g) * 3 + torch.arange(C).view(1, C, 1, 1)
+    upstream = torch.randn(8, C, 6, 7, generator=g)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, upstream
+
+
+def _reference(channels_last: bool) -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    bn = nn.BatchNorm2d(C)
+    nn.init.uniform_(bn.weight, 0.5, 1.5)
+    nn.init.uniform_(bn.bias, -0.5, 0.5)
+    x, upstream = _data(channels_last)
+    x.requires_grad_(True)
+    y = bn(x)
+    (y * upstream).sum().backward()
+    return {
+        "y": y.detach(),
+        "dx": x.grad,
+        "dw": bn.weight.grad,
+        "db": bn.bias.grad,
+        "mean": bn.running_mean,
+        "var": bn.running_var,
+    }
+
+
+def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    bn = convert_sync_batchnorm(nn.BatchNorm2d(C))
+    nn.init.uniform_(bn.weight, 0.5, 1.5)
+    nn.init.uniform_(bn.bias, -0.5, 0.5)
+    x, upstream = _data(channels_last)
+    share = slice(rank * 4, (rank + 1) * 4)
+    x = x[share].detach().requires_grad_(True)
+    y = bn(x)
+    (y * upstream[share]).sum().backward()
+    grads = torch.cat([bn.weight.grad, bn.bias.grad])
+    dist.all_reduce(grads)
+    ys = [torch.empty_like(y.detach().contiguous()) for _ in range(world)]
+    dist.all_gather(ys, y.detach().contiguous())
+    dxs = [torch.empty_like(x.grad.contiguous()) for _ in range(world)]
+    dist.all_gather(dxs, x.grad.contiguous())
+    if rank == 0:
+        torch.save(
+            {
+                "y": torch.cat(ys),
+                "dx": torch.cat(dxs),
+                "dw": grads[:C],
+                "db": grads[C:],
+                "mean": bn.running_mean,
+                "var": bn.running_var,
+                "y_channels_last": y.is_contiguous(memory_format=torch.channels_last),
+                "num_batches_tracked": int(bn.num_batches_tracked),
+            },
+            out,
+        )
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_two_processes_equal_batchnorm_on_the_whole_batch(tmp_path, channels_last):
+    out = tmp_path / "out.pt"
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_worker, args=(2, init, channels_last, str(out)), nprocs=2, join=True)
+    got = torch.load(out)
+    want = _reference(channels_last)
+    for key in ("y", "dx", "dw", "db", "mean", "var"):
+        torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5, msg=key)
+    assert got["y_channels_last"] == channels_last
+    assert got["num_batches_tracked"] == 1
+
+
+def test_one_process_and_eval_mode_are_plain_batchnorm():
+    """Without a process group (and in eval mode) the module is nn.BatchNorm2d itself."""
+    torch.manual_seed(0)
+    plain = nn.BatchNorm2d(C)
+    synced = convert_sync_batchnorm(nn.BatchNorm2d(C))
+    synced.load_state_dict(plain.state_dict())
+    x = torch.randn(4, C, 3, 3)
+    torch.testing.assert_close(synced(x), plain(x), rtol=0, atol=0)
+    synced.eval(), plain.eval()
+    torch.testing.assert_close(synced(x), plain(x), rtol=0, atol=0)
+
+
+def test_convert_norm_keeps_the_state_and_replaces_every_bn():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, C, 1), nn.BatchNorm2d(C), nn.Sequential(nn.BatchNorm2d(C)))
+    net[1].running_mean.fill_(0.5)
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    converted = convert_norm(net, "SyncBN")
+    assert sum(isinstance(m, SyncBatchNorm) for m in converted.modules()) == 2
+    assert not any(type(m) is nn.BatchNorm2d for m in converted.modules())
+    for k, v in converted.state_dict().items():
+        torch.testing.assert_close(v, state[k], rtol=0, atol=0)

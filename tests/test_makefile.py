@@ -1,0 +1,68 @@
+"""The Makefile's device-check recipe tells the truth without a GPU to run it on.
+
+``make gpu-check`` runs with a stand-in interpreter (``GPU_PY``): a script that answers the
+recipe's probes (Python version, CUDA visible, packages importable) and plays pytest and the
+benchmarks with the exit status the test asks for. The recipe pipes each through ``tee``; before
+2026-11-26 it had no ``pipefail`` and exited 0 when the GPU tests failed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+FAKE = """#!/bin/bash
+# the recipe's probes: python -c "..." (version, CUDA, imports)
+if [ "$1" = -c ]; then
+  case "$2" in *version_info*) exit "${FAKE_VERSION_RC:-0}";; *cuda*) exit "${FAKE_CUDA_RC:-0}";;
+  *platform*) echo 3.9.2;; esac
+  exit 0
+fi
+if [ "$1" = -m ] && [ "$2" = pytest ]; then echo "fake pytest ran"; exit "${FAKE_PYTEST_RC:-0}"; fi
+if [ "$1" = -m ]; then echo "{\\"bench\\": \\"$2\\"}"; exit "${FAKE_BENCH_RC:-0}"; fi
+exit 0
+"""
+
+
+def _make(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    out = tmp_path / "gpu_check"
+    cmd = ["make", "-s", "-C", str(ROOT), "gpu-check", f"GPU_PY={fake}", f"GPU_OUT={out}"]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
+
+
+def test_device_check_passes_when_everything_passes(tmp_path):
+    r = _make(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fake pytest ran" in (tmp_path / "gpu_check" / "tests.txt").read_text()
+    assert (tmp_path / "gpu_check" / "costs.txt").exists()
+
+
+@pytest.mark.parametrize("failing", ["FAKE_PYTEST_RC", "FAKE_BENCH_RC"])
+def test_device_check_fails_when_a_test_or_benchmark_fails(tmp_path, failing):
+    r = _make(tmp_path, **{failing: "1"})
+    assert r.returncode != 0, r.stdout + r.stderr
+    # the figures are still written and the tests' output is kept
+    assert (tmp_path / "gpu_check" / "tests.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"FAKE_CUDA_RC": "2"}, "no CUDA device"), ({"FAKE_VERSION_RC": "2"}, "3.10 to 3.12")],
+)
+def test_device_check_refuses_in_one_error_line(tmp_path, env, says):
+    r = _make(tmp_path, **env)
+    assert r.returncode != 0
+    errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], r.stdout + r.stderr
+    assert not (tmp_path / "gpu_check" / "tests.txt").exists()
