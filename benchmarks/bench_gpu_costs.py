@@ -74,8 +74,8 @@ def lars_kernels() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64, help="images per process")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if not torch.cuda.is_available():

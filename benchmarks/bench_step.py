@@ -17,8 +17,9 @@ queue:
   sees (:data:`HIDDEN_SYNCS`): linalg ops with error checks (their CUDA kernels read the
   ``info`` flags back), boolean-mask indexing (a ``nonzero`` inside), indexing a device tensor
   with host index tensors (a Python list becomes a host tensor, copied to the device with a
-  blocking copy) and blocking host-to-device copies of non-scalar tensors (``.to(device)``,
-  ``torch.tensor(..., device=...)`` without ``non_blocking``);
+  blocking copy) and blocking host-to-device copies (``.to(device)``, ``torch.tensor(...,
+  device=...)``, ``dst.copy_(host)`` and so ``t[i] = 5``, without ``non_blocking``; one element
+  too, as CUDA's own sync detector showed on an H200);
 * collectives: c10d ops (all_gather, all_reduce, broadcast ...), the bytes this rank sends and
   receives, and every collective whose input and output differ in memory layout (NCCL moves raw
   bytes: a channels_last input gathered into NCHW buffers, or the reverse, scrambles the data).
@@ -176,6 +177,8 @@ class StepCounter(TorchDispatchMode):
         elif name in HIDDEN_SYNCS:
             if name not in _CHECK_ERRORS_OPS or _check_errors(func, args, kwargs):
                 self.sync(f"{name.split('.')[1]} ({HIDDEN_SYNCS[name]})")
+        elif name == "aten.copy_.default" and self._blocking_host_source(args, kwargs):
+            self.sync("copy_ of a host tensor into a device tensor (blocking copy)")
         elif name in _INDEX_OPS:
             indices = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
             if any(t.dtype in (torch.bool, torch.uint8) for t in indices):
@@ -183,6 +186,18 @@ class StepCounter(TorchDispatchMode):
             elif any(not self.is_on_device(t) for t in indices):
                 self.sync(f"{name.split('.')[1]} with a host index tensor (blocking copy)")
         return out
+
+    def _blocking_host_source(self, args: tuple, kwargs: dict) -> bool:
+        """``dst.copy_(src)`` of a host ``src`` into a device ``dst`` without non_blocking: on
+        CUDA a copy followed by a stream sync, even for one element (``t[i] = 5`` is one)."""
+        dst, src = args[0], args[1]
+        non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+        return (
+            self.is_on_device(dst)
+            and isinstance(src, torch.Tensor)
+            and not self.is_on_device(src)
+            and not non_blocking
+        )
 
     def _collective(self, name: str, args: tuple) -> None:
         where = _caller(project_only=True)
@@ -234,8 +249,6 @@ class _DeviceCopies(TorchFunctionMode):
         return out
 
     def _copy(self, t: torch.Tensor, non_blocking: bool, what: str) -> None:
-        if t.numel() <= 1:
-            return
         if non_blocking:
             self.counter.async_copies[f"{what} at {_caller()}"] += 1
         else:

@@ -197,7 +197,8 @@ class MultiViewMoCo(nn.Module):
             raise ValueError(f"MODEL.QUEUE_SIZE {k} is not divisible by the global batch {n}")
         self.queues[crop, ptr : ptr + n] = keys.to(self.queues.dtype)
         self._queue_ptr[crop] = (ptr + n) % k
-        self.queue_ptr[crop] = self._queue_ptr[crop]
+        # fill_, not item assignment: `t[i] = v` copies a host 0-d tensor (a blocking copy)
+        self.queue_ptr[crop].fill_(self._queue_ptr[crop])
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
