@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from pretrain.modeling.sync_bn import convert_sync_batchnorm
+from pretrain.modeling.norm import BatchNorm2d, SyncBatchNorm, convert_batchnorm
 
 __all__ = [
     "STEMS",
@@ -90,12 +90,13 @@ class Encoder(nn.Module):
 
 
 def convert_norm(module: nn.Module, norm: str) -> nn.Module:
-    """Replace BatchNorm layers by ``SyncBN`` (:mod:`pretrain.modeling.sync_bn`: no host sync
-    per layer, CPU and GPU) or ``NaiveSyncBN`` (detectron2's)."""
+    """Replace BatchNorm layers by ``BN`` or ``SyncBN`` (:mod:`pretrain.modeling.norm`: counted
+    on the host; SyncBN without a host sync per layer, CPU and GPU) or ``NaiveSyncBN``
+    (detectron2's)."""
     if norm == "BN":
-        return module
+        return convert_batchnorm(module, BatchNorm2d)
     if norm == "SyncBN":
-        return convert_sync_batchnorm(module)
+        return convert_batchnorm(module, SyncBatchNorm)
     if norm != "NaiveSyncBN":
         raise ValueError(f"MODEL.NORM = {norm!r}: expected BN, SyncBN or NaiveSyncBN")
     from detectron2.layers import NaiveSyncBatchNorm

@@ -37,6 +37,7 @@ from pretrain.modeling.distributed import (
     world_size,
 )
 from pretrain.modeling.encoder import Encoder, convert_norm
+from pretrain.modeling.norm import add_counted_batches
 from pretrain.utils.device import to_device
 
 __all__ = ["MultiViewMoCo"]
@@ -64,7 +65,8 @@ class MultiViewMoCo(nn.Module):
     ) -> None:
         super().__init__()
         self.encoder_q = Encoder(arch, hidden_dim, out_dim, stem)
-        self.encoder_k = copy.deepcopy(self.encoder_q)  # plain BN: ShuffleBN handles leakage
+        # plain BN (counted on the host: pretrain.modeling.norm): ShuffleBN handles leakage
+        self.encoder_k = convert_norm(copy.deepcopy(self.encoder_q), "BN")
         for p in self.encoder_k.parameters():
             p.requires_grad_(False)
         self.encoder_q = convert_norm(self.encoder_q, norm)
@@ -90,6 +92,15 @@ class MultiViewMoCo(nn.Module):
         self.register_buffer("queue_ptr", torch.zeros(num_key_crops, dtype=torch.long))
         self._queue_ptr: list[int] | None = [0] * num_key_crops
         self.register_load_state_dict_post_hook(_forget_host_queue_ptr)
+        # the key encoder's conv and linear weights in the autocast dtype (see _key_weights)
+        self._lowp_names = [
+            f"{name}.{p}"
+            for name, m in self.encoder_k.named_modules()
+            if isinstance(m, (nn.Conv2d, nn.Linear))
+            for p, t in m.named_parameters(recurse=False)
+            if t is not None
+        ]
+        self._lowp: list[torch.Tensor] | None = None
         if channels_last:
             self.to(memory_format=torch.channels_last)
 
@@ -162,7 +173,37 @@ class MultiViewMoCo(nn.Module):
         return out
 
     @torch.no_grad()
-    def _encode_keys(self, x: torch.Tensor, seed: int | None) -> torch.Tensor:
+    def _key_weights(self, device_type: str) -> dict[str, torch.Tensor] | None:
+        """The key encoder's conv and linear weights cast once per step to the autocast dtype
+        (None without autocast). Autocast caches its casts only of tensors that require grad:
+        it would cast each of the key encoder's ~110 weights again for every key crop (106
+        casts of a ResNet-50's convs per multi-crop step); one foreach copy does them all,
+        with the same rounding, so the keys are bit for bit the same."""
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        dtype = torch.get_autocast_dtype(device_type)
+        params = dict(self.encoder_k.named_parameters())
+        src = [params[n] for n in self._lowp_names]
+        if (
+            self._lowp is None
+            or self._lowp[0].dtype != dtype
+            or self._lowp[0].device != src[0].device
+        ):
+            self._lowp = [torch.empty_like(p, dtype=dtype) for p in src]  # keeps channels_last
+        torch._foreach_copy_(self._lowp, src)
+        return dict(zip(self._lowp_names, self._lowp, strict=True))
+
+    def _key_encoder(
+        self, x: torch.Tensor, weights: dict[str, torch.Tensor] | None
+    ) -> torch.Tensor:
+        if weights is None:
+            return self.encoder_k(x)
+        return torch.func.functional_call(self.encoder_k, weights, (x,), strict=False)
+
+    @torch.no_grad()
+    def _encode_keys(
+        self, x: torch.Tensor, seed: int | None, weights: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """g(x) with ShuffleBN; returns the keys of the whole global batch, in batch order.
 
         The global batch is permuted with ``seed``, shared by all processes (the permutation is
@@ -174,7 +215,7 @@ class MultiViewMoCo(nn.Module):
         n_proc, b = world_size(), x.shape[0]
         groups = n_proc * self.key_bn_splits
         if not self.shuffle_bn or groups == 1:
-            return concat_all_gather(self.encoder_k(x))
+            return concat_all_gather(self._key_encoder(x, weights))
         if seed is None:
             raise ValueError(
                 "ShuffleBN needs batch['shuffle_seeds'], one seed per key crop equal on every "
@@ -182,7 +223,7 @@ class MultiViewMoCo(nn.Module):
             )
         perm = torch.randperm(n_proc * b, generator=torch.Generator().manual_seed(seed))
         mine = take_global_rows(x, perm)  # global rows perm[rank * b : (rank + 1) * b]
-        k_mine = torch.cat([self.encoder_k(c) for c in mine.chunk(self.key_bn_splits)])
+        k_mine = torch.cat([self._key_encoder(c, weights) for c in mine.chunk(self.key_bn_splits)])
         k_perm = concat_all_gather(k_mine)  # k_perm[i] is the key of global row perm[i]
         return k_perm.index_select(0, to_device(torch.argsort(perm), k_perm.device))
 
@@ -212,7 +253,10 @@ class MultiViewMoCo(nn.Module):
         ref = encoded[self.query_views[0]]
         # (V, B, d); a view f skipped is never read by the objective
         q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
-        global_keys = [self._encode_keys(views[j], seeds[j]) for j in range(self.num_key_crops)]
+        weights = self._key_weights(views[0].device.type)
+        global_keys = [
+            self._encode_keys(views[j], seeds[j], weights) for j in range(self.num_key_crops)
+        ]
         r = rank()
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
         global_lowrank = None
@@ -226,6 +270,7 @@ class MultiViewMoCo(nn.Module):
         if self.training:
             for j in range(self.num_key_crops):
                 self._enqueue(j, global_keys[j])
+        add_counted_batches(self)  # every BN's num_batches_tracked, in one launch
         metrics = {  # device tensors: the trainer reads them at its logging period
             "log_prior": stats.log_prior.detach(),
             "inst_acc": stats.accuracy.detach(),

@@ -23,7 +23,7 @@ from benchmarks.bench_throughput import measure as throughput
 from benchmarks.cuda_sync_report import report as sync_report
 from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
-from pretrain.modeling.sync_bn import convert_sync_batchnorm
+from pretrain.modeling.norm import SyncBatchNorm, convert_batchnorm
 from tests.helpers import ROOT, make_image_folder, tiny_opts
 
 pytestmark = [
@@ -97,7 +97,7 @@ def test_gpu_sync_batchnorm_fused_path_equals_batchnorm(dtype):
         ref = nn.BatchNorm2d(16).cuda()
         nn.init.uniform_(ref.weight, 0.5, 1.5)
         nn.init.uniform_(ref.bias, -0.5, 0.5)
-        synced = convert_sync_batchnorm(nn.BatchNorm2d(16)).cuda()
+        synced = convert_batchnorm(nn.BatchNorm2d(16), SyncBatchNorm).cuda()
         synced.load_state_dict(ref.state_dict())
         x = (torch.randn(8, 16, 10, 12, device="cuda") * 2 + 1).to(dtype)
         x = x.contiguous(memory_format=torch.channels_last)

@@ -15,7 +15,12 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from pretrain.modeling.encoder import convert_norm
-from pretrain.modeling.sync_bn import SyncBatchNorm, convert_sync_batchnorm
+from pretrain.modeling.norm import (
+    BatchNorm2d,
+    SyncBatchNorm,
+    add_counted_batches,
+    convert_batchnorm,
+)
 
 C = 5
 
@@ -52,7 +57,7 @@ def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.set_num_threads(1)
     torch.manual_seed(1)
-    bn = convert_sync_batchnorm(nn.BatchNorm2d(C))
+    bn = convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm)
     nn.init.uniform_(bn.weight, 0.5, 1.5)
     nn.init.uniform_(bn.bias, -0.5, 0.5)
     x, upstream = _data(channels_last)
@@ -76,7 +81,7 @@ def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> 
                 "mean": bn.running_mean,
                 "var": bn.running_var,
                 "y_channels_last": y.is_contiguous(memory_format=torch.channels_last),
-                "num_batches_tracked": int(bn.num_batches_tracked),
+                "pending": bn.pending_batches,
             },
             out,
         )
@@ -93,14 +98,14 @@ def test_two_processes_equal_batchnorm_on_the_whole_batch(tmp_path, channels_las
     for key in ("y", "dx", "dw", "db", "mean", "var"):
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5, msg=key)
     assert got["y_channels_last"] == channels_last
-    assert got["num_batches_tracked"] == 1
+    assert got["pending"] == 1
 
 
 def test_one_process_and_eval_mode_are_plain_batchnorm():
     """Without a process group (and in eval mode) the module is nn.BatchNorm2d itself."""
     torch.manual_seed(0)
     plain = nn.BatchNorm2d(C)
-    synced = convert_sync_batchnorm(nn.BatchNorm2d(C))
+    synced = convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm)
     synced.load_state_dict(plain.state_dict())
     x = torch.randn(4, C, 3, 3)
     torch.testing.assert_close(synced(x), plain(x), rtol=0, atol=0)
@@ -118,3 +123,38 @@ def test_convert_norm_keeps_the_state_and_replaces_every_bn():
     assert not any(type(m) is nn.BatchNorm2d for m in converted.modules())
     for k, v in converted.state_dict().items():
         torch.testing.assert_close(v, state[k], rtol=0, atol=0)
+
+
+def test_counted_batchnorm_equals_batchnorm_and_adds_its_counts_in_one_op():
+    """The encoders' BatchNorm2d: the same outputs and state as nn.BatchNorm2d once the counted
+    forwards are added, with one device op for all layers instead of one per layer and call."""
+    import copy
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.BatchNorm2d(C), nn.ReLU(), nn.BatchNorm2d(C))
+    counted = convert_batchnorm(copy.deepcopy(plain))
+    assert all(type(m) is BatchNorm2d for m in counted if isinstance(m, nn.BatchNorm2d))
+    x = torch.randn(4, C, 3, 3)
+    for _ in range(3):
+        torch.testing.assert_close(counted(x), plain(x), rtol=0, atol=0)
+    with _Ops() as ops:
+        counted(x)
+    assert not any("add_" in name for name in ops.names)  # no per-layer counter add
+    plain(x)
+    with _Ops() as ops:
+        add_counted_batches(counted)
+    assert ops.names == ["aten._foreach_add_.Scalar"]
+    for (k, a), b in zip(counted.state_dict().items(), plain.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
+    assert int(counted[0].num_batches_tracked) == 4
