@@ -8,6 +8,13 @@ it does is here so that tests and notebooks can submit the same way. Layout of a
 * ``--entry train_net|linear_probe|semi_supervised``: one task per node that runs the tool with
   detectron2's ``launch`` (``--num-gpus`` = GPUs, or ``--tasks-per-node`` CPU processes).
 
+CPUs per task (``--cpus-per-task``): when not given, a pretraining task whose
+``DATALOADER.NUM_WORKERS`` is -1 (one data worker per core, the default) asks for the node's
+cores per GPU (per process on CPU nodes), as ``sinfo`` reports the partition's nodes
+(:func:`node_cpus_per_task`), or :data:`DEFAULT_CPUS_PER_GPU` where it cannot say; the task's
+loader then starts one worker per core but one (15 on a 16-cores-per-GPU node). A fixed
+``NUM_WORKERS`` asks for ``NUM_WORKERS + 1``.
+
 Submission problems (impossible requests, a partition SLURM refuses) raise :class:`SubmitError`,
 whose message is one line.
 """
@@ -17,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import subprocess
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -29,12 +38,14 @@ from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
 from pretrain.utils.errors import LoracError
 
 __all__ = [
+    "DEFAULT_CPUS_PER_GPU",
     "ENTRIES",
     "BuiltJob",
     "JobRequest",
     "SubmitError",
     "build_job",
     "dry_run_text",
+    "node_cpus_per_task",
     "slurm_parameters",
     "submit",
 ]
@@ -48,6 +59,13 @@ ENTRIES = {
     "linear_probe": "transfer.cli.linear_probe",
     "semi_supervised": "transfer.cli.semi_supervised",
 }
+
+
+# --cpus-per-task of a pretraining task with DATALOADER.NUM_WORKERS -1 where sinfo cannot say
+# what the nodes have: the cores per GPU of the common 8-GPU node with 2 x 64 cores (DGX A100;
+# 112 / 8 = 14 on a DGX H100: sinfo, or --cpus-per-task, says so there).
+DEFAULT_CPUS_PER_GPU = 16
+_GPU_GRES = re.compile(r"gpu(?::[^:,(]+)?:(\d+)")
 
 
 class SubmitError(LoracError):
@@ -144,6 +162,51 @@ def resolve_pretrain_config(req: JobRequest) -> tuple[CfgNode, list[str]]:
     return cfg, opts
 
 
+def node_cpus_per_task(req: JobRequest) -> int | None:
+    """The cores of one GPU's share of a node of the job's partition (``--partition``, else the
+    default one), or of one process's on CPU nodes (cores / ``--tasks-per-node``), from
+    ``sinfo``'s CPUs and GRES per node; the smallest over the partition's kinds of node.
+
+    ``None`` where ``sinfo`` is missing, fails, or lists no node with GPUs for a GPU job.
+    """
+    cmd = ["sinfo", "--noheader", "--format", "%P|%c|%G"]
+    if req.partition:
+        cmd += ["--partition", req.partition]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.split("|") for line in out.splitlines() if line.count("|") == 2]
+    if not req.partition:  # the default partition is the one sinfo marks with a *
+        rows = [r for r in rows if r[0].endswith("*")] or rows
+    shares = []
+    for _, cpus, gres in rows:
+        cpus = cpus.rstrip("+")
+        if not cpus.isdigit():
+            continue
+        per_node = sum(int(n) for n in _GPU_GRES.findall(gres)) if req.gpus_per_node else None
+        if per_node is None:
+            per_node = req.procs_per_node
+        if per_node > 0:
+            shares.append(int(cpus) // per_node)
+    return min(shares) if shares and min(shares) > 0 else None
+
+
+def _pretrain_cpus_per_task(req: JobRequest, cfg: CfgNode) -> int:
+    """--cpus-per-task's default for pretraining: a core per data worker and one for the
+    training process; with NUM_WORKERS -1 (a worker per core) the node's cores per task."""
+    workers = cfg.DATALOADER.NUM_WORKERS
+    if workers >= 0:
+        return workers + 1
+    if workers != -1:
+        raise SubmitError(
+            f"config: DATALOADER.NUM_WORKERS = {workers}: a number >= 0, or -1 for one per core"
+        )
+    if req.cpus_per_task:  # given: sinfo need not be asked
+        return req.cpus_per_task
+    return node_cpus_per_task(req) or DEFAULT_CPUS_PER_GPU
+
+
 class BuiltJob(NamedTuple):
     function: PretrainJob | ToolJob  # what every task calls
     folder: str  # submitit's folder: sbatch script, pickles, logs
@@ -159,7 +222,7 @@ def build_job(req: JobRequest) -> BuiltJob:
             PretrainJob(os.path.abspath(req.config_file), opts, req.extra_hooks),
             req.job_dir or os.path.join(cfg.OUTPUT_DIR, "submitit"),
             "# resolved config (OUTPUT_DIR/config.yaml once the job starts)\n" + cfg.dump(),
-            cfg.DATALOADER.NUM_WORKERS + 1,  # data workers + the training process
+            _pretrain_cpus_per_task(req, cfg),
         )
     module = ENTRIES[req.entry]
     argv = (["--config-file", req.config_file] if req.config_file else []) + list(req.args)

@@ -33,9 +33,10 @@ _C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
 # 28-32 px images). Checkpoints of the small stem load as torchvision ResNets with that stem but
 # cannot be converted to detectron2, whose ResNet stem is always 7x7/2 + max-pool.
 _C.MODEL.STEM = "imagenet"
-# Normalisation in the query encoder when distributed: "SyncBN" (torch; GPU only), "NaiveSyncBN"
-# (detectron2's, works on CPU with gloo), "BN" (per-process). "auto": SyncBN on GPU, NaiveSyncBN
-# on CPU. Single-process runs always use plain BN.
+# Normalisation in the query encoder when distributed: "SyncBN" (this project's
+# pretrain.modeling.norm: statistics over every process without a host sync per layer; CPU
+# and GPU), "NaiveSyncBN" (detectron2's), "BN" (per-process). "auto" = SyncBN. Single-process runs
+# always use plain BN.
 _C.MODEL.NORM = "auto"
 _C.MODEL.HEAD_HIDDEN_DIM = 2048
 _C.MODEL.HEAD_OUT_DIM = 128
@@ -96,7 +97,13 @@ _C.DATASETS.CLASS_LIST = ""
 _C.DATASETS.MAX_IMAGES = 0  # use only the first N images (0 = all); for smoke runs
 
 _C.DATALOADER = CN()
-_C.DATALOADER.NUM_WORKERS = 8
+# Data worker processes per training process. -1 (auto): the cores this process may run on
+# (its CPU affinity; at most SLURM_CPUS_PER_TASK in a SLURM step), shared with the other training
+# processes of the machine when each sees every core (torchrun, --num-gpus), less one for the
+# training process: 15 per GPU on a 16-cores-per-GPU node (pretrain.data.loader.
+# resolve_num_workers; the number is logged). >= 0: that many (0: load in the training process).
+# Set it where processes share a CPU set smaller than the machine (a container's cpuset).
+_C.DATALOADER.NUM_WORKERS = -1
 
 _C.SOLVER = CN()
 _C.SOLVER.OPTIMIZER = "LARS"  # "LARS" (LORAC, MoCo-M) or "SGD" (MoCo-v2)

@@ -8,15 +8,20 @@ them with one warning per file and counts them, so one bad JPEG never stops a 20
 
 Here too, once for both sides: the RGB conversion :func:`to_rgb`, the decoder
 :func:`load_image` (and :func:`decodes`), the class-list reader :func:`read_class_list`, the
-IDX reader :func:`read_idx` and the dataset-type names (:func:`dataset_type`).
+IDX reader :func:`read_idx` and the dataset-type names (:func:`dataset_type`). Pretraining's
+workers decode with :func:`load_rgb` (``load_rgb(i)`` of a source): the same pixels as
+:func:`load_image`, as a uint8 (H, W, 3) tensor, faster for JPEGs.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import io
 import logging
 import os
 import struct
+import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
 
@@ -45,8 +50,10 @@ __all__ = [
     "dataset_type",
     "decodes",
     "load_image",
+    "load_rgb",
     "read_class_list",
     "read_idx",
+    "rgb_tensor",
     "to_rgb",
 ]
 
@@ -101,6 +108,89 @@ def load_image(path: str) -> Image.Image:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadImageError(f"{path}: {type(e).__name__}: {e}") from None
+
+
+def rgb_tensor(img: Image.Image) -> torch.Tensor:
+    """RGB PIL image -> uint8 (H, W, 3) tensor (one copy, out of PIL's 4-byte pixels)."""
+    with warnings.catch_warnings():
+        # The array aliases a read-only buffer; it is only ever read (by the crops' resize).
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(img))
+
+
+# Encodings of the probe images that must decode alike through both libraries: chroma
+# subsampling 4:2:0 (ImageNet's), 4:2:2 and 4:4:4, progressive, restart markers.
+_PROBE_ENCODINGS = (
+    {"quality": 90, "subsampling": "4:2:0"},
+    {"quality": 75, "subsampling": "4:2:2", "restart_marker_blocks": 3},
+    {"quality": 95, "subsampling": "4:4:4", "progressive": True},
+    {"quality": 60, "subsampling": "4:2:0", "progressive": True, "optimize": True},
+)
+
+
+def _turbo_decode(data: bytes) -> torch.Tensor:
+    """JPEG bytes -> uint8 (H, W, 3) by torchvision's libjpeg-turbo (raises RuntimeError)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its decoders in favour of TorchCodec (a warning per
+        # call here); torch.frombuffer warns that bytes are read-only (they are only read).
+        warnings.simplefilter("ignore")
+        chw = decode_jpeg(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
+    # decode_jpeg writes (H, W, 3) rows and returns them permuted; contiguous() is then free
+    return chw.permute(1, 2, 0).contiguous()
+
+
+@functools.cache
+def turbo_matches_pil() -> bool:
+    """Whether torchvision's JPEG decoder gives PIL's pixels on this build (once per process).
+
+    Both wrap libjpeg-turbo with its default islow IDCT and fancy upsampling, so they agree bit
+    for bit (``tests/pretrain/data/test_decode.py`` checks a range of encodings); a build where
+    they do not (another libjpeg, a torchvision without its decoders) decodes with PIL only.
+    """
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:29, 0:37]  # odd sizes: partial MCUs on both edges
+    base = np.stack([xx * 7, yy * 9, (xx + yy) * 4], axis=-1) + rng.integers(0, 40, (29, 37, 3))
+    img = Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+    try:
+        for kwargs in _PROBE_ENCODINGS:
+            buf = io.BytesIO()
+            img.save(buf, "JPEG", **kwargs)
+            data = buf.getvalue()
+            with Image.open(io.BytesIO(data)) as ref:
+                ref.load()
+                if not torch.equal(_turbo_decode(data), rgb_tensor(ref)):
+                    raise ValueError("pixels differ")
+    except (ImportError, RuntimeError, ValueError, OSError) as e:
+        logger.info(f"JPEGs decode with PIL only: torchvision's decoder is unusable ({e})")
+        return False
+    return True
+
+
+def load_rgb(path: str) -> torch.Tensor:
+    """Decode ``path`` into a uint8 (H, W, 3) RGB tensor: ``load_image(path)``'s pixels, bit for
+    bit, and its :class:`BadImageError` for the same files.
+
+    Plain JPEGs (8-bit YCbCr or RGB, as PIL reads the header: ImageNet's files) are decoded by
+    torchvision's libjpeg-turbo straight into the tensor where :func:`turbo_matches_pil`: about
+    1.0 ms for a 500x375 photo instead of 1.6 (PIL's decode, 1.2, and the copy out of its
+    4-byte pixels; ``benchmarks/bench_loader.py``). Everything else (other formats, grey, CMYK,
+    a file either decoder refuses) goes through :func:`load_image`: the old result or error.
+    Unlike PIL, libjpeg prints its warnings on corrupt data (``Corrupt JPEG data: ...``) to
+    stderr; the pixels are PIL's still.
+    """
+    if turbo_matches_pil():
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            with Image.open(io.BytesIO(data)) as img:  # reads the header only
+                plain = img.format == "JPEG" and img.mode == "RGB"
+            if plain:
+                return _turbo_decode(data)
+        except Exception:  # load_image below decodes it, or raises its BadImageError
+            pass
+    return rgb_tensor(load_image(path))
 
 
 def decodes(path: str) -> bool:
@@ -223,6 +313,10 @@ class ImageFolderSource(DatasetFolder):
 
     def load(self, index: int) -> Image.Image:
         return load_image(self.samples[index][0])
+
+    def load_rgb(self, index: int) -> torch.Tensor:
+        """Image ``index`` as a uint8 (H, W, 3) tensor: :meth:`load`'s pixels (:func:`load_rgb`)."""
+        return load_rgb(self.samples[index][0])
 
 
 _IDX_DTYPES = {
@@ -354,6 +448,13 @@ class FashionMNISTSource(Dataset):
         if size and img.size != (size, size):
             img = img.resize((size, size), Image.BILINEAR)
         return to_rgb(img)
+
+    def load_rgb(self, index: int) -> torch.Tensor:
+        """Image ``index`` as a uint8 (H, W, 3) tensor: :meth:`load`'s pixels, without PIL."""
+        if self.image_size and self.images.shape[1:] != (self.image_size,) * 2:
+            return rgb_tensor(self.load(index))
+        grey = torch.from_numpy(self.images[index])  # (28, 28)
+        return grey.unsqueeze(-1).expand(-1, -1, 3).contiguous()
 
     def tensor(self) -> torch.Tensor:
         """All images as uint8 (N, 3, 28, 28)."""

@@ -5,6 +5,12 @@
 Every random choice of iteration t is a function of (SEED, t, position in the global batch):
 the sampler's per-sample seeds drive crops and colours, and each batch carries one ShuffleBN
 seed per key crop (``shuffle_seeds``, the same on every process) for the model.
+
+The workers use the cores there are: ``DATALOADER.NUM_WORKERS -1`` (the default) becomes the
+cores of this process's CPU affinity less one for the training process
+(:func:`resolve_num_workers`). A worker decodes JPEGs straight into tensors
+(``load_rgb``) and collates each batch into one block of shared memory, which the main process
+maps without a copy (:func:`collate_views`); ``benchmarks/bench_loader.py`` measures each stage.
 """
 
 from __future__ import annotations
@@ -12,12 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from detectron2.utils import comm
+from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
@@ -32,8 +41,10 @@ from pretrain.data.datasets import (
 )
 from pretrain.data.sampler import IterationBatchSampler, sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
+from pretrain.utils.errors import ConfigError
 
 __all__ = [
+    "AUTO_WORKERS",
     "PretrainDataset",
     "augment_views_on_device",
     "build_batch_augment",
@@ -41,6 +52,7 @@ __all__ = [
     "build_train_transform",
     "check_shared_memory",
     "collate_views",
+    "resolve_num_workers",
     "shared_memory_need",
     "shuffle_seeds",
 ]
@@ -49,6 +61,61 @@ logger = logging.getLogger(__name__)
 
 # Batches each worker prepares ahead (DataLoader's prefetch_factor): they wait in shared memory.
 PREFETCH_FACTOR = 4
+# DATALOADER.NUM_WORKERS: as many workers as this process has cores, less one for itself
+AUTO_WORKERS = -1
+# Byte alignment of the tensors of a collated batch inside its one block of memory.
+_ALIGN = 64
+
+
+def resolve_num_workers(
+    configured: int,
+    procs_on_machine: int = 1,
+    *,
+    cores: set[int] | None = None,
+    machine_cores: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """DATALOADER.NUM_WORKERS as a number of data workers for one training process.
+
+    A number >= 0 is kept. ``-1`` (:data:`AUTO_WORKERS`) counts the cores this process may run
+    on (``os.sched_getaffinity(0)``; ``cores`` replaces it, for tests), at most SLURM's
+    ``SLURM_CPUS_PER_TASK`` where a job step sets it (tasks that share the job's cores without
+    being bound to their own); where the process sees every core of the machine
+    (``machine_cores``, default ``os.cpu_count()``), its ``procs_on_machine`` training processes
+    share them (a torchrun or ``launch`` run is not bound per process); then one less for the
+    training process itself, and at least 0. Processes that share a CPU set smaller than the
+    machine (a container's cpuset without per-process binding) cannot see each other: set
+    NUM_WORKERS there.
+    """
+    if configured >= 0:
+        return configured
+    if configured != AUTO_WORKERS:
+        raise ConfigError(
+            f"DATALOADER.NUM_WORKERS = {configured}: a number >= 0, or -1 for one per core"
+        )
+    if cores is None:
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    n = len(cores) if cores is not None else os.cpu_count() or 1
+    slurm = (os.environ if environ is None else environ).get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        n = min(n, int(slurm))
+    elif n >= (machine_cores or os.cpu_count() or n):
+        n //= max(procs_on_machine, 1)
+    return max(n - 1, 0)
+
+
+def _num_workers(cfg: CfgNode, procs_on_machine: int) -> int:
+    """:func:`resolve_num_workers` of the config, logged once per process when it was auto."""
+    workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, procs_on_machine)
+    if cfg.DATALOADER.NUM_WORKERS == AUTO_WORKERS:
+        log_first_n(
+            logging.INFO,
+            f"DATALOADER.NUM_WORKERS -1: {workers} data workers per process (the cores of this "
+            f"process's CPU affinity, {procs_on_machine} process(es) on this machine, less one "
+            "for the training process)",
+            key="message",
+        )
+    return workers
 
 
 class PretrainDataset(Dataset):
@@ -79,7 +146,7 @@ class PretrainDataset(Dataset):
         for attempt in range(self.max_consecutive_bad):
             j = (index + attempt) % len(self.source)
             try:
-                img = self.source.load(j)
+                img = self.source.load_rgb(j)  # a uint8 (H, W, 3) tensor: load(j)'s pixels
             except BadImageError as e:
                 skipped.append(str(e))
                 continue
@@ -107,28 +174,69 @@ def shuffle_seeds(run_seed: int, iteration: int, key_crops: int) -> list[int]:
     return [sample_seed(run_seed, iteration, -2 - crop) >> 16 for crop in range(key_crops)]
 
 
+def _allocate(specs: list[tuple[tuple[int, ...], torch.dtype]], shared: bool) -> list[torch.Tensor]:
+    """Uninitialised tensors of the given (shape, dtype)s, all in one block of memory.
+
+    ``shared``: the block is allocated in shared memory from the start (as torch's own
+    ``default_collate`` does in a worker), so the worker's result queue sends the main process
+    one handle to it; a private block would be copied into shared memory there, tensor by
+    tensor, each with its own file descriptor to pass.
+    """
+    offsets, size = [], 0
+    for shape, dtype in specs:
+        offsets.append(size)
+        size += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
+    if shared:
+        block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+    else:
+        block = torch.empty(size, dtype=torch.uint8)
+    return [
+        block[off : off + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+        for off, (shape, dtype) in zip(offsets, specs, strict=True)
+    ]
+
+
 def collate_views(
-    batch: list[dict[str, Any]], run_seed: int = 0, key_crops: int = 0
+    batch: list[dict[str, Any]],
+    run_seed: int = 0,
+    key_crops: int = 0,
+    *,
+    shared_memory: bool = False,
 ) -> dict[str, Any]:
     """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v);
-    ``shuffle_seeds`` holds :func:`shuffle_seeds` for ``key_crops`` key crops."""
-    n_views = len(batch[0]["views"])
-    color = None
-    if batch[0].get("color") is not None:  # per view: the ColorParams of every sample, stacked
+    ``shuffle_seeds`` holds :func:`shuffle_seeds` for ``key_crops`` key crops.
+
+    Every tensor of the batch (views, indices, seeds, colour parameters) is written straight
+    into one block of memory, in shared memory with ``shared_memory`` (what a data worker
+    does: see :func:`_allocate`); ``color_params[v]`` are views of one (views, B, ...) tensor
+    per :class:`ColorParams` field.
+    """
+    first, n = batch[0], len(batch)
+    n_views = len(first["views"])
+    fields = []
+    if first.get("color") is not None:  # per view: the ColorParams of every sample, stacked
         fields = [f.name for f in dataclasses.fields(ColorParams)]
-        color = [
-            ColorParams(
-                **{f: torch.cat([getattr(b["color"][v : v + 1], f) for b in batch]) for f in fields}
-            )
-            for v in range(n_views)
-        ]
+    specs = [((n, *v.shape), v.dtype) for v in first["views"]]
+    for f in fields:
+        value = getattr(first["color"], f)  # (views, ...) of one sample
+        specs.append(((value.shape[0], n, *value.shape[1:]), value.dtype))
+    specs += [((n,), torch.int64), ((n,), torch.int64)]
+    out = _allocate(specs, shared_memory)
+    views, params, (index, seeds) = out[:n_views], out[n_views:-2], out[-2:]
+    for v, dst in enumerate(views):
+        torch.stack([b["views"][v] for b in batch], out=dst)
+    for f, dst in zip(fields, params, strict=True):
+        torch.stack([getattr(b["color"], f) for b in batch], dim=1, out=dst)
+    index.copy_(torch.tensor([b["index"] for b in batch]))
+    seeds.copy_(torch.tensor([b["seed"] for b in batch]))
+    color = [ColorParams(*(p[v] for p in params)) for v in range(n_views)] if fields else None
     return {
         "color_params": color,
-        "views": [torch.stack([b["views"][v] for b in batch]) for v in range(n_views)],
-        "index": torch.tensor([b["index"] for b in batch]),
-        "seeds": torch.tensor([b["seed"] for b in batch]),
-        "iteration": batch[0]["iteration"],
-        "shuffle_seeds": shuffle_seeds(run_seed, batch[0]["iteration"], key_crops),
+        "views": views,
+        "index": index,
+        "seeds": seeds,
+        "iteration": first["iteration"],
+        "shuffle_seeds": shuffle_seeds(run_seed, first["iteration"], key_crops),
         "skipped_files": [p for b in batch for p in b["skipped_files"]],
     }
 
@@ -192,23 +300,30 @@ def build_pretrain_loader(
     world_size: int,
     start_iter: int,
     source: ImageFolderSource | FashionMNISTSource | None = None,
+    procs_on_machine: int | None = None,
 ) -> DataLoader:
     """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``.
 
     ``source`` (default: built from ``cfg.DATASETS``) lets the trainer scan the dataset once.
+    ``procs_on_machine`` (default: detectron2's local process group size) share this machine's
+    cores when ``DATALOADER.NUM_WORKERS`` is -1 (:func:`resolve_num_workers`).
     """
     source = build_source(cfg, "train") if source is None else source
     transform, color = build_train_transform(cfg)
     sampler = IterationBatchSampler(
         len(source), cfg.SOLVER.IMS_PER_BATCH, rank, world_size, cfg.SEED, start_iter
     )
-    workers = cfg.DATALOADER.NUM_WORKERS
+    procs = comm.get_local_size() if procs_on_machine is None else procs_on_machine
+    workers = _num_workers(cfg, procs)
     return DataLoader(
         PretrainDataset(source, transform, color if cfg.INPUT.COLOR_ON_DEVICE else None),
         batch_sampler=_WithIteration(sampler),
         num_workers=workers,
         collate_fn=functools.partial(
-            collate_views, run_seed=cfg.SEED, key_crops=cfg.INPUT.KEY_CROPS
+            collate_views,
+            run_seed=cfg.SEED,
+            key_crops=cfg.INPUT.KEY_CROPS,
+            shared_memory=workers > 0,  # collated in a worker: straight into shared memory
         ),
         pin_memory=cfg.MODEL.DEVICE == "cuda",
         persistent_workers=workers > 0,
@@ -221,8 +336,9 @@ def build_pretrain_loader(
 def shared_memory_need(cfg: CfgNode, world_size: int, procs_on_machine: int = 1) -> int:
     """Bytes of shared memory (``/dev/shm``) the data workers of ``procs_on_machine`` processes
     fill at once: each worker's prefetched batches of this process's share of the global batch,
-    every view a uint8 (3, size, size) tensor (colour parameters and indices are negligible)."""
-    workers = cfg.DATALOADER.NUM_WORKERS
+    every view a uint8 (3, size, size) tensor (colour parameters and indices are negligible).
+    The workers per process are :func:`resolve_num_workers`'."""
+    workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, procs_on_machine)
     inp = cfg.INPUT
     per_image = 3 * (inp.LARGE_CROPS * inp.LARGE_SIZE**2 + inp.SMALL_CROPS * inp.SMALL_SIZE**2)
     batch = cfg.SOLVER.IMS_PER_BATCH // world_size
@@ -236,18 +352,21 @@ def check_shared_memory(
 
     Data workers hand their batches over in shared memory; when it is full they die with a bus
     error or "No space left on device" some time into the run (containers often give 64 MB).
-    Nothing is checked without workers or without ``shm``.
+    Nothing is checked without workers or without ``shm``. The workers are the number the
+    loader will start (:func:`resolve_num_workers`).
     """
-    if cfg.DATALOADER.NUM_WORKERS <= 0 or not os.path.isdir(shm):
+    workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, procs_on_machine)
+    if workers <= 0 or not os.path.isdir(shm):
         return None
     need = shared_memory_need(cfg, world_size, procs_on_machine)
     size = shutil.disk_usage(shm).total
     if size >= need:
         return None
+    auto = " (-1: one per core)" if cfg.DATALOADER.NUM_WORKERS == AUTO_WORKERS else ""
     msg = (
         f"{shm} holds {size / 2**20:.1f} MiB but the data loaders need about "
         f"{need / 2**20:.1f} MiB ({procs_on_machine} process(es) x DATALOADER.NUM_WORKERS "
-        f"{cfg.DATALOADER.NUM_WORKERS} x {PREFETCH_FACTOR} prefetched batches of "
+        f"{workers}{auto} x {PREFETCH_FACTOR} prefetched batches of "
         f"{cfg.SOLVER.IMS_PER_BATCH // world_size} images' uint8 views): workers may die with a "
         f"bus error; enlarge {shm} (docker --shm-size) or lower DATALOADER.NUM_WORKERS"
     )

@@ -8,23 +8,24 @@ grayscale, blur, normalisation) then runs batched on the model's device in
 on the views of each image, and the views stay uint8.
 
 The crop sampling is torchvision's ``RandomResizedCrop.get_params`` (10 attempts, then a central
-crop). Cropping and resizing is torchvision's ``transforms.v2.functional.resized_crop`` on the
-uint8 channels-last tensor of the decoded image: the crop is a view (no copy) and the bilinear
-antialiased resize runs torch's native uint8 kernel, ~4x faster than PIL's resize on one core
-and within a grey level or two of it. (The v1 ``transforms.functional.resized_crop`` converts to
-float and back: other rounding, ~5x slower.)
+crop). Cropping and resizing is what torchvision's ``transforms.v2.functional.resized_crop``
+does on the uint8 channels-last tensor of the decoded image, called directly (``_crop_resize``,
+the same ``interpolate`` call on the same strides: the same pixels without its dispatch): the
+crop is a view (no copy) and the bilinear antialiased resize runs torch's native uint8 kernel,
+~4x faster than PIL's resize on one core and within a grey level or two of it. (The v1
+``transforms.functional.resized_crop`` converts to float and back: other rounding, ~5x slower.)
+The image comes as a PIL image or, from the pretraining sources' ``load_rgb``, as the uint8
+(H, W, 3) tensor that PIL's pixels would have given.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torchvision.transforms.v2.functional as TF
+import torch.nn.functional as F
 from PIL import Image
 
 from pretrain.data.color import (
@@ -33,7 +34,7 @@ from pretrain.data.color import (
     sample_color_params,
     to_unit_float,
 )
-from pretrain.data.datasets import to_rgb
+from pretrain.data.datasets import rgb_tensor, to_rgb
 
 __all__ = [
     "ColorSpec",
@@ -141,25 +142,38 @@ def _central_box(width: int, height: int, ratio: tuple[float, float]) -> tuple[i
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def image_to_tensor(img: Image.Image) -> torch.Tensor:
-    """RGB PIL image -> uint8 (1, 3, H, W) tensor in channels-last memory (one copy)."""
-    with warnings.catch_warnings():
-        # The array aliases PIL's read-only buffer; it is only ever read (by interpolate).
-        warnings.simplefilter("ignore", UserWarning)
-        hwc = torch.from_numpy(np.asarray(img))
+def image_to_tensor(img: Image.Image | torch.Tensor) -> torch.Tensor:
+    """RGB PIL image or uint8 (H, W, 3) tensor -> uint8 (1, 3, H, W) channels-last view."""
+    hwc = rgb_tensor(img) if isinstance(img, Image.Image) else img
     return hwc.permute(2, 0, 1).unsqueeze(0)
 
 
 def _crop_resize(
     image: torch.Tensor, box: tuple[int, int, int, int], size: int, flip: bool
 ) -> torch.Tensor:
-    """Contiguous uint8 (3, size, size) view of ``box`` of a (1, 3, H, W) uint8 image."""
-    out = TF.resized_crop(image, *box, [size, size], antialias=True)[0]
+    """Contiguous uint8 (3, size, size) view of ``box`` of a (1, 3, H, W) uint8 image.
+
+    torchvision's ``resized_crop(image, *box, [size, size], antialias=True)`` for a box inside
+    the image, step for step: the crop is a slice, a crop of the target size is returned as is,
+    and a channels-last crop gets torchvision's restriding of its batch dimension
+    (pytorch/pytorch#68430) before the same ``interpolate`` call, so the kernel and the pixels
+    are the same; ``tests/pretrain/data/test_loader_identity.py`` compares the two.
+    """
+    top, left, h, w = box
+    crop = image[..., top : top + h, left : left + w]
+    if (h, w) != (size, size):
+        strides = crop.stride()
+        if crop.is_contiguous(memory_format=torch.channels_last) and crop.numel() != strides[0]:
+            crop = crop.as_strided(crop.shape, (crop.numel(), *strides[1:]))
+        crop = F.interpolate(
+            crop, size=[size, size], mode="bilinear", align_corners=False, antialias=True
+        )
+    out = crop[0]
     return (out.flip(-1) if flip else out).contiguous()
 
 
 class MultiCropTransform:
-    """RGB PIL image -> list of uint8 (3, size, size) views, all crops of ``crops[0]`` first.
+    """RGB image -> list of uint8 (3, size, size) views, all crops of ``crops[0]`` first.
 
     Meant for data loader workers: pass a ``torch.Generator`` seeded per sample, and every random
     choice (crop boxes, flips, and the colour parameters when ``color_on_device=False``) comes
@@ -183,11 +197,13 @@ class MultiCropTransform:
         """Number of views per image (sum of the crop counts)."""
         return sum(spec.count for spec in self.crops)
 
-    def __call__(self, img: Image.Image, generator: torch.Generator) -> list[torch.Tensor]:
-        """The views of ``img`` in crop order; colour too unless ``color_on_device``."""
-        img = to_rgb(img)
-        width, height = img.size
-        image = image_to_tensor(img)
+    def __call__(
+        self, img: Image.Image | torch.Tensor, generator: torch.Generator
+    ) -> list[torch.Tensor]:
+        """The views of ``img`` (a PIL image, or a uint8 (H, W, 3) RGB tensor) in crop order;
+        colour too unless ``color_on_device``."""
+        image = image_to_tensor(to_rgb(img) if isinstance(img, Image.Image) else img)
+        height, width = image.shape[-2:]
         views: list[torch.Tensor] = []
         for spec in self.crops:
             boxes = sample_crop_boxes(width, height, spec.scale, spec.ratio, spec.count, generator)
