@@ -8,32 +8,111 @@ progress bar.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import torch
+from detectron2.utils import comm
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-__all__ = ["FeatureFn", "embed", "extract_features", "module_feature_fn"]
+__all__ = [
+    "FeatureFn",
+    "GatheredEmbeddings",
+    "batch_shards",
+    "embed",
+    "extract_features",
+    "gather_embeddings",
+    "module_feature_fn",
+]
 
 FeatureFn = Callable[[torch.Tensor], torch.Tensor]
 
 
 @torch.no_grad()
 def embed(
-    feature_fn: FeatureFn, loader: Iterable, desc: str | None = None
+    feature_fn: FeatureFn, loader: Iterable, desc: str | None = None, *, allow_empty: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(features (N, D) float32 on CPU, labels (N,) int64)`` of every ``(images, labels)``
-    batch of ``loader``, in order; a progress bar (with ETA) is shown when ``desc`` is given."""
+    batch of ``loader``, in order; a progress bar (with ETA) is shown when ``desc`` is given.
+
+    A loader without batches is an error unless ``allow_empty`` (a process's share of a small
+    set may be empty): then the features are ``(0, 0)``.
+    """
     feats, labels = [], []
     batches = tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True, disable=desc is None)
     for images, targets in batches:
         feats.append(feature_fn(images).flatten(1).float().cpu())
         labels.append(torch.as_tensor(targets, dtype=torch.int64))
     if not feats:
+        if allow_empty:
+            return torch.zeros(0, 0), torch.zeros(0, dtype=torch.int64)
         raise ValueError(f"{desc or 'features'}: no images, nothing to extract")
     return torch.cat(feats), torch.cat(labels)
+
+
+def batch_shards(counts: Sequence[int], batch_size: int, rank: int, world_size: int) -> list[range]:
+    """Positions of each set (``range(counts[i])``) that process ``rank`` of ``world_size``
+    embeds.
+
+    The batches of ``batch_size`` a single process would embed, set after set (a batch never
+    holds two sets, only a set's last batch may be short), are dealt out whole, a contiguous run
+    of them to each process: run lengths differ by at most one batch, also when a set has fewer
+    batches than there are processes (a process may get none of a set, or none at all).
+    Concatenating one set's shares in rank order gives ``range(counts[i])`` back, and each share
+    starts at a batch boundary, so a loader of ``batch_size`` over it yields exactly the single
+    process's batches.
+    """
+    if min(counts, default=0) < 0 or batch_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(
+            f"need counts >= 0, batch_size >= 1, 0 <= rank < world_size; got counts={counts}, "
+            f"batch_size={batch_size}, rank={rank}, world_size={world_size}"
+        )
+    batches = [-(-n // batch_size) for n in counts]
+    total = sum(batches)
+    first, last = rank * total // world_size, (rank + 1) * total // world_size  # of all batches
+    shares, offset = [], 0
+    for n, b in zip(counts, batches, strict=True):
+        lo, hi = min(max(first - offset, 0), b), min(max(last - offset, 0), b)
+        shares.append(range(min(lo * batch_size, n), min(hi * batch_size, n)))
+        offset += b
+    return shares
+
+
+class GatheredEmbeddings(NamedTuple):
+    """What :func:`gather_embeddings` returns on the destination process."""
+
+    sets: list[tuple[torch.Tensor, torch.Tensor]]  # per loader: (features (N, D), labels (N,))
+    seconds: list[float]  # per process (rank order): time spent embedding its shares
+
+
+def gather_embeddings(
+    feature_fn: FeatureFn, loaders: Sequence[Iterable], dst: int = 0
+) -> GatheredEmbeddings | None:
+    """Embed this process's share of each set (``loaders[i]`` yields it, see
+    :func:`batch_shards`), then gather every process's shares on process ``dst``.
+
+    Every process must call it. On ``dst``: each set's ``(features, labels)`` with the shares
+    concatenated in rank order (the original order when the shares are :func:`batch_shards`'),
+    and each process's embedding time; ``None`` on the other processes. The one collective is
+    detectron2's ``comm.gather`` (pickled CPU tensors over its gloo group), after all the work:
+    a process waits there only for the slowest one's extra share. One process: no collective.
+    """
+    start = time.perf_counter()
+    shares = [embed(feature_fn, loader, allow_empty=True) for loader in loaders]
+    seconds = time.perf_counter() - start
+    per_rank = comm.gather((shares, seconds), dst=dst)
+    if not per_rank:
+        return None
+    sets = []
+    for i in range(len(loaders)):
+        parts = [rank_shares[i] for rank_shares, _ in per_rank if len(rank_shares[i][1])]
+        if not parts:
+            raise ValueError(f"set {i}: no images on any process, nothing to extract")
+        sets.append((torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])))
+    return GatheredEmbeddings(sets, [sec for _, sec in per_rank])
 
 
 def module_feature_fn(module: nn.Module, device: torch.device | str) -> FeatureFn:

@@ -13,11 +13,28 @@ Images: Fashion-MNIST's train split (references) and test split (queries) under 
 TEST.KNN_ROOT (DATASETS.CLASS_LIST applies). Subsets are evenly spaced over each split so that a
 class-sorted folder keeps every class.
 
+Every process works: each embeds its share of both subsets (whole batches of
+TEST.KNN_BATCH_SIZE, a contiguous run of them per process, :func:`.features.batch_shards`),
+decoded by as many loader workers as the training loader has (DATALOADER.NUM_WORKERS, -1
+resolved by :func:`~pretrain.data.loader.resolve_num_workers`; those idle meanwhile, their
+batches ready), forked afresh each time, and the features go to the main process in
+one gather (:func:`.features.gather_embeddings`), which computes the kNN once and logs it with
+the evaluation's cost. The gather is the evaluation's only collective and comes after all the
+work, so a process waits there only for the slowest process's extra share (at most one batch
+when the processes are alike), never for the whole evaluation; the log line gives that wait,
+and a warning names the keys to change when it passes half of DIST.TIMEOUT_MINUTES
+(docs/performance.md, "The kNN monitor", has the measured cost). The features are the
+single-process ones: the same batches through the same kernels (bit for bit on the CPU at the
+same thread count, as tests/pretrain/evaluation/test_knn_monitor_distributed.py checks; on a GPU
+up to cuDNN's choice of algorithm in each process).
+
 Contract of ``feature_fn(images) -> (B, D) features`` (:class:`KNNHook`): it receives each batch
 exactly as the loaders yield it (on CPU), moves it to its device, and is responsible for eval
-mode; :func:`build_knn_hook` builds it from the model. The hook embeds with
-:func:`.features.embed` (under ``torch.no_grad()``) on the main process only (the other
-processes wait at a barrier); it is meant for small monitoring sets, not full ImageNet.
+mode; it must not run a collective (processes embed different numbers of batches).
+:func:`build_knn_hook` builds it from the underlying model of a DDP wrapper (the backbone
+alone, never DDP's forward, which would wait for a backward), in eval mode and restoring the
+mode after each batch. The hook embeds under ``torch.no_grad()``; it is meant for monitoring
+subsets, not full ImageNet.
 
 The hook takes the model and the run's normalisation, not the trainer, so that the trainer can
 import this module (until 2026-11 the two imported each other).
@@ -26,7 +43,9 @@ import this module (until 2026-11 the two imported each other).
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterable
 
 import torch
@@ -37,6 +56,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
+from pretrain.cluster.preemption import shield_data_worker
 from pretrain.config.defaults import ConfigError
 from pretrain.data.datasets import (
     FASHION_MNIST,
@@ -44,8 +64,14 @@ from pretrain.data.datasets import (
     ImageFolderSource,
     TransformedDataset,
 )
+from pretrain.data.loader import resolve_num_workers
 from pretrain.data.splits import evenly_spaced, labelled_splits
-from pretrain.evaluation.features import FeatureFn, embed
+from pretrain.evaluation.features import (
+    FeatureFn,
+    GatheredEmbeddings,
+    batch_shards,
+    gather_embeddings,
+)
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 
 __all__ = ["KNNHook", "build_knn_hook", "knn_sources"]
@@ -55,9 +81,26 @@ logger = logging.getLogger(__name__)
 # uint8 views -> normalised float views, e.g. the trainer's BatchColorAugment with apply_color off
 Normalize = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
+# The monitor's workers are started afresh at every evaluation: fork them (milliseconds, the
+# sources shared copy-on-write) even where the process's default is spawn (detectron2's launch
+# starts the ranks with spawn, whose children default to it too): a spawned worker imports the
+# whole stack and unpickles the sources (seconds each, and an ImageNet listing is 1.28M paths).
+# They run no CUDA, as the training loader's forked workers of a torchrun run.
+_WORKER_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+
+# warn when a process waited longer than this fraction of DIST.TIMEOUT_MINUTES at the gather
+_WAIT_WARN_FRACTION = 0.5
+
 
 class KNNHook(HookBase):
-    """Weighted kNN top-1 every ``period`` iterations and after training -> ``knn/top1``."""
+    """Weighted kNN top-1 every ``period`` iterations and after training -> ``knn/top1``.
+
+    ``train_loader`` and ``test_loader`` yield this process's share of the references and the
+    queries (everything, in one process); the shares are gathered on the main process in rank
+    order (:func:`.features.gather_embeddings`), which computes the kNN on ``device``.
+    ``timeout_minutes`` (DIST.TIMEOUT_MINUTES) is what a process's wait at that gather is
+    compared with; ``None``: not compared.
+    """
 
     def __init__(
         self,
@@ -68,6 +111,9 @@ class KNNHook(HookBase):
         num_classes: int,
         k: int = KNN_K,
         temperature: float = KNN_T,
+        *,
+        timeout_minutes: float | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         if period < 1:
             raise ValueError(f"KNNHook period must be >= 1, got {period}")
@@ -80,24 +126,75 @@ class KNNHook(HookBase):
         self._num_classes = num_classes
         self._k = k
         self._temperature = temperature
-        self.last_top1: float | None = None
+        self._timeout_minutes = timeout_minutes
+        self._device = torch.device(device)
+        self.last_top1: float | None = None  # main process only
+        # main process only: each process's seconds embedding its shares, and the set sizes
+        self.last_seconds: list[float] = []
+        self.last_counts: tuple[int, int] = (0, 0)
 
-    def compute(self) -> float:
-        """kNN top-1 of the current features (also usable outside a trainer)."""
-        train_x, train_y = embed(self._feature_fn, self._train_loader)
-        test_x, test_y = embed(self._feature_fn, self._test_loader)
+    def features(self) -> GatheredEmbeddings | None:
+        """The current features of the references and the queries, gathered on the main
+        process in the loaders' order (``None`` on the others; every process must call it)."""
+        return gather_embeddings(self._feature_fn, [self._train_loader, self._test_loader])
+
+    def compute(self) -> float | None:
+        """kNN top-1 of the current features (also usable outside a trainer).
+
+        Every process must call it (it gathers); the value on the main process, ``None`` on the
+        others.
+        """
+        gathered = self.features()
+        if gathered is None:
+            return None
+        (train_x, train_y), (test_x, test_y) = gathered.sets
+        self.last_seconds = gathered.seconds
+        self.last_counts = (len(train_y), len(test_y))
+        dev = self._device
         return knn_accuracy(
-            train_x, train_y, test_x, test_y, self._num_classes, self._k, self._temperature
+            train_x.to(dev),
+            train_y,
+            test_x.to(dev),
+            test_y,
+            self._num_classes,
+            self._k,
+            self._temperature,
         )
 
     def _run(self) -> None:
-        if comm.is_main_process():
-            self.last_top1 = self.compute()
-            self.trainer.storage.put_scalar("knn/top1", self.last_top1, smoothing_hint=False)
-            logger.info(
-                "iter %d: kNN top-1 %.2f%%", self.trainer.storage.iter, 100 * self.last_top1
+        start = time.perf_counter()
+        top1 = self.compute()
+        if top1 is None:  # not the main process: its share is delivered, training goes on
+            return
+        self.last_top1 = top1
+        self.trainer.storage.put_scalar("knn/top1", top1, smoothing_hint=False)
+        seconds, (refs, queries) = self.last_seconds, self.last_counts
+        wait = max(seconds) - min(seconds)
+        logger.info(
+            "iter %d: kNN top-1 %.2f%% (%d references + %d queries on %d process(es) in %.1f s; "
+            "%.0f images/s per process; longest wait at the gather %.1f s)",
+            self.trainer.storage.iter,
+            100 * top1,
+            refs,
+            queries,
+            len(seconds),
+            time.perf_counter() - start,
+            (refs + queries) / max(sum(seconds), 1e-9),
+            wait,
+        )
+        limit = self._timeout_minutes
+        if len(seconds) > 1 and limit is not None and wait > _WAIT_WARN_FRACTION * 60 * limit:
+            logger.warning(
+                "the kNN monitor kept a process waiting %.0f s at its gather, more than %d%% of "
+                "DIST.TIMEOUT_MINUTES (%s min): the processes' shares took %.0f-%.0f s. Lower "
+                "TEST.KNN_TRAIN_IMAGES / TEST.KNN_TEST_IMAGES, raise DATALOADER.NUM_WORKERS, or "
+                "switch the monitor off (TEST.KNN_PERIOD 0) before a wait passes the timeout",
+                wait,
+                round(100 * _WAIT_WARN_FRACTION),
+                limit,
+                min(seconds),
+                max(seconds),
             )
-        comm.synchronize()
 
     def after_step(self) -> None:
         next_iter = self.trainer.iter + 1
@@ -131,26 +228,48 @@ def knn_sources(
 
 def build_knn_hook(cfg: CfgNode, model: nn.Module, normalize: Normalize) -> KNNHook:
     """The :class:`KNNHook` of ``model`` (a pretraining model, DDP-wrapped or not) as
-    ``cfg.TEST`` describes it; ``normalize`` turns uint8 views into the model's float input."""
+    ``cfg.TEST`` describes it, for this process's share; ``normalize`` turns uint8 views into
+    the model's float input. Every process of a run builds it."""
     train_src, test_src = knn_sources(cfg)
     size, t = cfg.INPUT.LARGE_SIZE, cfg.TEST
+    rank, world = comm.get_rank(), comm.get_world_size()
+    # as many as the training loader has (idle while the monitor runs: their batches are ready)
+    workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, comm.get_local_size())
+
+    # the module itself: DDP's forward would wait for a backward (and the backbone is all we run)
+    model = model.module if hasattr(model, "module") else model
+    device = model.queues.device
 
     # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
     crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
 
-    def loader(source: FashionMNISTSource | ImageFolderSource, count: int) -> DataLoader:
-        data = TransformedDataset(source, crop, evenly_spaced(len(source), count))
-        return DataLoader(data, batch_size=t.KNN_BATCH_SIZE, shuffle=False, num_workers=0)
+    subsets = [
+        evenly_spaced(len(train_src), t.KNN_TRAIN_IMAGES),
+        evenly_spaced(len(test_src), t.KNN_TEST_IMAGES),
+    ]
+    shares = batch_shards([len(s) for s in subsets], t.KNN_BATCH_SIZE, rank, world)
 
-    model = model.module if hasattr(model, "module") else model
-    device = model.queues.device
+    def loader(source: FashionMNISTSource | ImageFolderSource, indices: list[int]) -> DataLoader:
+        data = TransformedDataset(source, crop, indices)
+        # no more workers than this share has batches (each evaluation starts them afresh)
+        n = min(workers, -(-len(data) // t.KNN_BATCH_SIZE))
+        return DataLoader(
+            data,
+            batch_size=t.KNN_BATCH_SIZE,
+            shuffle=False,
+            num_workers=n,
+            multiprocessing_context=_WORKER_CONTEXT if n > 0 else None,
+            pin_memory=device.type == "cuda",
+            # SLURM signals every process of the job: the workers leave the stop to the trainer
+            worker_init_fn=shield_data_worker if n > 0 else None,
+        )
 
     def feature_fn(images: torch.Tensor) -> torch.Tensor:
         backbone = model.encoder_q.backbone
         was_training = backbone.training
-        backbone.eval()
+        backbone.eval()  # also keeps synchronised BatchNorm from running a collective
         try:
-            x = normalize([images.to(device)])[0]
+            x = normalize([images.to(device, non_blocking=True)])[0]
             if model.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             return backbone(x)
@@ -160,9 +279,11 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module, normalize: Normalize) -> KNNH
     return KNNHook(
         t.KNN_PERIOD,
         feature_fn,
-        loader(train_src, t.KNN_TRAIN_IMAGES),
-        loader(test_src, t.KNN_TEST_IMAGES),
+        loader(train_src, [subsets[0][i] for i in shares[0]]),
+        loader(test_src, [subsets[1][i] for i in shares[1]]),
         num_classes=len(train_src.classes),
         k=t.KNN_K,
         temperature=t.KNN_T,
+        timeout_minutes=cfg.DIST.TIMEOUT_MINUTES,
+        device=device,
     )
