@@ -88,6 +88,7 @@ bench: venv
 	$(PY) -m benchmarks.bench_loss
 	$(PY) -m benchmarks.bench_multicrop
 	$(PY) -m benchmarks.bench_step --procs 1 2
+	$(PY) -m benchmarks.bench_loader
 	$(PY) -m benchmarks.check_bf16_conv
 
 # For a machine with a GPU (docs/performance.md, "make gpu-check"). `make gpu-wheels` here, where

@@ -35,7 +35,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p.add_argument("--partition", default=None)
     p.add_argument("--timeout", type=int, default=72 * 60, help="time limit in minutes")
     p.add_argument("--cpus-per-task", type=int, default=None,
-                   help="default: DATALOADER.NUM_WORKERS + 1 for pretraining")  # fmt: skip
+                   help="default: with DATALOADER.NUM_WORKERS -1 the node's cores per GPU (sinfo; "
+                        "16 if unknown), else NUM_WORKERS + 1")  # fmt: skip
     p.add_argument("--mem", type=float, default=None, help="memory per node in GB")
     p.add_argument("--account", default=None)
     p.add_argument("--qos", default=None)
