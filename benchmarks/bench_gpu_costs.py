@@ -17,14 +17,13 @@ Run (on a GPU): python -m benchmarks.bench_gpu_costs [--batch 64] [--rounds 3] [
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import torch
 
 import pretrain.losses.lorac as lorac
 from benchmarks.bench_throughput import measure
+from benchmarks.common import report_json
 from pretrain.solver.build import LARS
 
 
@@ -85,10 +84,7 @@ def main() -> None:
         "norm_sync": norm_sync_cost(args.batch, args.rounds, args.iters),
         "lars": lars_kernels(),
     }
-    print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    report_json(result, args.json)
 
 
 if __name__ == "__main__":

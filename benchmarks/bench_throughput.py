@@ -13,12 +13,12 @@ Run: .venv/bin/python -m benchmarks.bench_throughput [--device cuda] [--batch 64
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.common import report_json
 from pretrain.config import load_config
 from pretrain.data.color import sample_color_params
 from pretrain.data.loader import augment_views_on_device, build_batch_augment
@@ -128,10 +128,7 @@ def main() -> None:
         args.config, args.device, args.batch, args.iters, args.warmup,
         tuple(args.sizes) if args.sizes else None, args.queue,
     )  # fmt: skip
-    print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    report_json(result, args.json)
 
 
 if __name__ == "__main__":

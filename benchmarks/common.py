@@ -1,10 +1,13 @@
-"""Shared timing helper: interleaves candidates so machine noise hits all of them alike."""
+"""Shared benchmark helpers: interleaved timings (machine noise hits all candidates alike) and
+the JSON report."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def interleaved_timings(
@@ -22,3 +25,12 @@ def interleaved_timings(
                 fn()
             samples[name].append((time.perf_counter() - t0) / inner)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def report_json(result: dict, path: str | None) -> None:
+    """Print ``result`` as JSON and, with ``path``, also write it there (parents created)."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
