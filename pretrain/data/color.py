@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.device import to_device
+from pretrain.utils.pixels import normalize_
 
 __all__ = [
     "BatchColorAugment",
@@ -523,11 +524,4 @@ class BatchColorAugment:
 
     def normalize_(self, x: torch.Tensor) -> torch.Tensor:
         """In place ``(x - mean) / std`` per channel, as torchvision's ``Normalize``."""
-        mean = to_device(torch.tensor(self.mean, dtype=x.dtype), x.device)
-        std = to_device(torch.tensor(self.std, dtype=x.dtype), x.device)
-        return x.sub_(mean.view(1, 3, 1, 1)).div_(std.view(1, 3, 1, 1))
-
-
-def to_unit_float(v: torch.Tensor) -> torch.Tensor:
-    """uint8 images -> contiguous float32 in [0, 1] (as torchvision's ``ToTensor``)."""
-    return v.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
+        return normalize_(x, self.mean, self.std)

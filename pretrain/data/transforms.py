@@ -28,13 +28,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from pretrain.data.color import (
-    ColorSpec,
-    apply_color_params,
-    sample_color_params,
-    to_unit_float,
-)
+from pretrain.data.color import ColorSpec, apply_color_params, sample_color_params
 from pretrain.data.datasets import rgb_tensor, to_rgb
+from pretrain.utils.pixels import to_unit_float
 
 __all__ = [
     "ColorSpec",

@@ -39,6 +39,7 @@ from pretrain.modeling.distributed import (
 from pretrain.modeling.encoder import Encoder, convert_norm
 from pretrain.modeling.norm import add_counted_batches
 from pretrain.utils.device import to_device
+from pretrain.utils.pixels import normalize_, to_unit_float
 
 __all__ = ["MultiViewMoCo"]
 
@@ -130,6 +131,31 @@ class MultiViewMoCo(nn.Module):
             "channels_last": mod.CHANNELS_LAST,
         }
 
+    # -- what the model's users call ----------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.queues.device
+
+    @torch.no_grad()
+    def backbone_features(self, images: torch.Tensor) -> torch.Tensor:
+        """The query encoder's backbone features (B, D) of ``images`` (B, 3, h, w), in eval mode
+        (the mode is restored after; BatchNorm uses its running statistics and runs no
+        collective). uint8 images are converted and normalised as the training views are
+        (:mod:`pretrain.utils.pixels`); float ones are taken as normalised. On any device: they
+        are moved to the model's. The kNN monitor and the evaluation tools embed through it."""
+        x = images.to(self.device, non_blocking=True)
+        if not x.is_floating_point():
+            x = normalize_(to_unit_float(x))
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        backbone = self.encoder_q.backbone
+        was_training = backbone.training
+        backbone.eval()
+        try:
+            return backbone(x)
+        finally:
+            backbone.train(was_training)
+
     # -- hooks' entry points -------------------------------------------------------------
     def set_beta(self, beta: float) -> None:
         """Set the prior's beta (math.inf switches the prior off: MoCo-M)."""
@@ -145,8 +171,7 @@ class MultiViewMoCo(nn.Module):
 
     # -- forward -------------------------------------------------------------------------
     def _prepare(self, batch: dict[str, Any]) -> list[torch.Tensor]:
-        device = self.queues.device
-        views = [v.to(device, non_blocking=True) for v in batch["views"]]
+        views = [v.to(self.device, non_blocking=True) for v in batch["views"]]
         if len(views) != len(self.view_sizes):
             raise ValueError(f"expected {len(self.view_sizes)} views, got {len(views)}")
         if any(not v.is_floating_point() for v in views):

@@ -72,3 +72,25 @@ def test_collated_batches_carry_one_shuffle_seed_per_key_crop():
     batch = collate_views([item, item], run_seed=11, key_crops=2)
     assert batch["shuffle_seeds"] == shuffle_seeds(11, 7, 2)
     assert len(set(batch["shuffle_seeds"])) == 2
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_backbone_features_equal_the_data_paths_normalisation_and_keep_the_mode(channels_last):
+    """backbone_features(uint8) is the backbone in eval mode on the data path's own conversion
+    and normalisation (BatchColorAugment without colour), bit for bit; a float input is taken as
+    normalised; the model's training mode is restored."""
+    cfg, model, batch = _tiny(**{"MODEL.CHANNELS_LAST": channels_last})
+    images = batch["views"][0]
+    normalised = build_batch_augment(cfg)([images], None, apply_color=False)[0]
+    model.train()
+    backbone = model.encoder_q.backbone
+    backbone.eval()
+    with torch.no_grad():
+        x = normalised.contiguous(memory_format=torch.channels_last) if channels_last else normalised
+        want = backbone(x)
+    backbone.train()
+    got = model.backbone_features(images)
+    assert model.training and backbone.training
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(model.backbone_features(normalised), want, rtol=0, atol=0)
+    assert got.shape == (8, 512)

@@ -1,0 +1,30 @@
+"""uint8 images to the float input of the encoders: one implementation for the data path and the
+model (:meth:`pretrain.modeling.MultiViewMoCo.backbone_features`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.utils.device import to_device
+
+__all__ = ["normalize_", "to_unit_float"]
+
+
+def to_unit_float(v: torch.Tensor) -> torch.Tensor:
+    """uint8 images -> contiguous float32 in [0, 1] (as torchvision's ``ToTensor``)."""
+    return v.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
+
+
+def normalize_(
+    x: torch.Tensor,
+    mean: Sequence[float] = IMAGENET_MEAN_RGB,
+    std: Sequence[float] = IMAGENET_STD_RGB,
+) -> torch.Tensor:
+    """In place ``(x - mean) / std`` per channel of float (n, 3, h, w) images in [0, 1], as
+    torchvision's ``Normalize``; returns ``x``."""
+    m = to_device(torch.tensor(tuple(mean), dtype=x.dtype), x.device)
+    s = to_device(torch.tensor(tuple(std), dtype=x.dtype), x.device)
+    return x.sub_(m.view(1, 3, 1, 1)).div_(s.view(1, 3, 1, 1))
