@@ -14,7 +14,7 @@ device the views live on (the model's GPU in real runs), with one random draw pe
 
 Each op equals ``torchvision.transforms.v2.functional`` on float images (``adjust_brightness``,
 ``adjust_contrast``, ``adjust_saturation``, ``adjust_hue``, ``rgb_to_grayscale``,
-``gaussian_blur``) up to float rounding; ``tests/test_transforms.py`` checks this.
+``gaussian_blur``) up to float rounding; ``tests/pretrain/data/test_transforms.py`` checks this.
 
 Departures from the reference, on purpose:
 

@@ -19,7 +19,6 @@ on the model's device), with the ShuffleBN seeds of the iteration.
 from __future__ import annotations
 
 import copy
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -55,7 +54,6 @@ class MultiViewMoCo(nn.Module):
         out_dim: int,
         view_sizes: list[int],
         num_key_crops: int,
-        num_large: int,
         queue_size: int,
         momentum: float,
         criterion: LoracLoss,
@@ -71,7 +69,7 @@ class MultiViewMoCo(nn.Module):
         for p in self.encoder_k.parameters():
             p.requires_grad_(False)
         self.encoder_q = convert_norm(self.encoder_q, norm)
-        self.view_sizes, self.num_key_crops, self.num_large = view_sizes, num_key_crops, num_large
+        self.view_sizes, self.num_key_crops = view_sizes, num_key_crops
         self.momentum = momentum
         self.criterion = criterion
         if list(criterion.key_views) != list(range(num_key_crops)):
@@ -121,7 +119,6 @@ class MultiViewMoCo(nn.Module):
             "out_dim": mod.HEAD_OUT_DIM,
             "view_sizes": sizes,
             "num_key_crops": inp.KEY_CROPS,
-            "num_large": inp.LARGE_CROPS,
             "queue_size": mod.QUEUE_SIZE,
             "momentum": mod.MOMENTUM,
             "criterion": LoracLoss.from_config(cfg),
@@ -299,7 +296,7 @@ class MultiViewMoCo(nn.Module):
         metrics = {  # device tensors: the trainer reads them at its logging period
             "log_prior": stats.log_prior.detach(),
             "inst_acc": stats.accuracy.detach(),
-            "beta": beta if math.isfinite(beta := self.criterion.beta) else float("inf"),
+            "beta": self.criterion.beta,
         }
         if stats.nuclear_norm is not None:
             metrics = {"nuclear_norm": stats.nuclear_norm.detach(), **metrics}

@@ -45,7 +45,7 @@ class LARS(torch.optim.Optimizer):
         d = local * (g + weight_decay * p)
         buf = momentum * buf + d;  p -= lr * buf
     Where ||g|| is 0 and ||p|| is not, apex (like solo-learn and lightly) adds no weight decay;
-    here d = weight_decay * p (``tests/test_solver.py`` pins this rule).
+    here d = weight_decay * p (``tests/pretrain/solver/test_solver.py`` pins this rule).
     """
 
     def __init__(
