@@ -1,12 +1,14 @@
 """The layers point one way: nothing under pretrain/ imports transfer (not even inside a
-function), nothing imports tools/ (scripts, not a package), and no module imports itself through
+function), nothing imports tools/ (scripts, not a package), no module imports itself through
 others (no import circle, not even one that only a function-level or ``TYPE_CHECKING`` import
-closes). Read from the source with ast, so an import that never runs is found as well."""
+closes), and every room imports only the rooms its docstring's "May import:" line names, each
+below it. Read from the source with ast, so an import that never runs is found as well."""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 from tests.helpers import ROOT
@@ -142,7 +144,7 @@ def test_the_walker_finds_imports_at_any_depth(tmp_path):
         "        return importlib.import_module('transfer.cli.demo')\n"
     )
     (tmp_path / "transfer" / "uses_pretrain.py").write_text(
-        "from pretrain.errors import LoracError\n"
+        "from pretrain.utils.errors import LoracError\n"
     )
     (tmp_path / "tests" / "test_x.py").write_text("def test():\n    from tools import train_net\n")
     (tmp_path / "tools" / "run.py").write_text("import tools.demo\n")
@@ -152,4 +154,124 @@ def test_the_walker_finds_imports_at_any_depth(tmp_path):
         "pretrain/bad.py:7: imports transfer.cli.demo (pretrain is below transfer)",
         "tools/run.py:1: imports tools.demo (tools are scripts)",
         "tests/test_x.py:2: imports tools (tools are scripts)",
+    ]
+
+
+# A room's rule: its __init__ docstring's paragraph that starts "May import:"; the rooms it may
+# import are the :mod:`...` names in that paragraph (``...`` names are prose, e.g. the rooms it
+# may not import). No name: nothing from the project.
+_MAY_IMPORT = re.compile(r"^May import:(.*?)(?:\n[ \t]*\n|\Z)", re.M | re.S)
+_MOD_NAME = re.compile(r":mod:`~?([\w.]+)`")
+ROOM_TOPS = ("pretrain", "transfer")
+
+
+def _docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text(), filename=str(path))) or ""
+
+
+def room_rules(root: Path, top: str) -> dict[str, list[str] | None]:
+    """Room (``top.name``, a subpackage of ``top``) -> the project modules its "May import:"
+    paragraph names, or None where its docstring has no such paragraph."""
+    rules: dict[str, list[str] | None] = {}
+    for init in sorted((root / top).glob("*/__init__.py")):
+        found = _MAY_IMPORT.search(_docstring(init))
+        rules[f"{top}.{init.parent.name}"] = _MOD_NAME.findall(found[1]) if found else None
+    return rules
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def may_import_violations(root: Path, tops: tuple[str, ...] = ROOM_TOPS) -> list[str]:
+    """``"path:line: imports module (room may not)"`` for every import (at any depth) of a
+    project module that is neither in the importing room nor under a module its rule names.
+    Rooms without a rule are not checked; standard-library and third-party imports are free."""
+    violations = []
+    for top in tops:
+        for room, allowed in room_rules(root, top).items():
+            if allowed is None:
+                continue
+            for path in sorted((root / room.replace(".", "/")).rglob("*.py")):
+                rel = path.relative_to(root).as_posix()
+                for line, module in _imported_modules(ast.parse(path.read_text(), filename=rel)):
+                    if module.split(".")[0] not in tops or _within(module, room):
+                        continue
+                    if not any(_within(module, a) for a in allowed):
+                        violations.append(f"{rel}:{line}: imports {module} ({room} may not)")
+    return violations
+
+
+def test_every_room_imports_only_what_its_docstring_allows():
+    rules = room_rules(ROOT, "pretrain")
+    assert {"pretrain.utils", "pretrain.engine", "pretrain.cluster"} <= set(rules)  # really read
+    assert [r for r, allowed in rules.items() if allowed is None] == [], "no May import: line"
+    assert sorted(p.name for p in (ROOT / "pretrain").glob("*.py")) == ["__init__.py"]  # rooms only
+    # transfer's rooms are checked too once their docstrings carry a "May import:" line
+    assert may_import_violations(ROOT) == []
+
+
+def test_room_rules_point_down_in_the_documented_order():
+    """pretrain/__init__.py lists the rooms bottom to top; every room's rule names only rooms
+    listed before it, so the rules themselves hold no circle and no arrow up."""
+    order = [
+        f"pretrain.{n}"
+        for n in re.findall(r"^\* ``(\w+)``:", _docstring(ROOT / "pretrain" / "__init__.py"), re.M)
+    ]
+    rules = room_rules(ROOT, "pretrain")
+    assert sorted(order) == sorted(rules)  # every room listed once
+    up = [
+        f"{room} may import {a}"
+        for room, allowed in rules.items()
+        for a in allowed or []
+        if not any(_within(a, below) for below in order[: order.index(room)])
+    ]
+    assert up == []
+
+
+def test_the_may_import_check_can_fail(tmp_path):
+    """A synthetic tree: imports at module level and inside a function of rooms not named by the
+    rule are reported, with their line; the room's own modules, stdlib and third-party packages,
+    a named room's submodules, names after the rule's paragraph and rooms without a rule are
+    not."""
+    for top in ROOM_TOPS:
+        (tmp_path / top).mkdir()
+    rooms = {
+        "pretrain/utils": "Basics.\n\nMay import: nothing from the project.",
+        "pretrain/data": "Data.\n\nMay import: :mod:`pretrain.utils`; not ``pretrain.engine``.",
+        "pretrain/engine": (
+            "Engine.\n\nMay import: :mod:`pretrain.data`,\n:mod:`pretrain.utils`.\n\n"
+            "Run by :mod:`pretrain.cli`."
+        ),
+        "transfer/analysis": "No rule here.",
+    }
+    for room, doc in rooms.items():
+        (tmp_path / room).mkdir()
+        (tmp_path / room / "__init__.py").write_text(f'"""{doc}\n"""\n')
+    files = {
+        "pretrain/utils/ok.py": "import os\nimport torch\nfrom pretrain.utils import x\n",
+        "pretrain/utils/bad.py": "def f():\n    from pretrain.data.loader import g\n",
+        "pretrain/data/loader.py": (
+            "from pretrain.utils.signals import shield\n"
+            "from . import sampler\n"
+            "import pretrain.engine.hooks\n"
+        ),
+        "pretrain/engine/trainer.py": (
+            "import pretrain.data.loader\n"
+            "def f():\n"
+            "    import pretrain.cli.main\n"
+            "    import transfer.study\n"
+        ),
+        "transfer/analysis/report.py": "import transfer.study\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).write_text(text)
+    rules = room_rules(tmp_path, "pretrain")
+    assert rules["pretrain.engine"] == ["pretrain.data", "pretrain.utils"]
+    assert rules["pretrain.utils"] == []
+    assert may_import_violations(tmp_path) == [
+        "pretrain/data/loader.py:3: imports pretrain.engine.hooks (pretrain.data may not)",
+        "pretrain/engine/trainer.py:3: imports pretrain.cli.main (pretrain.engine may not)",
+        "pretrain/engine/trainer.py:4: imports transfer.study (pretrain.engine may not)",
+        "pretrain/utils/bad.py:2: imports pretrain.data.loader (pretrain.utils may not)",
     ]

@@ -14,9 +14,9 @@ from datetime import timedelta
 from detectron2.engine import launch
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.cluster.distributed import set_fail_fast_env
 from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
 from pretrain.engine.trainer import PretrainTrainer
+from pretrain.utils.distributed import set_fail_fast_env
 
 __all__ = ["main", "train"]
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from pretrain.cluster.distributed import first_host, job_port
+from pretrain.utils.distributed import first_host, job_port
 
 __all__ = ["PretrainJob", "ToolJob", "tool_command"]
 

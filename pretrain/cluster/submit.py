@@ -33,8 +33,8 @@ import submitit
 from fvcore.common.config import CfgNode
 from submitit.core.utils import FailedJobError
 
-from pretrain.cluster.distributed import FAIL_FAST_ENV
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
+from pretrain.utils.distributed import FAIL_FAST_ENV
 from pretrain.utils.errors import LoracError
 
 __all__ = [
@@ -256,7 +256,7 @@ def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
         "additional_parameters": {"requeue": True},
         # Fail fast: a task that exits with an error ends the whole step (the others would wait
         # in their next collective until the time limit), and NCCL aborts a failed or timed-out
-        # collective instead of hanging (see pretrain/cluster/distributed.py).
+        # collective instead of hanging (see pretrain/utils/distributed.py).
         "srun_args": ["--kill-on-bad-exit=1"],
         "setup": [f"export {k}={v}" for k, v in FAIL_FAST_ENV.items()],
     }

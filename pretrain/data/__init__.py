@@ -1,5 +1,6 @@
 """Pretraining data: image sources, samplers, crops on the host and colour augmentation on the
 device.
 
-May import: :mod:`pretrain.utils`, :mod:`pretrain.cluster.distributed` (rank and world size).
+May import: :mod:`pretrain.utils` (errors, pixels, and the loaders' ``worker_init_fn``,
+:func:`pretrain.utils.signals.shield_data_worker`).
 """

@@ -30,7 +30,6 @@ from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
-from pretrain.cluster.preemption import shield_data_worker
 from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
 from pretrain.data.datasets import (
     BadImageError,
@@ -42,6 +41,7 @@ from pretrain.data.datasets import (
 from pretrain.data.sampler import IterationBatchSampler, sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.signals import shield_data_worker
 
 __all__ = [
     "AUTO_WORKERS",

@@ -1,4 +1,6 @@
 """The pretraining loop on detectron2's engine: trainer, hooks, checkpointing, launch.
 
-May import: every other room of :mod:`pretrain` (it is the top of the pretraining side).
+May import: :mod:`pretrain.utils`, :mod:`pretrain.config`, :mod:`pretrain.data`,
+:mod:`pretrain.modeling`, :mod:`pretrain.solver`, :mod:`pretrain.evaluation` (the kNN monitor
+hook). Not ``pretrain.cluster`` or ``pretrain.cli``: they run the engine.
 """

@@ -1,15 +1,46 @@
-"""Training hooks specific to momentum-contrast pretraining."""
+"""Training hooks: the momentum update and beta schedule of momentum-contrast pretraining, and
+stopping at an iteration boundary on preemption or time-limit signals, with a checkpoint.
+
+What each signal means on SLURM, and how data-loader workers survive the signals meant for the
+main process, is in :mod:`pretrain.utils.signals`. :class:`StopOnSignal`'s handler only records
+the signal: saving from inside it would interrupt the step (or a checkpoint write) at an
+arbitrary point. The trainer calls :meth:`StopOnSignal.at_boundary` at the start of every step,
+once the step's batch is fetched and before anything changes: the ranks all-reduce (MAX) what
+they received, so they all stop after the same iteration even if the signal reached them at
+different moments; the checkpointer writes on rank 0 only, the others wait for it, and the
+requeue (``scontrol requeue``) comes from rank 0 once the checkpoint is on disk. The process then
+exits with status 0 (:class:`Preempted`).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from types import FrameType
 
+import torch
+import torch.distributed as dist
 from detectron2.engine import HookBase
+from detectron2.utils import comm
 from fvcore.common.param_scheduler import ParamScheduler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["BetaSchedule", "MomentumUpdate", "unwrap"]
+from pretrain.utils.signals import (
+    NONE,
+    STOP,
+    STOP_AND_REQUEUE,
+    default_stop_signals,
+    requeue_slurm_job,
+)
+
+__all__ = ["BetaSchedule", "MomentumUpdate", "Preempted", "StopOnSignal", "unwrap"]
+
+logger = logging.getLogger(__name__)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -29,7 +60,7 @@ class BetaSchedule(HookBase):
         b = self.scheduler(self.trainer.iter / self.max_iter)
         unwrap(self.trainer.model).set_beta(b)
         if b != self._last:
-            logging.getLogger(__name__).info(f"iteration {self.trainer.iter}: beta = {b}")
+            logger.info(f"iteration {self.trainer.iter}: beta = {b}")
             self._last = b
 
 
@@ -42,3 +73,144 @@ class MomentumUpdate(HookBase):
 
     def after_step(self) -> None:
         unwrap(self.trainer.model).momentum_update()
+
+
+class Preempted(SystemExit):
+    """Training stopped at an iteration boundary after a signal, with a checkpoint on disk.
+
+    A ``SystemExit`` with status 0: the process ends without detectron2 logging a training
+    failure, without a traceback, and without submitit writing a result file for a job that is
+    going to run again (SLURM's requeue decides whether it does; exit statuses do not matter to
+    it). ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _ignore_child(signum: int, frame: FrameType | None) -> None:
+    """SIGCHLD while stopping: a worker that died is noticed when its batch is missing."""
+
+
+class StopOnSignal(HookBase):
+    """At the first iteration boundary after a signal received (by any rank), save
+    ``model_<last completed iteration>.pth``, requeue when asked to, and raise
+    :class:`Preempted`.
+
+    Handlers are installed for the duration of ``train()`` only (and only from the main thread,
+    where Python delivers signals); the previous ones (submitit's, or the defaults) come back in
+    ``after_train``, SIGCHLD's included (the trainer shuts its data-loader workers down first).
+    A signal during the last iteration just lets the run finish.
+
+    With several processes the ranks agree (one ``all_reduce``) only at the boundaries after
+    every ``agree_every``-th iteration (the trainer passes its logging period), so that other
+    iterations run no collective and no host sync of their own; a stop then waits for the next
+    agreement, at most ``agree_every - 1`` iterations (seconds on a GPU, within SLURM's warning
+    time). One process checks at every boundary.
+    """
+
+    def __init__(
+        self,
+        signals: Mapping[int, int] | None = None,
+        requeue: Callable[[], None] | None = None,
+        agree_every: int = 1,
+    ) -> None:
+        self._signals = dict(default_stop_signals() if signals is None else signals)
+        self._requeue = requeue or requeue_slurm_job
+        self._received = NONE
+        self._signal_name = ""
+        self._previous: dict[int, object] = {}
+        self._agree_every = max(1, int(agree_every))
+
+    @property
+    def pending(self) -> bool:
+        """Whether this process received a stop signal during this ``train()``."""
+        return self._received != NONE
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Runs between two bytecodes of the training loop: record only (see module docstring).
+        action = self._signals.get(signum, STOP)
+        if action > self._received:
+            self._received, self._signal_name = action, signal.Signals(signum).name
+        if signal.SIGCHLD not in self._previous:
+            # torch's SIGCHLD handler raises when a worker died of a signal, wherever the main
+            # process is; from now on a dead worker only shows as a batch that cannot be fetched
+            self._previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, _ignore_child)
+
+    def before_train(self) -> None:
+        self._received, self._signal_name = NONE, ""
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("training outside the main thread: no preemption signal handling")
+            return
+        for sig in self._signals:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def after_train(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _agreed_action(self) -> int:
+        if comm.get_world_size() == 1:
+            return self._received
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        flag = torch.tensor([self._received], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+    def at_boundary(self, fetch_error: Exception | None = None) -> None:
+        """Stop here, after iteration ``trainer.iter - 1``, if any rank received a signal.
+
+        The trainer calls this on every rank at the start of each step, once the step's batch is
+        fetched and before anything changes. ``fetch_error``: why the batch could not be
+        fetched; with a stop signal pending (a worker killed by it) that is the stop, otherwise
+        it is raised.
+        """
+        if fetch_error is not None and not self.pending:
+            raise fetch_error
+        if comm.get_world_size() > 1 and self.trainer.iter % self._agree_every:
+            if fetch_error is not None:
+                # Only SIGKILL ends a shielded worker; the other ranks are not at an agreement
+                # boundary, so this rank cannot stop them in step: it ends the job instead.
+                raise RuntimeError(
+                    f"the batch of iteration {self.trainer.iter} could not be fetched after "
+                    f"{self._signal_name or 'a signal'}, between two agreement boundaries; "
+                    "stopping without a checkpoint (the run resumes from its last one)"
+                ) from fetch_error
+            return  # not an agreement boundary: no collective here
+        action = self._agreed_action()
+        if action == NONE:
+            return
+        trainer = self.trainer
+        why = self._signal_name or "a signal on another rank"
+        if fetch_error is not None:
+            logger.warning(
+                f"{why}: the batch of iteration {trainer.iter} could not be fetched "
+                f"({type(fetch_error).__name__}: {fetch_error}); stopping before it"
+            )
+        last = trainer.iter - 1
+        trainer.iter = last  # the state saved (and the one after_train sees) is that of `last`
+        if last < trainer.start_iter:
+            where = "its last checkpoint" if last >= 0 else "the start"
+            logger.warning(f"{why}: stopping before any iteration of this run")
+            message = f"stopped before iteration {last + 1} ({why}); resumes from {where}"
+        else:
+            name = f"model_{last:07d}"
+            logger.warning(f"{why}: stopping after iteration {last}, saving {name}.pth")
+            flush = getattr(trainer, "flush_metrics", None)  # every rank: it may gather
+            if flush is not None:
+                flush()
+            trainer.checkpointer.save(name, iteration=last)  # a no-op on ranks other than 0
+            where = os.path.join(trainer.checkpointer.save_dir, f"{name}.pth")
+            message = f"stopped after iteration {last} ({why}); resumes from {where}"
+        comm.synchronize()  # nobody exits (and nothing requeues) before the file is complete
+        requeue = action == STOP_AND_REQUEUE
+        if requeue and comm.is_main_process():
+            self._requeue()
+        message += " once requeued" if requeue else " when restarted"
+        print(message, file=sys.stderr, flush=True)
+        raise Preempted(message)

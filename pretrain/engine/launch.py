@@ -9,9 +9,9 @@ from detectron2.engine import default_argument_parser
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.cluster.distributed import maybe_init_distributed
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
+from pretrain.utils.distributed import maybe_init_distributed
 from pretrain.utils.locks import DirLock
 from pretrain.utils.run_setup import setup_run
 

@@ -18,7 +18,6 @@ from detectron2.utils.events import CommonMetricPrinter, get_event_storage
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
-from pretrain.cluster.preemption import StopOnSignal
 from pretrain.config.defaults import ConfigError, validate_cfg
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
@@ -28,7 +27,7 @@ from pretrain.data.loader import (
     check_shared_memory,
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
-from pretrain.engine.hooks import BetaSchedule, MomentumUpdate
+from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
@@ -152,7 +151,7 @@ class PretrainTrainer(SimpleTrainer):
             writers = [MetricPrinter(self.max_iter), *default_writers(cfg.OUTPUT_DIR)[1:]]
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
-        # same iteration boundary, checked in run_step); see pretrain/cluster/preemption.py
+        # same iteration boundary, checked in run_step); see pretrain/engine/hooks.py
         self.stop_on_signal = StopOnSignal(agree_every=cfg.SOLVER.LOG_PERIOD)
         ret.append(self.stop_on_signal)
         return ret

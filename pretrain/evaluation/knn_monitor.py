@@ -56,7 +56,6 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
-from pretrain.cluster.preemption import shield_data_worker
 from pretrain.config.defaults import ConfigError
 from pretrain.data.datasets import (
     FASHION_MNIST,
@@ -73,6 +72,7 @@ from pretrain.evaluation.features import (
     gather_embeddings,
 )
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
+from pretrain.utils.signals import shield_data_worker
 
 __all__ = ["KNNHook", "build_knn_hook", "knn_sources"]
 

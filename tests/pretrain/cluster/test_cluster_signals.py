@@ -19,8 +19,8 @@ import pytest
 import torch
 from detectron2.engine import HookBase
 
-from pretrain.cluster.preemption import Preempted
 from pretrain.config import load_config
+from pretrain.engine.hooks import Preempted
 from pretrain.engine.trainer import PretrainTrainer
 from tests.helpers import ROOT, group_alive, make_image_folder, tiny_opts
 from transfer.classification.demo import DEMO_CONFIG

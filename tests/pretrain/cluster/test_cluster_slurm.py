@@ -48,7 +48,7 @@ def data(cluster, tmp_path_factory) -> Path:
 def _request(data: Path, out: Path, **kw) -> JobRequest:
     # no periodic checkpoint before the end: a mid-run checkpoint can only come from a signal.
     # A data-loader worker per process, as every shipped config has: SLURM signals every
-    # process of the job, the workers included (pretrain/cluster/preemption.py).
+    # process of the job, the workers included (pretrain/utils/signals.py).
     opts = tiny_opts(data, out, **{"SOLVER.MAX_ITER": MAX_ITER, "SOLVER.CHECKPOINT_PERIOD": 100,
                                    "DATALOADER.NUM_WORKERS": WORKERS})  # fmt: skip
     kw.setdefault("timeout_min", 20)

@@ -86,7 +86,11 @@ def test_backbone_features_equal_the_data_paths_normalisation_and_keep_the_mode(
     backbone = model.encoder_q.backbone
     backbone.eval()
     with torch.no_grad():
-        x = normalised.contiguous(memory_format=torch.channels_last) if channels_last else normalised
+        x = (
+            normalised.contiguous(memory_format=torch.channels_last)
+            if channels_last
+            else normalised
+        )
         want = backbone(x)
     backbone.train()
     got = model.backbone_features(images)
