@@ -1,21 +1,21 @@
 """The method: LORAC's loss (``lorac``), the priors log h (``priors``) and the nuclear norm.
 
-The functional API (``lorac_loss``, ``multicrop_lorac_loss``, their ``_with_stats`` forms,
-``log_prior``, ``nuclear_norm``) is importable from here, as ``torch.nn.functional`` is.
+The loss has two faces over one implementation, importable from here as ``torch.nn``'s are: the
+criterion :class:`LoracLoss` and the function :func:`lorac_loss`; beside them ``nuclear_norm``.
 
-May import: torch only (this room is the method, free of config and engine).
+May import: nothing from ``pretrain`` (torch, and fvcore's ``Registry`` for the priors: this
+room is the method, free of config and engine).
 """
 
 from pretrain.losses import lorac
 from pretrain.losses.lorac import (
+    LOWRANK_VIEW_SETS,
     PRIORS,
     Q_CONSTRUCTIONS,
+    LoracLoss,
     LoracStats,
-    log_prior,
     lorac_loss,
-    lorac_loss_with_stats,
-    multicrop_lorac_loss,
-    multicrop_lorac_loss_with_stats,
+    resolve_lowrank_views,
 )
 from pretrain.losses.nuclear import nuclear_norm
 from pretrain.losses.priors import Prior, build_prior, prior_names, register_prior

@@ -9,11 +9,15 @@ instances (Eq. 13).
 
 Two faces, one implementation (as ``torch.nn.CrossEntropyLoss`` beside ``cross_entropy``):
 :class:`LoracLoss` is built once (from the config or keyword arguments), validated once, and
-called with the tensors only; :func:`multicrop_lorac_loss` and :func:`lorac_loss` (and their
-``_with_stats`` forms) build one and call it. The objective is that of one multi-crop step
-(several key crops, one queue each, SwAV's pairing of every view with every key crop but its
-own); :func:`lorac_loss` is its single-key case (Eqs. 12-13): the key crop's own view is a
-placeholder that no query reads.
+called with the tensors only; :func:`lorac_loss` builds one and calls it, returning the loss
+(the statistics are the module's). The objective is that of one multi-crop step (several key
+crops, one queue each, SwAV's pairing of every view with every key crop but its own). Both faces
+take the same tensors: there is no second, single-key signature, because a function of
+``torch.nn.functional`` takes what its module's ``forward`` takes. The single-key loss of
+Eqs. (12)-(13) (queries (M-1, N, d), one key (N, d), one queue (K, d)) is the call with one key
+crop: ``views`` (M, N, d) whose view 0 is the key crop's (no query reads it, so it may hold
+anything, the key itself for instance), ``keys`` (1, N, d), ``queues`` (1, K, d),
+``key_views=[0]`` and ``lowrank_views`` among 1..M-1.
 
 Departures from the public reference code, on purpose (the paper is the specification):
   * every logit, the prior included, is divided by tau in every phase (the reference divides
@@ -59,11 +63,7 @@ __all__ = [
     "Q_CONSTRUCTIONS",
     "LoracLoss",
     "LoracStats",
-    "log_prior",
     "lorac_loss",
-    "lorac_loss_with_stats",
-    "multicrop_lorac_loss",
-    "multicrop_lorac_loss_with_stats",
     "nuclear_norm",
     "resolve_lowrank_views",
 ]
@@ -87,45 +87,6 @@ class LoracStats:
     # instance-discrimination top-1 over all (query, instance) pairs on the plain similarities
     # q.k vs q.k^- (log h left out, so that it is comparable across the beta switch), ()
     accuracy: torch.Tensor
-
-
-def _checker(function: str) -> _Check:
-    """``check(name, ok, msg)``: ValueError("<function>: <name> <msg>") unless ``ok``."""
-
-    def check(name: str, ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(f"{function}: {name} {msg}")
-
-    return check
-
-
-def _check_beta(check: _Check, beta: float) -> float:
-    check(
-        "beta",
-        isinstance(beta, (int, float)) and beta > 0 and not math.isnan(beta),
-        f"must be > 0 (inf disables the prior), got {beta!r}",
-    )
-    return float(beta)
-
-
-def _resolve_prior(
-    check: _Check,
-    function: str,
-    prior: str | Prior,
-    c: float | None,
-    c0: float | None,
-    sigma2: float | None,
-) -> Prior:
-    """``prior`` itself, or the registered prior of that name built with c, c0, sigma2."""
-    if isinstance(prior, Prior):
-        given = (c, c0, sigma2) != (None, None, None)
-        check("prior", not given, "is a Prior instance, which holds its own c, c0, sigma2")
-        return prior
-    check("prior", isinstance(prior, str), f"must be a name or a Prior, got {prior!r}")
-    try:
-        return build_prior(prior, c=c, c0=c0, sigma2=sigma2)
-    except ValueError as e:  # its message starts with the argument's name
-        raise ValueError(f"{function}: {e}") from None
 
 
 def _view_indices(
@@ -170,7 +131,8 @@ class LoracLoss(nn.Module):
     """The LORAC objective of one multi-crop step (Eqs. 11-13; LORAC-bs Eq. 15).
 
     Built once, validated once; ``forward(views, keys, queues)`` takes the tensors only and
-    returns ``(loss, LoracStats)``. ``beta`` may be set between calls (the beta schedule).
+    returns ``(loss, LoracStats)``; ``log_prior(views, keys)`` is the prior term alone. ``beta``
+    may be set between calls (the beta schedule).
 
     Args:
         tau: temperature, > 0.
@@ -212,17 +174,16 @@ class LoracLoss(nn.Module):
         sigma2: float | None = None,
         prior_m: int | None = None,
         q_construction: str = "instance",
-        _function: str = "multicrop_lorac_loss",
     ) -> None:
         super().__init__()
-        check = self._check = _checker(_function)
+        check = self._check
         check(
             "tau",
             isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0,
             f"must be a finite number > 0, got {tau!r}",
         )
-        self._beta = _check_beta(check, beta)
-        self.prior = _resolve_prior(check, _function, prior, c, c0, sigma2)
+        self.beta = beta
+        self.prior = self._resolve_prior(prior, c, c0, sigma2)
         self.tau = float(tau)
         self.key_views = tuple(_view_indices(check, "key_views", key_views, None))
         # a prior that never acts reads Q only for the logged ||Q||_*, which may be the keys alone
@@ -258,13 +219,39 @@ class LoracLoss(nn.Module):
             q_construction=loss.Q_CONSTRUCTION,
         )
 
+    def _check(self, name: str, ok: bool, msg: str) -> None:
+        """ValueError("LoracLoss: <name> <msg>") unless ``ok``."""
+        if not ok:
+            raise ValueError(f"{type(self).__name__}: {name} {msg}")
+
+    def _resolve_prior(
+        self, prior: str | Prior, c: float | None, c0: float | None, sigma2: float | None
+    ) -> Prior:
+        """``prior`` itself, or the registered prior of that name built with c, c0, sigma2."""
+        if isinstance(prior, Prior):
+            given = (c, c0, sigma2) != (None, None, None)
+            self._check(
+                "prior", not given, "is a Prior instance, which holds its own c, c0, sigma2"
+            )
+            return prior
+        self._check("prior", isinstance(prior, str), f"must be a name or a Prior, got {prior!r}")
+        try:
+            return build_prior(prior, c=c, c0=c0, sigma2=sigma2)
+        except ValueError as e:  # its message starts with the argument's name
+            raise ValueError(f"{type(self).__name__}: {e}") from None
+
     @property
     def beta(self) -> float:
         return self._beta
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = _check_beta(self._check, value)
+        self._check(
+            "beta",
+            isinstance(value, (int, float)) and value > 0 and not math.isnan(value),
+            f"must be > 0 (inf disables the prior), got {value!r}",
+        )
+        self._beta = float(value)
 
     @property
     def q_rows(self) -> int:
@@ -284,7 +271,7 @@ class LoracLoss(nn.Module):
         self,
         views: torch.Tensor,
         keys: torch.Tensor,
-        queues: torch.Tensor,
+        queues: torch.Tensor | None,
         global_lowrank: torch.Tensor | None,
     ) -> None:
         check = self._check
@@ -297,12 +284,13 @@ class LoracLoss(nn.Module):
         )
         j = keys.shape[0]
         check("keys", j >= 1, "needs at least one key crop")
-        check("queues", queues.dim() == 3, f"must be (J, K, d), got {tuple(queues.shape)}")
-        check(
-            "queues",
-            queues.shape[0] == j and queues.shape[2] == d,
-            f"shape {tuple(queues.shape)} != ({j}, K, {d})",
-        )
+        if queues is not None:
+            check("queues", queues.dim() == 3, f"must be (J, K, d), got {tuple(queues.shape)}")
+            check(
+                "queues",
+                queues.shape[0] == j and queues.shape[2] == d,
+                f"shape {tuple(queues.shape)} != ({j}, K, {d})",
+            )
         for name in ("key_views", "lowrank_views"):
             idx = list(getattr(self, name))
             check(name, all(i < v for i in idx), f"{idx} out of range for {v} views")
@@ -389,6 +377,21 @@ class LoracLoss(nn.Module):
             lp = torch.stack(lps).expand(len(kv), n)  # (J, N)
         return lp, torch.stack(nucs).detach().mean(0)
 
+    def log_prior(
+        self,
+        views: torch.Tensor,
+        keys: torch.Tensor,
+        global_lowrank: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prior term alone: log h per key crop and instance, (J, N) (zeros while the prior
+        is off), and the detached nuclear norm it read, (N,) per instance or () for a batchwise
+        prior. ``views``, ``keys`` and ``global_lowrank`` as in :meth:`forward`; float32."""
+        self._check_shapes(views, keys, None, global_lowrank)
+        with torch.autocast(device_type=views.device.type, enabled=False):
+            lp, nuc = self._prior_terms(views.float(), keys.float(), global_lowrank)
+        assert nuc is not None  # log_norm is on
+        return lp, nuc
+
     def forward(
         self,
         views: torch.Tensor,
@@ -441,216 +444,29 @@ class LoracLoss(nn.Module):
         return loss, stats
 
 
-# -- the functional face ---------------------------------------------------------------------
-
-
-def multicrop_lorac_loss_with_stats(
-    views: torch.Tensor,
-    keys: torch.Tensor,
-    queues: torch.Tensor,
-    *,
-    key_views: Sequence[int],
-    lowrank_views: Sequence[int],
-    tau: float,
-    beta: float,
-    prior: str | Prior = "laplace",
-    c: float | None = None,
-    c0: float | None = None,
-    sigma2: float | None = None,
-    prior_m: int | None = None,
-    q_construction: str = "instance",
-    global_lowrank: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, LoracStats]:
-    """:func:`multicrop_lorac_loss` plus detached statistics for logging."""
-    criterion = LoracLoss(
-        tau=tau,
-        beta=beta,
-        prior=prior,
-        key_views=key_views,
-        lowrank_views=lowrank_views,
-        c=c,
-        c0=c0,
-        sigma2=sigma2,
-        prior_m=prior_m,
-        q_construction=q_construction,
-    )
-    return criterion(views, keys, queues, global_lowrank)
-
-
-def multicrop_lorac_loss(
-    views: torch.Tensor,
-    keys: torch.Tensor,
-    queues: torch.Tensor,
-    *,
-    key_views: Sequence[int],
-    lowrank_views: Sequence[int],
-    tau: float,
-    beta: float,
-    prior: str | Prior = "laplace",
-    c: float | None = None,
-    c0: float | None = None,
-    sigma2: float | None = None,
-    prior_m: int | None = None,
-    q_construction: str = "instance",
-    global_lowrank: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The whole LORAC objective of one multi-crop step: :class:`LoracLoss` as a function
-    (the arguments are its constructor's and its ``forward``'s)."""
-    return multicrop_lorac_loss_with_stats(
-        views,
-        keys,
-        queues,
-        key_views=key_views,
-        lowrank_views=lowrank_views,
-        tau=tau,
-        beta=beta,
-        prior=prior,
-        c=c,
-        c0=c0,
-        sigma2=sigma2,
-        prior_m=prior_m,
-        q_construction=q_construction,
-        global_lowrank=global_lowrank,
-    )[0]
-
-
-_check_single = _checker("lorac_loss")
-
-
-def _single_key(
-    queries: torch.Tensor,
-    key: torch.Tensor,
-    negatives: torch.Tensor | None,
-    lowrank_views: Sequence[int] | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int]]:
-    """The single-key call as a multi-crop one: view 0 is the key crop (a placeholder no query
-    reads), views 1.. the M-1 queries; returns views (M, N, d), keys (1, N, d), queues
-    (1, K, d) and the lowrank view indices shifted by one."""
-    check = _check_single
-    check("queries", queries.dim() == 3, f"must be (M-1, N, d), got {tuple(queries.shape)}")
-    check("queries", queries.shape[0] >= 1, "needs at least one query view")
-    check("key", key.dim() == 2, f"must be (N, d), got {tuple(key.shape)}")
-    m, n, d = queries.shape
-    check("key", tuple(key.shape) == (n, d), f"shape {tuple(key.shape)} != (N, d) = {(n, d)}")
-    if negatives is not None:
-        check("negatives", negatives.dim() == 2, f"must be (K, d), got {tuple(negatives.shape)}")
-        check("negatives", negatives.shape[1] == d, f"dim {negatives.shape[1]} != d = {d}")
-        negatives = negatives.unsqueeze(0)
-    idx = list(range(m)) if lowrank_views is None else [int(i) for i in lowrank_views]
-    check("lowrank_views", len(idx) > 0, "must name at least one query view")
-    check("lowrank_views", all(-m <= i < m for i in idx), f"{idx} out of range for {m} queries")
-    check("lowrank_views", len({i % m for i in idx}) == len(idx), f"{idx} repeats a view")
-    views = torch.cat([key.unsqueeze(0).to(queries.dtype), queries])
-    return views, key.unsqueeze(0), negatives, [1 + i % m for i in idx]
-
-
-def lorac_loss_with_stats(
-    queries: torch.Tensor,
-    key: torch.Tensor,
-    negatives: torch.Tensor,
-    *,
-    tau: float,
-    beta: float,
-    prior: str | Prior = "laplace",
-    lowrank_views: Sequence[int] | None = None,
-    c: float | None = None,
-    c0: float | None = None,
-    sigma2: float | None = None,
-    prior_m: int | None = None,
-) -> tuple[torch.Tensor, LoracStats]:
-    """:func:`lorac_loss` plus detached statistics for logging."""
-    views, keys, queues, low = _single_key(queries, key, negatives, lowrank_views)
-    criterion = LoracLoss(
-        tau=tau,
-        beta=beta,
-        prior=prior,
-        key_views=(0,),
-        lowrank_views=low,
-        c=c,
-        c0=c0,
-        sigma2=sigma2,
-        prior_m=prior_m,
-        _function="lorac_loss",
-    )
-    return criterion(views, keys, queues)
-
-
 def lorac_loss(
-    queries: torch.Tensor,
-    key: torch.Tensor,
-    negatives: torch.Tensor,
+    views: torch.Tensor,
+    keys: torch.Tensor,
+    queues: torch.Tensor,
     *,
-    tau: float,
-    beta: float,
-    prior: str | Prior = "laplace",
-    lowrank_views: Sequence[int] | None = None,
-    c: float | None = None,
-    c0: float | None = None,
-    sigma2: float | None = None,
-    prior_m: int | None = None,
+    global_lowrank: torch.Tensor | None = None,
+    **criterion: Any,
 ) -> torch.Tensor:
-    """LORAC loss, Eqs. (12)-(13), averaged over the batch: one key crop of :class:`LoracLoss`.
+    """The LORAC loss of one step as a function: ``LoracLoss(**criterion)`` built and called once.
 
     Args:
-        queries: (M-1, N, d) L2-normalised query embeddings (gradients flow through them).
-        key: (N, d) L2-normalised positive keys (normally detached momentum-encoder outputs).
-        negatives: (K, d) L2-normalised negative keys (the queue).
-        tau, beta, prior, c, c0, sigma2, prior_m: as in :class:`LoracLoss`.
-        lowrank_views: indices into ``queries`` of the views that enter Q (default: all).
+        views, keys, queues, global_lowrank: as in :meth:`LoracLoss.forward` (one key crop:
+            ``keys`` (1, N, d), ``queues`` (1, K, d); see the module docstring).
+        **criterion: :class:`LoracLoss`'s keyword arguments (``tau``, ``beta``, ``prior``,
+            ``key_views``, ``lowrank_views``, ``c``, ``c0``, ``sigma2``, ``prior_m``,
+            ``q_construction``), validated by it.
 
     Returns:
-        Scalar float32 loss. With one query and prior ``none`` it is InfoNCE, Eq. (1).
+        The scalar float32 loss (for the statistics, call a :class:`LoracLoss`). With one key
+        crop, one query and prior ``none`` it is InfoNCE, Eq. (1).
 
     Raises:
-        ValueError: on inconsistent shapes or invalid hyperparameters, naming the argument.
+        ValueError: on invalid hyperparameters, indices or shapes, naming the argument.
     """
-    return lorac_loss_with_stats(
-        queries,
-        key,
-        negatives,
-        tau=tau,
-        beta=beta,
-        prior=prior,
-        lowrank_views=lowrank_views,
-        c=c,
-        c0=c0,
-        sigma2=sigma2,
-        prior_m=prior_m,
-    )[0]
-
-
-def log_prior(
-    queries: torch.Tensor,
-    key: torch.Tensor,
-    *,
-    tau: float,
-    beta: float,
-    prior: str | Prior = "laplace",
-    lowrank_views: Sequence[int] | None = None,
-    c: float | None = None,
-    c0: float | None = None,
-    sigma2: float | None = None,
-    prior_m: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """log h(Q) per instance, (N,), and the nuclear norm it used, (N,) (zeros if unused).
-
-    ``queries`` (M-1, N, d) and ``key`` (N, d) as in :func:`lorac_loss`; computed in float32.
-    """
-    views, keys, _, low = _single_key(queries, key, None, lowrank_views)
-    criterion = LoracLoss(
-        tau=tau,
-        beta=beta,
-        prior=prior,
-        lowrank_views=low,
-        c=c,
-        c0=c0,
-        sigma2=sigma2,
-        prior_m=prior_m,
-        _function="log_prior",
-    )
-    zeros = key.new_zeros(key.shape[0], dtype=torch.float32)
-    if not criterion.prior.active(criterion.beta):
-        return zeros, zeros
-    lp, nuc = criterion._prior_terms(views.float(), keys.float(), None)
-    used = nuc if criterion.prior.reads_norm else zeros
-    return lp[0], zeros + used
+    # the statistics are dropped, so ||Q||_* is computed only where the prior reads it
+    return LoracLoss(**criterion)(views, keys, queues, global_lowrank, log_norm=False)[0]

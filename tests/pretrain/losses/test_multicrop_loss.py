@@ -1,4 +1,4 @@
-"""multicrop_lorac_loss against a plainly written float64 reading of the paper's objective.
+"""lorac_loss (LoracLoss as a function) against a plain float64 reading of the objective.
 
 The reference below is written instance by instance, key crop by key crop, query by query, with
 torch.linalg.svdvals for every nuclear norm; it shares no code with pretrain.losses.lorac.
@@ -15,11 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from pretrain.losses.lorac import (
-    multicrop_lorac_loss,
-    multicrop_lorac_loss_with_stats,
-    nuclear_norm,
-)
+from pretrain.losses.lorac import LoracLoss, lorac_loss, nuclear_norm
 from pretrain.modeling.distributed import all_gather_with_grad
 
 
@@ -102,7 +98,7 @@ def test_matches_reference_values_and_gradients(prior, kw, layout):
     v, key_views, low = layout
     views = _unit(v, 4, 12, seed=1).requires_grad_()
     keys, queues = _unit(len(key_views), 4, 12, seed=2), _unit(len(key_views), 20, 12, seed=3)
-    ours = multicrop_lorac_loss(
+    ours = lorac_loss(
         views, keys, queues, key_views=key_views, lowrank_views=low, tau=0.2, beta=1.5,
         prior=prior, **kw,
     )  # fmt: skip
@@ -120,7 +116,7 @@ def test_per_key_crop_construction_matches_reference(prior, kw):
     views = _unit(8, 3, 12, seed=4).requires_grad_()
     keys, queues = _unit(2, 3, 12, seed=5), _unit(2, 16, 12, seed=6)
     args = dict(key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2, beta=2.0, prior=prior, **kw)
-    ours = multicrop_lorac_loss(views, keys, queues, q_construction="per_key_crop", **args)
+    ours = lorac_loss(views, keys, queues, q_construction="per_key_crop", **args)
     (g_ours,) = torch.autograd.grad(ours, views)
     v64 = views.detach().double().requires_grad_()
     ref = reference(v64, keys, queues, [0, 1], [0, 1, 2], 0.2, 2.0, prior, "per_key_crop", **kw)
@@ -128,7 +124,7 @@ def test_per_key_crop_construction_matches_reference(prior, kw):
     assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
     assert torch.allclose(g_ours.double(), g_ref, atol=1e-6, rtol=1e-4)
     # and the two readings really differ (5-row vs 3-row Q)
-    other = multicrop_lorac_loss(views, keys, queues, **args)
+    other = lorac_loss(views, keys, queues, **args)
     assert abs(other.item() - ours.item()) > 1e-4
 
 
@@ -147,7 +143,7 @@ def test_paper_layout_builds_five_row_q(monkeypatch):
     real = losses.nuclear_norm
     monkeypatch.setattr(losses, "nuclear_norm", lambda x: shapes.append(tuple(x.shape)) or real(x))
     views, keys, queues = _unit(8, 3, 12, seed=8), _unit(2, 3, 12, seed=9), _unit(2, 8, 12, seed=1)
-    losses.multicrop_lorac_loss(
+    losses.lorac_loss(
         views, keys, queues, key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2, beta=2.0
     )
     assert shapes == [(3, 5, 12)]
@@ -158,10 +154,10 @@ def test_unread_views_are_never_read():
     views = _unit(2, 4, 8, seed=2)
     keys, queues = _unit(1, 4, 8, seed=3), _unit(1, 8, 8, seed=4)
     args = dict(key_views=[0], lowrank_views=[1], tau=0.2, beta=math.inf, prior="none")
-    clean = multicrop_lorac_loss(views, keys, queues, **args)
+    clean = lorac_loss(views, keys, queues, **args)
     poisoned = views.clone()
     poisoned[0] = float("nan")
-    assert multicrop_lorac_loss(poisoned, keys, queues, **args).item() == clean.item()
+    assert lorac_loss(poisoned, keys, queues, **args).item() == clean.item()
 
 
 def test_accuracy_uses_plain_similarities():
@@ -171,8 +167,8 @@ def test_accuracy_uses_plain_similarities():
     views = _unit(4, 16, 8, seed=5)
     views[:, :8] = F.normalize(keys[0, :8] + 0.3 * views[:, :8], dim=-1)
     args = dict(key_views=[0], lowrank_views=[0, 1, 2, 3], tau=0.2)
-    _, off = multicrop_lorac_loss_with_stats(views, keys, queues, beta=math.inf, **args)
-    _, on = multicrop_lorac_loss_with_stats(views, keys, queues, beta=0.01, **args)
+    _, off = LoracLoss(beta=math.inf, **args)(views, keys, queues)
+    _, on = LoracLoss(beta=0.01, **args)(views, keys, queues)
     assert on.log_prior.item() < -10  # the prior's margin is huge ...
     assert on.accuracy.item() == off.accuracy.item()  # ... and does not move the accuracy
     assert 0 < off.accuracy.item() < 1
@@ -195,14 +191,14 @@ def test_bad_arguments_name_the_argument(kwargs, name):
     views, keys, queues = _unit(4, 2, 8, seed=1), _unit(2, 2, 8, seed=2), _unit(2, 4, 8, seed=3)
     args = dict(key_views=[0, 1], lowrank_views=[0, 1], tau=0.2, beta=2.0) | kwargs
     with pytest.raises(ValueError, match=name):
-        multicrop_lorac_loss(views, keys, queues, **args)
+        lorac_loss(views, keys, queues, **args)
 
 
 def test_float32_under_autocast():
     views = _unit(4, 3, 8, seed=1).bfloat16().requires_grad_()
     keys, queues = _unit(2, 3, 8, seed=2).bfloat16(), _unit(2, 4, 8, seed=3).bfloat16()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = multicrop_lorac_loss(
+        loss = lorac_loss(
             views, keys, queues, key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2, beta=2.0
         )
     assert loss.dtype == torch.float32
@@ -226,7 +222,7 @@ def _batchwise_worker(rank: int, world: int, init: str, out: str) -> None:
         mine = views[:, rank * half : (rank + 1) * half].clone().requires_grad_()
         my_keys = keys[:, rank * half : (rank + 1) * half]
         gathered = all_gather_with_grad(mine[ARGS["lowrank_views"]], dim=1)
-        loss = multicrop_lorac_loss(mine, my_keys, queues, global_lowrank=gathered, **ARGS)
+        loss = lorac_loss(mine, my_keys, queues, global_lowrank=gathered, **ARGS)
         loss.backward()
         torch.save({"loss": loss.detach(), "grad": mine.grad}, f"{out}/rank{rank}.pt")
     finally:
@@ -239,7 +235,7 @@ def test_batchwise_two_processes_equal_one_process(tmp_path):
     DDP's averaging applies to the parameters)."""
     views, keys, queues = _data()
     full = views.clone().requires_grad_()
-    loss = multicrop_lorac_loss(full, keys, queues, **ARGS)
+    loss = lorac_loss(full, keys, queues, **ARGS)
     loss.backward()
     init = f"file://{tmp_path}/store"
     mp.spawn(_batchwise_worker, args=(2, init, str(tmp_path)), nprocs=2, join=True)
@@ -248,5 +244,5 @@ def test_batchwise_two_processes_equal_one_process(tmp_path):
     grad = torch.cat([p["grad"] / 2 for p in parts], dim=1)
     assert torch.allclose(grad, full.grad, atol=1e-7, rtol=1e-5)
     # the shared P matters: each half alone would give another loss
-    alone = multicrop_lorac_loss(views[:, :3], keys[:, :3], queues, **ARGS)
+    alone = lorac_loss(views[:, :3], keys[:, :3], queues, **ARGS)
     assert abs(alone.item() - parts[0]["loss"].item()) > 1e-5

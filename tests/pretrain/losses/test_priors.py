@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses.lorac import PRIORS, lorac_loss, multicrop_lorac_loss
+from pretrain.losses.lorac import PRIORS, lorac_loss
 from pretrain.losses.priors import (
     PRIOR_REGISTRY,
     BatchwisePrior,
@@ -88,8 +88,8 @@ def test_an_instance_gives_the_loss_of_its_name(prior):
     keys, queues = _unit(2, 4, 12, seed=2), _unit(2, 20, 12, seed=3)
     args = dict(key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2, beta=1.5)
     constants = {f.name: getattr(prior, f.name) for f in dataclasses.fields(prior)}
-    by_name = multicrop_lorac_loss(views, keys, queues, prior=prior.name, **constants, **args)
-    by_object = multicrop_lorac_loss(views, keys, queues, prior=prior, **args)
+    by_name = lorac_loss(views, keys, queues, prior=prior.name, **constants, **args)
+    by_object = lorac_loss(views, keys, queues, prior=prior, **args)
     (g_name,) = torch.autograd.grad(by_name, views)
     (g_object,) = torch.autograd.grad(by_object, views)
     assert by_object.item() == by_name.item()
@@ -106,24 +106,30 @@ class _TwiceLaplace(Prior):
         return -2.0 * nuc / (rows * beta * tau)
 
 
-def test_the_loss_calls_the_prior_object():
-    """log h = -2 ||Q||_* / (M beta tau) at beta is Laplace at beta / 2, in both losses."""
-    q, k, neg = _unit(3, 4, 8, seed=4), _unit(4, 8, seed=5), _unit(10, 8, seed=6)
-    ours = lorac_loss(q, k, neg, tau=0.2, beta=2.0, prior=_TwiceLaplace())
-    laplace = lorac_loss(q, k, neg, tau=0.2, beta=1.0, prior="laplace")
+@pytest.mark.parametrize(
+    "shapes,layout",
+    [((4, 1, 10), dict(key_views=[0], lowrank_views=[1, 2, 3])),  # one key crop
+     ((5, 2, 6), dict(key_views=[0, 1], lowrank_views=[0, 1, 2]))],
+    ids=["one_key_crop", "two_key_crops"],
+)  # fmt: skip
+def test_the_loss_calls_the_prior_object(shapes, layout):
+    """log h = -2 ||Q||_* / (M beta tau) at beta is Laplace at beta / 2."""
+    v, j, k = shapes
+    views, keys, queues = _unit(v, 4, 8, seed=7), _unit(j, 4, 8, seed=8), _unit(j, k, 8, seed=9)
+    args = dict(tau=0.2, **layout)
+    ours = lorac_loss(views, keys, queues, beta=2.0, prior=_TwiceLaplace(), **args)
+    laplace = lorac_loss(views, keys, queues, beta=1.0, prior="laplace", **args)
     assert ours.item() == pytest.approx(laplace.item(), rel=1e-6)
-    assert ours.item() != pytest.approx(lorac_loss(q, k, neg, tau=0.2, beta=2.0).item(), rel=1e-4)
-    views, keys, queues = _unit(5, 4, 8, seed=7), _unit(2, 4, 8, seed=8), _unit(2, 6, 8, seed=9)
-    args = dict(key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2)
-    ours = multicrop_lorac_loss(views, keys, queues, beta=2.0, prior=_TwiceLaplace(), **args)
-    laplace = multicrop_lorac_loss(views, keys, queues, beta=1.0, prior="laplace", **args)
-    assert ours.item() == pytest.approx(laplace.item(), rel=1e-6)
+    plain = lorac_loss(views, keys, queues, beta=2.0, **args)
+    assert ours.item() != pytest.approx(plain.item(), rel=1e-4)
 
 
 def test_an_instance_with_constants_is_rejected():
-    q, k, neg = _unit(3, 4, 8, seed=10), _unit(4, 8, seed=11), _unit(10, 8, seed=12)
-    with pytest.raises(ValueError, match="lorac_loss: prior"):
-        lorac_loss(q, k, neg, tau=0.2, beta=1.0, prior=ConstantPrior(c=3.0), c=2.0)
+    with pytest.raises(ValueError, match="LoracLoss: prior"):
+        lorac_loss(
+            _unit(4, 4, 8, seed=10), _unit(1, 4, 8, seed=11), _unit(1, 10, 8, seed=12),
+            tau=0.2, beta=1.0, prior=ConstantPrior(c=3.0), c=2.0, lowrank_views=[1, 2, 3],
+        )  # fmt: skip
 
 
 def test_config_accepts_a_prior_registered_after_import(monkeypatch, tmp_path):
