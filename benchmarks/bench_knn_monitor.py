@@ -42,11 +42,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.config import load_config
 from pretrain.data.datasets import read_class_list
-from pretrain.data.loader import build_batch_augment
 from pretrain.evaluation.features import batch_shards
 from pretrain.evaluation.knn import knn_accuracy
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
+from pretrain.utils.pixels import normalize_, to_unit_float
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/pretrain/Base-IN100-R18.yaml"
@@ -99,10 +99,12 @@ class _DataOnly(nn.Module):
 
     def __init__(self, device: str) -> None:
         super().__init__()
-        self.register_buffer("queues", torch.zeros(1, device=device))
-        self.channels_last = False
-        self.encoder_q = nn.Module()
-        self.encoder_q.backbone = _Mean()
+        self.device = torch.device(device)
+        self.backbone = _Mean()
+
+    def backbone_features(self, images: torch.Tensor) -> torch.Tensor:
+        x = normalize_(to_unit_float(images.to(self.device, non_blocking=True)))
+        return self.backbone(x)
 
 
 def _shares(cfg: CfgNode, world: int) -> list[tuple[int, int]]:
@@ -132,8 +134,7 @@ def _evaluate(config: str, opts: list[str], model_kind: str, repeats: int, out: 
         if world > 1:
             ids = [comm.get_local_rank()] if device == "cuda" else None
             model = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
-    augment = build_batch_augment(cfg)
-    hook = build_knn_hook(cfg, model, lambda v: augment(v, None, apply_color=False))
+    hook = build_knn_hook(cfg, model)
     shares = [sum(share) for share in _shares(cfg, world)]
     runs = []
     for _ in range(repeats):

@@ -125,6 +125,8 @@ _C.SOLVER.AMP.PRECISION = "bfloat16"  # "bfloat16" or "float16" (float16 uses a 
 
 _C.TEST = CN()
 _C.TEST.KNN_PERIOD = 0  # iterations between kNN evaluations (0 = off)
+# the weighted kNN's k and T everywhere (the monitor, the demo, knn_eval, the analysis): the
+# defaults of pretrain.evaluation.knn are read from here
 _C.TEST.KNN_K = 200
 _C.TEST.KNN_T = 0.07
 _C.TEST.KNN_TRAIN_IMAGES = 10000  # subset sizes for the periodic kNN

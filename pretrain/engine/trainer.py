@@ -160,11 +160,7 @@ class PretrainTrainer(SimpleTrainer):
         """Hooks added before checkpointing/writing (the kNN monitor, when configured)."""
         if self.cfg.TEST.KNN_PERIOD <= 0:
             return []
-
-        def normalize(views: list[torch.Tensor]) -> list[torch.Tensor]:
-            return self.color_augment(views, None, apply_color=False)
-
-        return [build_knn_hook(self.cfg, self.model, normalize)]
+        return [build_knn_hook(self.cfg, self.model)]
 
     def resume(self) -> bool:
         """Resume from ``OUTPUT_DIR/last_checkpoint`` if present; returns whether it did."""

@@ -2,7 +2,8 @@
 
 Each of the k nearest reference features (cosine similarity s) votes for its label with weight
 exp(s / T); the class with the largest total wins. The defaults :data:`KNN_K` and :data:`KNN_T`
-(k = 200, T = 0.07, as in the InstDisc / MoCo literature) are written only here. This is the
+(k = 200, T = 0.07, as in the InstDisc / MoCo literature) are the config's ``TEST.KNN_K`` and
+``TEST.KNN_T`` (:mod:`pretrain.config.defaults`), written only there. This is the
 project's one kNN: the pretraining monitor (:mod:`.knn_monitor`), the demo, ``tools/knn_eval.py``,
 the nuclear-norm analysis and the study all score features with it; which images are
 references and which are queries is theirs to choose.
@@ -15,12 +16,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from pretrain.config.defaults import get_cfg
+
 from .features import extract_features
 
 __all__ = ["KNN_K", "KNN_T", "knn_accuracy", "knn_top1", "weighted_knn_predict"]
 
-KNN_K = 200  # neighbours that vote
-KNN_T = 0.07  # temperature T of the exp(s / T) vote weights
+_TEST = get_cfg().TEST
+KNN_K: int = _TEST.KNN_K  # neighbours that vote
+KNN_T: float = _TEST.KNN_T  # temperature T of the exp(s / T) vote weights
 
 
 def weighted_knn_predict(

@@ -31,13 +31,13 @@ up to cuDNN's choice of algorithm in each process).
 Contract of ``feature_fn(images) -> (B, D) features`` (:class:`KNNHook`): it receives each batch
 exactly as the loaders yield it (on CPU), moves it to its device, and is responsible for eval
 mode; it must not run a collective (processes embed different numbers of batches).
-:func:`build_knn_hook` builds it from the underlying model of a DDP wrapper (the backbone
-alone, never DDP's forward, which would wait for a backward), in eval mode and restoring the
-mode after each batch. The hook embeds under ``torch.no_grad()``; it is meant for monitoring
-subsets, not full ImageNet.
+:func:`build_knn_hook` uses the model's own ``backbone_features`` (the underlying model of a DDP
+wrapper: the backbone alone, never DDP's forward, which would wait for a backward; eval mode,
+restored after each batch; the training views' uint8 -> float normalisation). The hook embeds
+under ``torch.no_grad()``; it is meant for monitoring subsets, not full ImageNet.
 
-The hook takes the model and the run's normalisation, not the trainer, so that the trainer can
-import this module (until 2026-11 the two imported each other).
+The hook takes the model, not the trainer, so that the trainer can import this module (until
+2026-11 the two imported each other).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 from detectron2.engine import HookBase
@@ -77,9 +77,6 @@ from pretrain.utils.signals import shield_data_worker
 __all__ = ["KNNHook", "build_knn_hook", "knn_sources"]
 
 logger = logging.getLogger(__name__)
-
-# uint8 views -> normalised float views, e.g. the trainer's BatchColorAugment with apply_color off
-Normalize = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 # The monitor's workers are started afresh at every evaluation: fork them (milliseconds, the
 # sources shared copy-on-write) even where the process's default is spawn (detectron2's launch
@@ -226,10 +223,10 @@ def knn_sources(
     return labelled_splits(cfg.DATASETS.TYPE, root, cfg.DATASETS.CLASS_LIST)
 
 
-def build_knn_hook(cfg: CfgNode, model: nn.Module, normalize: Normalize) -> KNNHook:
-    """The :class:`KNNHook` of ``model`` (a pretraining model, DDP-wrapped or not) as
-    ``cfg.TEST`` describes it, for this process's share; ``normalize`` turns uint8 views into
-    the model's float input. Every process of a run builds it."""
+def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
+    """The :class:`KNNHook` of ``model`` (a pretraining model, DDP-wrapped or not: anything with
+    ``device`` and ``backbone_features(uint8 images)``) as ``cfg.TEST`` describes it, for this
+    process's share. Every process of a run builds it."""
     train_src, test_src = knn_sources(cfg)
     size, t = cfg.INPUT.LARGE_SIZE, cfg.TEST
     rank, world = comm.get_rank(), comm.get_world_size()
@@ -238,7 +235,7 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module, normalize: Normalize) -> KNNH
 
     # the module itself: DDP's forward would wait for a backward (and the backbone is all we run)
     model = model.module if hasattr(model, "module") else model
-    device = model.queues.device
+    device = model.device
 
     # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
     crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
@@ -264,21 +261,9 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module, normalize: Normalize) -> KNNH
             worker_init_fn=shield_data_worker if n > 0 else None,
         )
 
-    def feature_fn(images: torch.Tensor) -> torch.Tensor:
-        backbone = model.encoder_q.backbone
-        was_training = backbone.training
-        backbone.eval()  # also keeps synchronised BatchNorm from running a collective
-        try:
-            x = normalize([images.to(device, non_blocking=True)])[0]
-            if model.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            return backbone(x)
-        finally:
-            backbone.train(was_training)
-
     return KNNHook(
         t.KNN_PERIOD,
-        feature_fn,
+        model.backbone_features,
         loader(train_src, [subsets[0][i] for i in shares[0]]),
         loader(test_src, [subsets[1][i] for i in shares[1]]),
         num_classes=len(train_src.classes),

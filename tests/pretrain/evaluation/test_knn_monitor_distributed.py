@@ -20,7 +20,6 @@ from detectron2.utils import comm
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.config import load_config
-from pretrain.data.loader import build_batch_augment
 from pretrain.engine.trainer import PretrainTrainer
 from pretrain.evaluation.features import batch_shards, gather_embeddings
 from pretrain.evaluation.knn_monitor import KNNHook, build_knn_hook
@@ -106,8 +105,7 @@ def _embed(opts: list[str], out: str) -> None:
     model.encoder_q.backbone.register_forward_pre_hook(
         lambda _, args: embedded.append(args[0].shape[0])
     )
-    augment = build_batch_augment(cfg)
-    hook = build_knn_hook(cfg, wrapped, lambda views: augment(views, None, apply_color=False))
+    hook = build_knn_hook(cfg, wrapped)
     gathered = hook.features()
     embedded_once = list(embedded)
     top1 = hook.compute()
