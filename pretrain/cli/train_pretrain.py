@@ -15,7 +15,7 @@ from detectron2.engine import launch
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
-from pretrain.engine.trainer import PretrainTrainer
+from pretrain.engine.run import run_pretraining
 from pretrain.utils.distributed import set_fail_fast_env
 
 __all__ = ["main", "train"]
@@ -24,10 +24,7 @@ __all__ = ["main", "train"]
 @exit_on_user_error
 def train(args: argparse.Namespace) -> None:
     """Set up, resume and train in one process (what ``launch`` runs in each worker)."""
-    cfg = setup(args)
-    trainer = PretrainTrainer(cfg)
-    trainer.resume()
-    trainer.train()
+    run_pretraining(setup(args))
 
 
 @exit_on_user_error

@@ -40,15 +40,12 @@ class PretrainJob(Checkpointable):
 
     def __call__(self) -> str:
         from pretrain.engine.launch import argument_parser, setup
-        from pretrain.engine.trainer import PretrainTrainer
+        from pretrain.engine.run import run_pretraining
 
         parser = argument_parser("pretraining job")
         args = parser.parse_args(["--config-file", self.config_file, *self.opts])
         cfg = setup(args)  # joins the process group from SLURM_* / SUBMITIT_LOCAL_* variables
-        trainer = PretrainTrainer(cfg)
-        trainer.register_hooks(self.extra_hooks)
-        trainer.resume()
-        trainer.train()
+        run_pretraining(cfg, self.extra_hooks)
         # Done: a time-limit warning arriving now must not kill the exiting process (Python
         # resets handled signals to their default action, "terminate", during shutdown) and
         # turn a finished job into a failed one. Ignored signals are left ignored.

@@ -168,17 +168,14 @@ def run_demo(
     """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate."""
     from detectron2.utils.logger import setup_logger
 
-    from pretrain.engine.trainer import PretrainTrainer
+    from pretrain.engine.run import run_pretraining
 
     cfg = load_config(DEMO_CONFIG, ["OUTPUT_DIR", output_dir] + list(opts or []))
     os.makedirs(output_dir, exist_ok=True)
     setup_logger(output_dir, name="pretrain")
     setup_logger(output_dir, name="detectron2")
     start = time.perf_counter()
-    trainer = PretrainTrainer(cfg)
-    trainer.resume()
-    if trainer.start_iter < trainer.max_iter:
-        trainer.train()
+    trainer = run_pretraining(cfg)
     seconds = time.perf_counter() - start
     ckpt = os.path.join(output_dir, "model_final.pth")
     weights = load_backbone(ckpt)

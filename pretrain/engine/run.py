@@ -1,0 +1,44 @@
+"""One sequence for every way a pretraining run is started: build, resume, train what is left.
+
+The CLI (``tools/train_pretrain.py``, in each launched process), the SLURM job
+(:mod:`pretrain.cluster.jobs`), the study (:mod:`transfer.study.run`) and the demo
+(:mod:`transfer.classification.demo`) all call :func:`run_pretraining` after their own set-up
+(joining a process group and holding ``OUTPUT_DIR`` for the first two, loggers for the last two).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from detectron2.engine import HookBase
+from fvcore.common.config import CfgNode
+
+from pretrain.engine.trainer import PretrainTrainer
+
+__all__ = ["run_pretraining"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_pretraining(cfg: CfgNode, extra_hooks: Sequence[HookBase] = ()) -> PretrainTrainer:
+    """Build the trainer of ``cfg`` (and ``extra_hooks``), resume from
+    ``OUTPUT_DIR/last_checkpoint`` when there is one, and train the iterations left; a run whose
+    last checkpoint is final is not trained again. Returns the trainer: ``start_iter`` (where
+    this call started), ``max_iter``, and ``train_seconds`` (the time spent in ``train()``,
+    0.0 when nothing was left)."""
+    trainer = PretrainTrainer(cfg)
+    trainer.register_hooks(list(extra_hooks))
+    trainer.resume()
+    trainer.train_seconds = 0.0
+    if trainer.start_iter >= trainer.max_iter:
+        logger.info(
+            f"{cfg.OUTPUT_DIR} holds the final checkpoint (iteration {trainer.max_iter}): "
+            "nothing left to train"
+        )
+        return trainer
+    start = time.perf_counter()
+    trainer.train()
+    trainer.train_seconds = time.perf_counter() - start
+    return trainer
