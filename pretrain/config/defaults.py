@@ -16,8 +16,32 @@ from fvcore.common.config import CfgNode as CN
 from pretrain.config.strict import load_strict
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
-__all__ = ["ConfigError", "get_cfg", "load_config", "validate_cfg"]
+__all__ = [
+    "AMP_PRECISIONS",
+    "DATASET_TYPES",
+    "DEVICES",
+    "FASHION_MNIST",
+    "IMAGEFOLDER",
+    "NORMS",
+    "OPTIMIZERS",
+    "STEMS",
+    "ConfigError",
+    "check_world_size",
+    "get_cfg",
+    "load_config",
+    "validate_cfg",
+]
 
+
+# The values a key may take, defined once: validate_cfg below and the code acting on them
+# (modeling/encoder.py, solver/build.py, data/datasets.py) read these.
+STEMS = ("imagenet", "small")  # MODEL.STEM
+NORMS = ("auto", "SyncBN", "NaiveSyncBN", "BN")  # MODEL.NORM
+DEVICES = ("cpu", "cuda")  # MODEL.DEVICE
+OPTIMIZERS = ("LARS", "SGD")  # SOLVER.OPTIMIZER
+AMP_PRECISIONS = ("bfloat16", "float16")  # SOLVER.AMP.PRECISION
+IMAGEFOLDER, FASHION_MNIST = "imagefolder", "fashion_mnist"
+DATASET_TYPES = (IMAGEFOLDER, FASHION_MNIST)  # DATASETS.TYPE
 
 _C = CN()
 _C.VERSION = 1
@@ -167,102 +191,98 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
         raise ConfigError(f"{key} = {value!r}: {why}")
 
 
+def _one_of(node: CN, key: str, prefix: str, choices: Sequence[str]) -> None:
+    _need(node[key] in choices, f"{prefix}.{key}", node[key], f"must be one of {tuple(choices)}")
+
+
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
-    """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
+    """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training.
+
+    One check per config node; the values a key may take are the tables above, which the code
+    acting on them (modeling/encoder.py, solver/build.py, data/datasets.py) reads too, and the
+    registries of the losses (priors, Q constructions, low-rank view sets)."""
+    _check_loss(cfg.LOSS)
+    _check_input(cfg.INPUT)
+    _check_model(cfg.MODEL)
+    _check_solver(cfg.SOLVER, cfg.MODEL.QUEUE_SIZE, world_size)
+    _check_datasets(cfg.DATASETS)
+    _need(cfg.DIST.TIMEOUT_MINUTES > 0, "DIST.TIMEOUT_MINUTES", cfg.DIST.TIMEOUT_MINUTES,
+          "must be > 0 (minutes)")  # fmt: skip
+    _check_test(cfg.TEST, cfg.DATASETS.TYPE)
+
+
+def _check_loss(loss: CN) -> None:
     from pretrain.losses.lorac import LOWRANK_VIEW_SETS, Q_CONSTRUCTIONS
     from pretrain.losses.priors import prior_names
 
-    loss, inp, sol, mod = cfg.LOSS, cfg.INPUT, cfg.SOLVER, cfg.MODEL
     _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")
-    beta = float(loss.BETA)
-    _need(beta > 0, "LOSS.BETA", loss.BETA, "must be > 0 (inf disables the prior)")
-    # Asked of the registry now, so that a prior registered by a user's module is accepted too.
-    priors = prior_names()
-    _need(loss.PRIOR in priors, "LOSS.PRIOR", loss.PRIOR, f"must be one of {priors}")
+    _need(float(loss.BETA) > 0, "LOSS.BETA", loss.BETA, "must be > 0 (inf disables the prior)")
+    # asked of the registry now, so that a prior registered by a user's module is accepted too
+    _one_of(loss, "PRIOR", "LOSS", prior_names())
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
-    _need(
-        loss.LOWRANK_VIEWS in LOWRANK_VIEW_SETS,
-        "LOSS.LOWRANK_VIEWS",
-        loss.LOWRANK_VIEWS,
-        "must be 'large', 'all' or 'queries'",
-    )
-    _need(
-        loss.Q_CONSTRUCTION in Q_CONSTRUCTIONS,
-        "LOSS.Q_CONSTRUCTION",
-        loss.Q_CONSTRUCTION,
-        f"must be one of {Q_CONSTRUCTIONS}",
-    )
+    _one_of(loss, "LOWRANK_VIEWS", "LOSS", LOWRANK_VIEW_SETS)
+    _one_of(loss, "Q_CONSTRUCTION", "LOSS", Q_CONSTRUCTIONS)
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
     _need(loss.BETA_INF_EPOCHS >= 0, "LOSS.BETA_INF_EPOCHS", loss.BETA_INF_EPOCHS, "must be >= 0")
+
+
+def _check_input(inp: CN) -> None:
     views = inp.LARGE_CROPS + inp.SMALL_CROPS
     _need(inp.LARGE_CROPS >= 1, "INPUT.LARGE_CROPS", inp.LARGE_CROPS, "need at least one")
     _need(inp.SMALL_CROPS >= 0, "INPUT.SMALL_CROPS", inp.SMALL_CROPS, "must be >= 0")
     _need(views >= 2, "INPUT.LARGE_CROPS + INPUT.SMALL_CROPS", views, "need at least two views")
-    _need(
-        1 <= inp.KEY_CROPS <= inp.LARGE_CROPS,
-        "INPUT.KEY_CROPS",
-        inp.KEY_CROPS,
-        "must be between 1 and INPUT.LARGE_CROPS",
-    )
+    _need(1 <= inp.KEY_CROPS <= inp.LARGE_CROPS, "INPUT.KEY_CROPS", inp.KEY_CROPS,
+          "must be between 1 and INPUT.LARGE_CROPS")  # fmt: skip
     for key in ("JITTER_PROB", "GRAYSCALE_PROB", "BLUR_PROB"):
         _need(0 <= inp[key] <= 1, f"INPUT.{key}", inp[key], "must be a probability in [0, 1]")
     for key in ("LARGE_SCALE", "SMALL_SCALE", "BLUR_SIGMA"):
         lo, hi = inp[key]
         _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
-    _need(mod.STEM in ("imagenet", "small"), "MODEL.STEM", mod.STEM, "imagenet or small")
+
+
+def _check_model(mod: CN) -> None:
+    _one_of(mod, "STEM", "MODEL", STEMS)
     _need(mod.QUEUE_SIZE > 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE, "must be > 0")
     _need(0 <= mod.MOMENTUM < 1, "MODEL.MOMENTUM", mod.MOMENTUM, "must be in [0, 1)")
-    _need(
-        mod.NORM in ("auto", "SyncBN", "NaiveSyncBN", "BN"),
-        "MODEL.NORM",
-        mod.NORM,
-        "must be auto, SyncBN, NaiveSyncBN or BN",
-    )
-    _need(sol.IMS_PER_BATCH > 0, "SOLVER.IMS_PER_BATCH", sol.IMS_PER_BATCH, "must be > 0")
-    _need(
-        sol.IMS_PER_BATCH % world_size == 0,
-        "SOLVER.IMS_PER_BATCH",
-        sol.IMS_PER_BATCH,
-        f"must be divisible by the number of processes ({world_size})",
-    )
-    _need(
-        mod.QUEUE_SIZE % sol.IMS_PER_BATCH == 0,
-        "MODEL.QUEUE_SIZE",
-        mod.QUEUE_SIZE,
-        f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {sol.IMS_PER_BATCH}",
-    )
-    _need(sol.OPTIMIZER in ("LARS", "SGD"), "SOLVER.OPTIMIZER", sol.OPTIMIZER, "LARS or SGD")
+    _one_of(mod, "NORM", "MODEL", NORMS)
+    _one_of(mod, "DEVICE", "MODEL", DEVICES)
+
+
+def _check_solver(sol: CN, queue_size: int, world_size: int) -> None:
+    batch = sol.IMS_PER_BATCH
+    _need(batch > 0, "SOLVER.IMS_PER_BATCH", batch, "must be > 0")
+    _check_batch_split(batch, world_size)
+    _need(queue_size % batch == 0, "MODEL.QUEUE_SIZE", queue_size,
+          f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {batch}")  # fmt: skip
+    _one_of(sol, "OPTIMIZER", "SOLVER", OPTIMIZERS)
     _need(sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR, "must be > 0")
     _need(sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR, "must be >= 0")
-    _need(
-        sol.EPOCHS > 0 or sol.MAX_ITER > 0,
-        "SOLVER.EPOCHS",
-        sol.EPOCHS,
-        "must be > 0 unless SOLVER.MAX_ITER is set",
-    )
-    _need(
-        sol.AMP.PRECISION in ("bfloat16", "float16"),
-        "SOLVER.AMP.PRECISION",
-        sol.AMP.PRECISION,
-        "bfloat16 or float16",
-    )
-    _need(
-        cfg.DATASETS.TYPE in ("imagefolder", "fashion_mnist"),
-        "DATASETS.TYPE",
-        cfg.DATASETS.TYPE,
-        "imagefolder or fashion_mnist",
-    )
-    _need(bool(cfg.DATASETS.ROOT), "DATASETS.ROOT", cfg.DATASETS.ROOT, "must name a dataset root")
-    _need(mod.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", mod.DEVICE, "cpu or cuda")
-    timeout = cfg.DIST.TIMEOUT_MINUTES
-    _need(timeout > 0, "DIST.TIMEOUT_MINUTES", timeout, "must be > 0 (minutes)")
-    if cfg.TEST.KNN_PERIOD > 0:
-        _need(
-            cfg.DATASETS.TYPE != "imagefolder" or bool(cfg.TEST.KNN_ROOT),
-            "TEST.KNN_ROOT",
-            cfg.TEST.KNN_ROOT,
-            "the kNN monitor (TEST.KNN_PERIOD > 0) of an imagefolder run needs a labelled root "
-            "with train/ and val/ class folders",
-        )
-        for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE"):
-            _need(cfg.TEST[key] > 0, f"TEST.{key}", cfg.TEST[key], "must be > 0")
+    _need(sol.EPOCHS > 0 or sol.MAX_ITER > 0, "SOLVER.EPOCHS", sol.EPOCHS,
+          "must be > 0 unless SOLVER.MAX_ITER is set")  # fmt: skip
+    _one_of(sol.AMP, "PRECISION", "SOLVER.AMP", AMP_PRECISIONS)
+
+
+def _check_batch_split(batch: int, world_size: int) -> None:
+    _need(batch % world_size == 0, "SOLVER.IMS_PER_BATCH", batch,
+          f"must be divisible by the number of processes ({world_size})")  # fmt: skip
+
+
+def check_world_size(cfg: CN, world_size: int) -> None:
+    """What :func:`validate_cfg` (run by :func:`load_config` for one process) checks that
+    depends on the number of processes: the global batch splits evenly among them."""
+    _check_batch_split(cfg.SOLVER.IMS_PER_BATCH, world_size)
+
+
+def _check_datasets(data: CN) -> None:
+    _one_of(data, "TYPE", "DATASETS", DATASET_TYPES)
+    _need(bool(data.ROOT), "DATASETS.ROOT", data.ROOT, "must name a dataset root")
+
+
+def _check_test(test: CN, dataset_type: str) -> None:
+    if test.KNN_PERIOD <= 0:
+        return
+    _need(dataset_type != IMAGEFOLDER or bool(test.KNN_ROOT), "TEST.KNN_ROOT", test.KNN_ROOT,
+          "the kNN monitor (TEST.KNN_PERIOD > 0) of an imagefolder run needs a labelled root "
+          "with train/ and val/ class folders")  # fmt: skip
+    for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE"):
+        _need(test[key] > 0, f"TEST.{key}", test[key], "must be > 0")

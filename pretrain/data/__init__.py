@@ -2,5 +2,6 @@
 device.
 
 May import: :mod:`pretrain.utils` (errors, pixels, and the loaders' ``worker_init_fn``,
-:func:`pretrain.utils.signals.shield_data_worker`).
+:func:`pretrain.utils.signals.shield_data_worker`), :mod:`pretrain.config` (the valid values of
+DATASETS.TYPE).
 """

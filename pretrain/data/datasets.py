@@ -32,6 +32,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import DatasetFolder
 
+from pretrain.config.defaults import DATASET_TYPES, FASHION_MNIST, IMAGEFOLDER
 from pretrain.utils.errors import DatasetError  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -57,9 +58,7 @@ __all__ = [
     "to_rgb",
 ]
 
-FASHION_MNIST = "fashion_mnist"
-IMAGEFOLDER = "imagefolder"
-DATASET_TYPES = (IMAGEFOLDER, FASHION_MNIST)
+# DATASETS.TYPE's values (FASHION_MNIST, IMAGEFOLDER, DATASET_TYPES) come from the config's table.
 # The evaluation tools' --dataset and the linear probe's DATA.NAME spell it "fashion-mnist";
 # existing commands and configs keep working through this one mapping.
 _ALIASES = {"fashion-mnist": FASHION_MNIST}

@@ -18,7 +18,7 @@ from detectron2.utils.events import CommonMetricPrinter, get_event_storage
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
-from pretrain.config.defaults import ConfigError, validate_cfg
+from pretrain.config.defaults import ConfigError, check_world_size
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -86,7 +86,7 @@ class PretrainTrainer(SimpleTrainer):
 
     def __init__(self, cfg: CfgNode) -> None:
         world = comm.get_world_size()
-        validate_cfg(cfg, world)
+        check_world_size(cfg, world)  # the rest was validated by load_config
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg

@@ -9,7 +9,8 @@ It also provides ``momentum_update()`` and ``set_beta(beta)``, called by the tra
 runs the data path's last step (:func:`pretrain.data.loader.augment_views_on_device`) first, so
 models import nothing from :mod:`pretrain.data`.
 
-May import: :mod:`pretrain.losses`, :mod:`pretrain.utils`.
+May import: :mod:`pretrain.losses`, :mod:`pretrain.utils`, :mod:`pretrain.config` (the valid values
+of MODEL.STEM and MODEL.NORM).
 """
 
 from pretrain.modeling.build import META_ARCH_REGISTRY, build_model

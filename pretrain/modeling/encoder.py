@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from pretrain.config.defaults import NORMS, STEMS
 from pretrain.modeling.norm import BatchNorm2d, SyncBatchNorm, convert_batchnorm
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
 # images: a 28 px input keeps a 28x28 map after the stem and 4x4 in the last stage (the ImageNet
 # stem leaves 7x7 and 1x1). Module names stay torchvision's (conv1, bn1, maxpool = Identity), so
 # the state dict differs only in conv1.weight's kernel, (64, 3, 3, 3) instead of (64, 3, 7, 7).
-STEMS = ("imagenet", "small")
+# The names: pretrain.config.defaults.STEMS (MODEL.STEM).
 
 
 def set_stem(net: nn.Module, stem: str) -> nn.Module:
@@ -98,7 +99,7 @@ def convert_norm(module: nn.Module, norm: str) -> nn.Module:
     if norm == "SyncBN":
         return convert_batchnorm(module, SyncBatchNorm)
     if norm != "NaiveSyncBN":
-        raise ValueError(f"MODEL.NORM = {norm!r}: expected BN, SyncBN or NaiveSyncBN")
+        raise ValueError(f"MODEL.NORM = {norm!r}: expected one of {NORMS[1:]}")
     from detectron2.layers import NaiveSyncBatchNorm
 
     def _convert(m: nn.Module) -> nn.Module:

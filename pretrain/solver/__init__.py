@@ -1,6 +1,6 @@
 """Optimisers (LARS) and the parameter schedules (learning rate, beta) built from the config.
 
-May import: :mod:`pretrain.utils`.
+May import: :mod:`pretrain.utils`, :mod:`pretrain.config` (the valid values of SOLVER.OPTIMIZER).
 """
 
 from pretrain.solver.build import (

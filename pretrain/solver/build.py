@@ -28,6 +28,8 @@ from fvcore.common.param_scheduler import (
     ParamScheduler,
 )
 
+from pretrain.config.defaults import OPTIMIZERS
+
 __all__ = [
     "LARS",
     "BetaParamScheduler",
@@ -108,6 +110,8 @@ def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimiz
     """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
+    if s.OPTIMIZER not in OPTIMIZERS:
+        raise ValueError(f"SOLVER.OPTIMIZER = {s.OPTIMIZER!r}: expected one of {OPTIMIZERS}")
     if s.OPTIMIZER == "LARS":
         return LARS(
             params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY, eta=s.LARS_ETA
