@@ -36,7 +36,7 @@ CPU, so a CUDA batch never waits on a device-to-host synchronisation.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -122,18 +122,11 @@ class ColorParams:
         """The parameters of several batches, one after the other."""
         if len(parts) == 1:
             return parts[0]
-        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__))
+        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)})
 
     def __getitem__(self, index: slice) -> ColorParams:
-        """The parameters of a contiguous range of samples."""
-        return ColorParams(
-            self.jitter[index],
-            self.factors[index],
-            self.order[index],
-            self.grayscale[index],
-            self.blur[index],
-            self.sigma[index],
-        )
+        """The parameters of a contiguous range of samples (every field, by name)."""
+        return ColorParams(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 def sample_color_params(

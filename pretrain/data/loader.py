@@ -229,7 +229,14 @@ def collate_views(
         torch.stack([getattr(b["color"], f) for b in batch], dim=1, out=dst)
     index.copy_(torch.tensor([b["index"] for b in batch]))
     seeds.copy_(torch.tensor([b["seed"] for b in batch]))
-    color = [ColorParams(*(p[v] for p in params)) for v in range(n_views)] if fields else None
+    color = (
+        [
+            ColorParams(**{f: p[v] for f, p in zip(fields, params, strict=True)})
+            for v in range(n_views)
+        ]
+        if fields
+        else None
+    )
     return {
         "color_params": color,
         "views": views,
