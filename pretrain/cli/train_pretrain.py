@@ -3,12 +3,16 @@
   python tools/train_pretrain.py --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml \
       --num-gpus 8 OUTPUT_DIR output/lorac DATASETS.ROOT /data/imagenet/train
 
-Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists.
+Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists. Ctrl-C saves a
+checkpoint after the current iteration and stops with status 130 (a second Ctrl-C stops at once,
+without one); the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from datetime import timedelta
 
 from detectron2.engine import launch
@@ -24,7 +28,7 @@ __all__ = ["main", "train"]
 @exit_on_user_error
 def train(args: argparse.Namespace) -> None:
     """Set up, resume and train in one process (what ``launch`` runs in each worker)."""
-    run_pretraining(setup(args))
+    run_pretraining(setup(args), stop_on_interrupt=True)
 
 
 @exit_on_user_error
@@ -34,6 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_args_config(args)
     check_device(cfg.MODEL.DEVICE)  # once, before launch starts --num-gpus workers
     set_fail_fast_env()  # inherited by launch's workers, before they create the process group
+    try:
+        _launch(args, cfg.DIST.TIMEOUT_MINUTES)
+    except KeyboardInterrupt:  # a second Ctrl-C (the first saves and stops at a boundary)
+        print(
+            f"interrupted: stopped at once, without a checkpoint; the same command resumes from "
+            f"the last one in {cfg.OUTPUT_DIR}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
+    return 0
+
+
+def _launch(args: argparse.Namespace, timeout_minutes: float) -> None:
     launch(
         train,
         args.num_gpus,
@@ -41,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         args.machine_rank,
         args.dist_url,
         args=(args,),
-        timeout=timedelta(minutes=cfg.DIST.TIMEOUT_MINUTES),
+        timeout=timedelta(minutes=timeout_minutes),
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -81,11 +81,12 @@ class Preempted(SystemExit):
     A ``SystemExit`` with status 0: the process ends without detectron2 logging a training
     failure, without a traceback, and without submitit writing a result file for a job that is
     going to run again (SLURM's requeue decides whether it does; exit statuses do not matter to
-    it). ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
+    it); after Ctrl-C (SIGINT) with status 130, as a shell expects of an interrupted command.
+    ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
     """
 
-    def __init__(self, message: str) -> None:
-        super().__init__(0)
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(code)
         self.message = message
 
     def __str__(self) -> str:
@@ -125,6 +126,7 @@ class StopOnSignal(HookBase):
         self._signal_name = ""
         self._previous: dict[int, object] = {}
         self._agree_every = max(1, int(agree_every))
+        self._interrupted = False  # a first SIGINT was received
 
     @property
     def pending(self) -> bool:
@@ -133,6 +135,17 @@ class StopOnSignal(HookBase):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between two bytecodes of the training loop: record only (see module docstring).
+        if signum == signal.SIGINT:
+            if self._interrupted:  # a second Ctrl-C: stop now, without a checkpoint
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                raise KeyboardInterrupt
+            self._interrupted = True
+            print(
+                "Ctrl-C: stopping after this iteration with a checkpoint (Ctrl-C again: stop "
+                "now, without one)",
+                file=sys.stderr,
+                flush=True,
+            )
         action = self._signals.get(signum, STOP)
         if action > self._received:
             self._received, self._signal_name = action, signal.Signals(signum).name
@@ -142,7 +155,7 @@ class StopOnSignal(HookBase):
             self._previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, _ignore_child)
 
     def before_train(self) -> None:
-        self._received, self._signal_name = NONE, ""
+        self._received, self._signal_name, self._interrupted = NONE, "", False
         if threading.current_thread() is not threading.main_thread():
             logger.warning("training outside the main thread: no preemption signal handling")
             return
@@ -211,6 +224,6 @@ class StopOnSignal(HookBase):
         requeue = action == STOP_AND_REQUEUE
         if requeue and comm.is_main_process():
             self._requeue()
-        message += " once requeued" if requeue else " when restarted"
+        message += " once requeued" if requeue else " when restarted with the same command"
         print(message, file=sys.stderr, flush=True)
-        raise Preempted(message)
+        raise Preempted(message, 128 + signal.SIGINT if self._interrupted else 0)

@@ -22,13 +22,16 @@ __all__ = ["run_pretraining"]
 logger = logging.getLogger(__name__)
 
 
-def run_pretraining(cfg: CfgNode, extra_hooks: Sequence[HookBase] = ()) -> PretrainTrainer:
-    """Build the trainer of ``cfg`` (and ``extra_hooks``), resume from
+def run_pretraining(
+    cfg: CfgNode, extra_hooks: Sequence[HookBase] = (), stop_on_interrupt: bool = False
+) -> PretrainTrainer:
+    """Build the trainer of ``cfg`` (and ``extra_hooks``; ``stop_on_interrupt``: Ctrl-C saves a
+    checkpoint and stops, as SIGTERM does), resume from
     ``OUTPUT_DIR/last_checkpoint`` when there is one, and train the iterations left; a run whose
     last checkpoint is final is not trained again. Returns the trainer: ``start_iter`` (where
     this call started), ``max_iter``, and ``train_seconds`` (the time spent in ``train()``,
     0.0 when nothing was left)."""
-    trainer = PretrainTrainer(cfg)
+    trainer = PretrainTrainer(cfg, stop_on_interrupt)
     trainer.register_hooks(list(extra_hooks))
     trainer.resume()
     trainer.train_seconds = 0.0

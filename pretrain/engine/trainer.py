@@ -34,6 +34,7 @@ from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.locks import hold_for_lifetime
 from pretrain.utils.run_setup import dump_run_info
+from pretrain.utils.signals import default_stop_signals
 
 __all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
 
@@ -84,9 +85,10 @@ class PretrainTrainer(SimpleTrainer):
     stopped.
     """
 
-    def __init__(self, cfg: CfgNode) -> None:
+    def __init__(self, cfg: CfgNode, stop_on_interrupt: bool = False) -> None:
         world = comm.get_world_size()
         check_world_size(cfg, world)  # the rest was validated by load_config
+        self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
@@ -152,7 +154,8 @@ class PretrainTrainer(SimpleTrainer):
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
         # same iteration boundary, checked in run_step); see pretrain/engine/hooks.py
-        self.stop_on_signal = StopOnSignal(agree_every=cfg.SOLVER.LOG_PERIOD)
+        signals = default_stop_signals(interrupt=self.stop_on_interrupt)
+        self.stop_on_signal = StopOnSignal(signals, agree_every=cfg.SOLVER.LOG_PERIOD)
         ret.append(self.stop_on_signal)
         return ret
 

@@ -77,10 +77,14 @@ def requeue_slurm_job() -> None:
         logger.info(f"requeued SLURM job {job}")
 
 
-def default_stop_signals() -> dict[int, int]:
+def default_stop_signals(interrupt: bool = False) -> dict[int, int]:
     """Signal -> :data:`STOP` or :data:`STOP_AND_REQUEUE`: SIGTERM stops, SIGUSR1, SIGUSR2 and
-    submitit's ``SUBMITIT_PREEMPT_SIGNAL`` stop and requeue."""
+    submitit's ``SUBMITIT_PREEMPT_SIGNAL`` stop and requeue; with ``interrupt`` SIGINT (Ctrl-C)
+    stops too (what ``tools/train_pretrain.py`` asks for; a tool that handles Ctrl-C itself,
+    such as the study, leaves it out)."""
     sigs = {signal.SIGTERM: STOP, signal.SIGUSR1: STOP_AND_REQUEUE}
+    if interrupt:
+        sigs[signal.SIGINT] = STOP
     sigs[signal.SIGUSR2] = STOP_AND_REQUEUE
     submitit_sig = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
     if submitit_sig is not None and submitit_sig not in sigs:
