@@ -31,6 +31,11 @@ from transfer.analysis.report_sections import Figure, Section
 from transfer.analysis.report_tables import Table, compare_table, csv_table, runs_table
 from transfer.analysis.results import collect_results
 from transfer.analysis.runs import CURVES, RunData, load_run
+from transfer.analysis.study_comparison import comparison, mean_table
+from transfer.analysis.study_figures import write_plots
+from transfer.analysis.study_records import load_records
+from transfer.analysis.study_setup import StudyError
+from transfer.analysis.study_stats import summarize
 
 __all__ = ["Figure", "Report", "build_report"]
 
@@ -119,21 +124,12 @@ def _studies(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
     """One section per folder of study records (``tools/study.py --records``: ``make study``,
     ``make study-beta``, ``make study-views``): what it shows about LORAC vs MoCo-M (the same
     sentences as its Markdown page), its tables and its plots."""
-    from transfer.study.report import comparison, mean_rows, summarize, write_plots
-
     sections = []
     for i, (d, opt, results) in enumerate(loaded):
         summaries = summarize(results, opt.methods)
         found = comparison(opt, summaries)
         sec = Section(f"{found.title} ({len(results)} runs: {d})", text=list(found.text))
-        tables = [("The sweep" if opt.sweep else "LORAC − MoCo-M, paired by seed", found.rows)]
-        tables.append(("Mean ± sample standard deviation over seeds", mean_rows(summaries)))
-        for title, rows in tables:
-            if rows:
-                table = Table(title, list(rows[0]))
-                for row in rows:
-                    table.add([str(row.get(c, "-")) for c in table.columns])
-                sec.tables.append(table)
+        sec.tables += [t for t in (found.table, mean_table(summaries)) if t.rows]
         stem = os.path.join(fig_dir, f"study{i + 1}_{opt.sweep or 'methods'}")
         for title, path in write_plots(opt, summaries, stem):
             sec.figures.append(Figure(title, path, f"from {d}"))
@@ -153,9 +149,6 @@ def build_report(
     title: str = "LORAC experiment report",
 ) -> Report:
     """Read everything first (so a bad file fails before anything is written), then write."""
-    from transfer.study.config import StudyError
-    from transfer.study.records import load_records
-
     studies = []
     for d in study_records:
         try:

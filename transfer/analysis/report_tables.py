@@ -1,13 +1,14 @@
 """Table models for the report: the paper's tables with this run's rows beside the paper's.
 
 A :class:`Table` is plain text cells plus a kind per row (``paper``, ``ours``, ``missing`` or
-``plain``), rendered to HTML and Markdown by :mod:`.report`.
+``plain``), rendered to HTML and Markdown by :mod:`.report`; the study's pages
+(:mod:`.study_page`) build their tables as :class:`Table` s too.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pretrain.utils.tables import CsvTable
@@ -28,7 +29,18 @@ class Table:
     kinds: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def add(self, cells: Sequence[str], kind: str = "plain") -> None:
+    @classmethod
+    def of_rows(
+        cls, title: str, columns: Sequence[str], rows: Sequence[Mapping], missing: str = "-"
+    ) -> Table:
+        """A table of ``rows`` (column -> value) under ``columns``; a cell a row lacks is
+        ``missing``, a key that is not a column is left out."""
+        table = cls(title, list(columns))
+        for row in rows:
+            table.add([row.get(c, missing) for c in table.columns])
+        return table
+
+    def add(self, cells: Sequence[object], kind: str = "plain") -> None:
         if len(cells) != len(self.columns):
             raise ValueError(f"{self.title}: {len(cells)} cells for {len(self.columns)} columns")
         self.rows.append([str(c) for c in cells])

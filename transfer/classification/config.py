@@ -13,7 +13,7 @@ from fvcore.common.config import CfgNode as CN
 from pretrain.config.strict import load_strict
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
-from .transfer_datasets import DATASET_NAMES
+from .transfer_datasets import DATASET_NAMES, TRANSFER_DATASETS
 
 __all__ = [
     "TRANSFER_PROTOCOLS",
@@ -117,15 +117,9 @@ def transfer_defaults() -> CN:
     c.TRANSFER.MOMENTUM = 0.9
     c.TRANSFER.WEIGHT_DECAY = 0.0
     c.TRANSFER.VAL_FRACTION = 0.2
-    c.TRANSFER.BUDGET = CN()
-    for key in DATASET_NAMES:
-        iters = 5000 if key in ("aircraft", "caltech101", "dtd", "flowers", "pets") else 30000
-        c.TRANSFER.BUDGET[key.upper()] = CN(
-            {
-                "ITERS": 0 if key == "places365" else iters,
-                "EPOCHS": 100 if key == "places365" else 0,
-            }
-        )
+    c.TRANSFER.BUDGET = CN(
+        {key.upper(): CN({"ITERS": d.iters, "EPOCHS": d.epochs}) for key, d in TRANSFER_DATASETS}
+    )
     return c
 
 
@@ -187,7 +181,7 @@ def _validate(cfg: CN, src: str) -> None:
             t.PROTOCOL,
             f"choose from {list(TRANSFER_PROTOCOLS)}",
         )
-        bad = [d for d in t.DATASETS if d not in DATASET_NAMES]
+        bad = [d for d in t.DATASETS if d not in TRANSFER_DATASETS]
         need(not bad, "TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
         need(0 < t.VAL_FRACTION < 1, "TRANSFER.VAL_FRACTION", t.VAL_FRACTION, "in (0, 1)")
         need(

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
+from torch.utils.data import Dataset
 
 from pretrain.data.datasets import IMAGEFOLDER, TransformedDataset
 from pretrain.data.splits import per_class_split
@@ -77,9 +78,19 @@ class SemiResult:
     max_iter: int
 
 
-def run_semi_supervised(
-    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device: torch.device | str
-) -> SemiResult:
+@dataclass
+class _SemiData:
+    """The labelled split (transformed for training), ImageNet val and the held-out images
+    that select the lr, with the classes and the iterations of one fine-tuning."""
+
+    train: Dataset
+    val: Dataset
+    heldout: Dataset
+    num_classes: int
+    max_iter: int
+
+
+def _semi_data(cfg: CfgNode, data_root: str) -> _SemiData:
     if not cfg.DATA.SPLIT_FILE:
         raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
     names = read_subset_file(cfg.DATA.SPLIT_FILE)
@@ -90,55 +101,73 @@ def run_semi_supervised(
         raise DatasetError(f"{data_root}/train: no unlabelled images left to select the lr on")
     train_set, val_set, max_iter = supervised_sets(cfg, train_all, val_base, labelled)
     held_set = TransformedDataset(train_all, val_set.transform, held)
+    return _SemiData(train_set, val_set, held_set, num_classes, max_iter)
+
+
+def _fine_tune(
+    cfg: CfgNode, backbone: EvalBackbone, data: _SemiData, lr: float, device: torch.device | str
+) -> dict[str, float]:
+    """Fine-tune a fresh copy of the backbone with classifier lr ``lr`` (the backbone's is
+    ``lr / HEAD_LR_MULT``); its held-out top-1 and val top-1 / top-5 at the end."""
+    s = cfg.SOLVER
+    # A fresh copy per lr: every run starts from the pretrained weights, and no parameter is
+    # shared with the DistributedDataParallel wrapper of a previous run.
+    net = copy.deepcopy(backbone.model)
+    model = FineTuneClassifier(net, backbone.feature_dim, data.num_classes, device)
+    optimizer = torch.optim.SGD(
+        [
+            {"params": model.backbone.parameters(), "lr": lr / s.HEAD_LR_MULT},
+            {"params": model.head.parameters(), "lr": lr},
+        ],
+        lr=lr,
+        momentum=s.MOMENTUM,
+        weight_decay=s.WEIGHT_DECAY,
+    )
+
+    def eval_fn() -> dict[str, float]:
+        model.eval()
+        try:
+            kw = dict(batch_size=cfg.TEST.BATCH_SIZE, num_workers=cfg.DATA.NUM_WORKERS)
+            h = evaluate_topk(model.logits, data.heldout, model.device, desc="held-out", **kw)
+            v = evaluate_topk(model.logits, data.val, model.device, desc="val", **kw)
+        finally:
+            model.train()
+        return {"heldout_top1": h["top1"], "top1": v["top1"], "top5": v["top5"]}
+
+    out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
+    os.makedirs(out_dir, exist_ok=True)
+    return train_supervised(
+        wrap_ddp(model, model.device),
+        optimizer,
+        data.train,
+        data.max_iter,
+        cfg,
+        eval_fn,
+        output_dir=out_dir,
+    )
+
+
+def run_semi_supervised(
+    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device: torch.device | str
+) -> SemiResult:
+    """Fine-tune once per classifier lr, select the lr on the held-out images and report its
+    ImageNet val top-1 / top-5."""
+    data = _semi_data(cfg, data_root)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
     logger.info(
         "semi-supervised %d%%: %d labelled images, %d classes, %d held out for selection, "
         "%d iterations per lr, classifier lrs %s",
         cfg.DATA.LABEL_PERCENT,
-        len(train_set),
-        num_classes,
-        len(held_set),
-        max_iter,
+        len(data.train),
+        data.num_classes,
+        len(data.heldout),
+        data.max_iter,
         lrs,
     )
     heldout, vals = [], []
     for lr in lrs:
-        # A fresh copy per lr: every run starts from the pretrained weights, and no parameter is
-        # shared with the DistributedDataParallel wrapper of a previous run.
-        net = copy.deepcopy(backbone.model)
-        model = FineTuneClassifier(net, backbone.feature_dim, num_classes, device)
-        optimizer = torch.optim.SGD(
-            [
-                {"params": model.backbone.parameters(), "lr": lr / s.HEAD_LR_MULT},
-                {"params": model.head.parameters(), "lr": lr},
-            ],
-            lr=lr,
-            momentum=s.MOMENTUM,
-            weight_decay=s.WEIGHT_DECAY,
-        )
-
-        def eval_fn(model: FineTuneClassifier = model) -> dict[str, float]:
-            model.eval()
-            try:
-                kw = dict(batch_size=cfg.TEST.BATCH_SIZE, num_workers=cfg.DATA.NUM_WORKERS)
-                h = evaluate_topk(model.logits, held_set, model.device, desc="held-out", **kw)
-                v = evaluate_topk(model.logits, val_set, model.device, desc="val", **kw)
-            finally:
-                model.train()
-            return {"heldout_top1": h["top1"], "top1": v["top1"], "top5": v["top5"]}
-
-        out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
-        os.makedirs(out_dir, exist_ok=True)
-        res = train_supervised(
-            wrap_ddp(model, model.device),
-            optimizer,
-            train_set,
-            max_iter,
-            cfg,
-            eval_fn,
-            output_dir=out_dir,
-        )
+        res = _fine_tune(cfg, backbone, data, lr, device)
         heldout.append(res["heldout_top1"])
         vals.append({"top1": res["top1"], "top5": res["top5"]})
         logger.info(
@@ -157,6 +186,6 @@ def run_semi_supervised(
         lrs[best],
         vals[best]["top1"],
         vals[best]["top5"],
-        len(train_set),
-        max_iter,
+        len(data.train),
+        data.max_iter,
     )

@@ -1,10 +1,16 @@
 """The 12 linear-transfer datasets of the paper (Sec. 6.1, Table 2), read from local copies.
 
-Each dataset is built by a function registered in :data:`TRANSFER_DATASETS` (fvcore
-``Registry``). Contract: ``builder(root: str, ctx: BuildContext) -> TransferData``; it must
+Each dataset is one :class:`TransferDataset` record in :data:`TRANSFER_DATASETS` (fvcore
+``Registry``, keyed by the config's name, ``TRANSFER.DATASETS``): its column in Table 2, the
+metric Sec. 6.1 scores it by, its published layout, its default budget and its builder. The
+records are made by :func:`transfer_dataset` on the builder, in Table 2's order, so adding a
+dataset is one decorated function here; the config's defaults, its check of
+``TRANSFER.DATASETS`` and :func:`build_transfer_dataset` all read the registry. Contract:
+``builder(root: str, ctx: BuildContext) -> TransferData``; it must
 
 * read ``root`` in the dataset's published layout (torchvision's classes with ``download=False``
-  where they exist; :data:`LAYOUTS` documents each), never download, never create directories;
+  where they exist; the record's ``layout`` documents it), never download, never create
+  directories;
 * return ``sources`` (the image sets whose features are extracted, each exactly once) and
   ``splits`` ``train`` / ``val`` / ``test`` as index arrays into those sources, disjoint;
 * raise :class:`DatasetError` naming the root and the expected layout when something is missing.
@@ -33,7 +39,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,61 +53,25 @@ from pretrain.data.datasets import ImageFolderSource, decodes
 from pretrain.data.splits import per_class_split
 from pretrain.utils.errors import DatasetError
 
+from .metrics import METRICS
+
 __all__ = [
     "DATASET_NAMES",
-    "LAYOUTS",
-    "METRIC_OF",
     "TRANSFER_DATASETS",
     "BuildContext",
     "TransferData",
+    "TransferDataset",
     "build_transfer_dataset",
     "stratified_holdout",
+    "transfer_dataset",
 ]
 
 logger = logging.getLogger(__name__)
 
 TRANSFER_DATASETS = Registry("TRANSFER_DATASETS")
-TRANSFER_DATASETS.__doc__ = "Builders of the linear-transfer datasets; see the module docstring."
-
-# key -> column name in the paper's Table 2, in the paper's order
-DATASET_NAMES = {
-    "aircraft": "Aircraft",
-    "birdsnap": "Birdsnap",
-    "caltech101": "Caltech-101",
-    "cars": "Cars",
-    "cifar10": "CIFAR10",
-    "cifar100": "CIFAR100",
-    "dtd": "DTD",
-    "flowers": "Flowers",
-    "food": "Food",
-    "pets": "Pets",
-    "places365": "Place365",
-    "sun397": "SUN397",
-}
-# Sec. 6.1: mean per-class accuracy for Aircraft, Caltech-101, Flowers, Pets; top-1 otherwise.
-METRIC_OF = {k: "top1" for k in DATASET_NAMES} | {
-    k: "mean_per_class" for k in ("aircraft", "caltech101", "flowers", "pets")
-}
-
-LAYOUTS = {
-    "aircraft": "<root>/fgvc-aircraft-2013b/data/{images/,variants.txt,"
-    "images_variant_{train,val,test}.txt}",
-    "birdsnap": "<root>/images/<class>/<image>.jpg",
-    "caltech101": "<root>/caltech101/101_ObjectCategories/<class>/image_NNNN.jpg",
-    "cars": "<root>/stanford_cars/{devkit/cars_meta.mat,devkit/cars_train_annos.mat,"
-    "cars_train/,cars_test/,cars_test_annos_withlabels.mat}",
-    "cifar10": "<root>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}",
-    "cifar100": "<root>/cifar-100-python/{train,test,meta}",
-    "dtd": "<root>/dtd/dtd/{images/<class>/,labels/{train1,val1,test1}.txt}",
-    "flowers": "<root>/flowers-102/{jpg/image_NNNNN.jpg,imagelabels.mat,setid.mat}",
-    "food": "<root>/food-101/{images/<class>/,meta/{train,test}.json}",
-    "pets": "<root>/oxford-iiit-pet/{images/,annotations/{trainval,test}.txt}",
-    "places365": "<root>/{categories_places365.txt,places365_train_standard.txt,"
-    "places365_val.txt,data_256_standard/ + val_256/ (or data_large_standard/ + val_large/)}",
-    "sun397": "<root>/SUN397/{ClassName.txt,<letter>/<class>/sun_*.jpg} and "
-    "{Training_01,Testing_01}.txt of Partitions.zip in <root>/SUN397/Partitions/ "
-    "or <root>/Partitions/",
-}
+TRANSFER_DATASETS.__doc__ = (
+    "The linear-transfer datasets (TransferDataset records); see the module."
+)
 
 # Private attribute holding the labels of each torchvision class (read without decoding images).
 _LABEL_ATTRS = (
@@ -125,6 +95,69 @@ class BuildContext:
     cache_dir: str = ""  # where Birdsnap's list of decodable images is remembered
 
 
+Builder = Callable[[str, BuildContext], "TransferData"]
+
+
+@dataclass(frozen=True)
+class TransferDataset:
+    """Everything the harness knows of one downstream dataset."""
+
+    key: str  # the config's name (TRANSFER.DATASETS, TRANSFER.ROOTS.<KEY>, TRANSFER.BUDGET.<KEY>)
+    name: str  # its column in the paper's Table 2
+    layout: str  # what build reads under the root, quoted by every error about it
+    build: Builder
+    # Sec. 6.1: mean per-class accuracy for Aircraft, Caltech-101, Flowers, Pets; top-1 otherwise
+    metric: str = "top1"
+    iters: int = 30000  # the default budget, TRANSFER.BUDGET.<KEY> (exactly one non-zero)
+    epochs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"dataset {self.key!r}: metric {self.metric!r}, choose from {METRICS}")
+        if (self.iters > 0) == (self.epochs > 0):
+            raise ValueError(
+                f"dataset {self.key!r}: iters {self.iters}, epochs {self.epochs}: "
+                "exactly one must be > 0"
+            )
+
+
+def transfer_dataset(
+    name: str, layout: str, *, metric: str = "top1", iters: int = 30000, epochs: int = 0
+) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as dataset ``builder.__name__`` with its record."""
+
+    def register(build: Builder) -> Builder:
+        record = TransferDataset(build.__name__, name, layout, build, metric, iters, epochs)
+        # fvcore's register() keys by __name__, which a record has not (as PRIOR_REGISTRY)
+        TRANSFER_DATASETS._do_register(record.key, record)
+        return build
+
+    return register
+
+
+def _layout(key: str) -> str:
+    return TRANSFER_DATASETS.get(key).layout
+
+
+class _Names(Mapping[str, str]):
+    """Key -> Table 2 column name of every registered dataset, in registration (Table 2) order,
+    read through to :data:`TRANSFER_DATASETS`."""
+
+    def __getitem__(self, key: str) -> str:
+        if key not in TRANSFER_DATASETS:
+            raise KeyError(key)
+        return TRANSFER_DATASETS.get(key).name
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in TRANSFER_DATASETS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in TRANSFER_DATASETS)
+
+
+DATASET_NAMES: Mapping[str, str] = _Names()
+
+
 @dataclass
 class TransferData:
     """Image sources and the train / val / test index splits into them."""
@@ -140,23 +173,26 @@ class TransferData:
 
     @property
     def name(self) -> str:
-        return DATASET_NAMES[self.key]
+        return TRANSFER_DATASETS.get(self.key).name
 
     @property
     def metric(self) -> str:
-        return METRIC_OF[self.key]
+        return TRANSFER_DATASETS.get(self.key).metric
 
     def split_size(self, split: str) -> int:
         return sum(len(idx) for _, idx in self.splits[split])
 
 
 def build_transfer_dataset(key: str, root: str, ctx: BuildContext | None = None) -> TransferData:
-    """Build dataset ``key`` (see :data:`DATASET_NAMES`) from ``root`` and check its splits."""
-    if key not in DATASET_NAMES:
+    """Build the registered dataset ``key`` from ``root`` and check its splits."""
+    if key not in TRANSFER_DATASETS:
         raise ValueError(f"unknown transfer dataset {key!r}; known: {list(DATASET_NAMES)}")
+    dataset = TRANSFER_DATASETS.get(key)
     if not root or not os.path.isdir(root):
-        raise DatasetError(f"{key}: dataset root {root!r} does not exist; expected {LAYOUTS[key]}")
-    data = TRANSFER_DATASETS.get(key)(root, ctx or BuildContext())
+        raise DatasetError(
+            f"{key}: dataset root {root!r} does not exist; expected {dataset.layout}"
+        )
+    data = dataset.build(root, ctx or BuildContext())
     _validate(data)
     return data
 
@@ -185,7 +221,7 @@ def _tv(key: str, cls: type, root: str, **kwargs) -> Dataset:
     except (RuntimeError, OSError, KeyError, ValueError, IndexError) as e:
         raise DatasetError(
             f"{key}: cannot read {root!r} with torchvision {cls.__name__}({kwargs}): {e}; "
-            f"expected {LAYOUTS[key]}"
+            f"expected {_layout(key)}"
         ) from None
 
 
@@ -266,130 +302,13 @@ def _heldout_val(
     return _make(key, root, srcs, len(classes), splits, protocol, classes)
 
 
-@TRANSFER_DATASETS.register()
-def aircraft(root: str, ctx: BuildContext) -> TransferData:
-    return _official_val("aircraft", root, tvd.FGVCAircraft, ("train", "val", "test"))
-
-
-@TRANSFER_DATASETS.register()
-def dtd(root: str, ctx: BuildContext) -> TransferData:
-    return _official_val("dtd", root, tvd.DTD, ("train", "val", "test"), partition=1)
-
-
-@TRANSFER_DATASETS.register()
-def flowers(root: str, ctx: BuildContext) -> TransferData:
-    srcs = {n: _tv("flowers", tvd.Flowers102, root, split=n) for n in ("train", "val", "test")}
-    splits = {n: [(n, np.arange(len(ds)))] for n, ds in srcs.items()}
-    return _make("flowers", root, srcs, 102, splits, "official train/val/test")
-
-
-# Datasets that torchvision reads as a train and a test split, val held out of train.
-# key: (torchvision class, the argument that picks the split, its train and test values)
-_TRAIN_TEST = {
-    "cars": (tvd.StanfordCars, "split", ("train", "test")),
-    "cifar10": (tvd.CIFAR10, "train", (True, False)),
-    "cifar100": (tvd.CIFAR100, "train", (True, False)),
-    "pets": (tvd.OxfordIIITPet, "split", ("trainval", "test")),
-}
-
-
-def _train_test_builder(
-    key: str, cls: type, arg: str, values: tuple
-) -> Callable[[str, BuildContext], TransferData]:
-    def build(root: str, ctx: BuildContext) -> TransferData:
-        tr, te = (_tv(key, cls, root, **{arg: v}) for v in values)
-        return _heldout_val(key, root, tr, te, ctx, tr.classes)
-
-    build.__name__ = build.__qualname__ = key  # the name the registry files it under
-    return build
-
-
-for _key, _spec in _TRAIN_TEST.items():
-    TRANSFER_DATASETS.register(_train_test_builder(_key, *_spec))
-
-
-@TRANSFER_DATASETS.register()
-def food(root: str, ctx: BuildContext) -> TransferData:
-    tr, te = (_tv("food", tvd.Food101, root, split=s) for s in ("train", "test"))
-    if tr.classes != te.classes:
-        raise DatasetError(f"food: {root}: train.json and test.json list different classes")
-    return _heldout_val("food", root, tr, te, ctx, tr.classes)
-
-
-@TRANSFER_DATASETS.register()
-def places365(root: str, ctx: BuildContext) -> TransferData:
-    if os.path.isdir(os.path.join(root, "data_256_standard")):
-        small = True
-    elif os.path.isdir(os.path.join(root, "data_large_standard")):
-        small = False
-    else:
-        raise DatasetError(
-            f"places365: {root}: neither data_256_standard/ nor data_large_standard/ found; "
-            f"expected {LAYOUTS['places365']}"
-        )
-    tr, te = (
-        _tv("places365", tvd.Places365, root, split=s, small=small)
-        for s in ("train-standard", "val")
-    )
-    data = _heldout_val("places365", root, tr, te, ctx, tr.classes)
-    data.val_protocol += "; test = official val"
-    return data
-
-
-@TRANSFER_DATASETS.register()
-def caltech101(root: str, ctx: BuildContext) -> TransferData:
-    # torchvision's Caltech101 makedirs(<root>/caltech101) before checking; check first instead
-    if not os.path.isdir(os.path.join(root, "caltech101", "101_ObjectCategories")):
-        raise DatasetError(f"caltech101: {root}: expected {LAYOUTS['caltech101']}")
-    ds = _tv("caltech101", tvd.Caltech101, root)
-    labels = _labels(ds)
-    trainval, test = per_class_split(labels, [30], ctx.seed)
-    keep, held = stratified_holdout(labels[trainval], ctx.val_fraction, ctx.seed)
-    splits = {
-        "train": [("all", trainval[keep])],
-        "val": [("all", trainval[held])],
-        "test": [("all", test)],
-    }
-    protocol = (
-        f"30 images per class train+val (val = {ctx.val_fraction:.0%}), rest test (seed {ctx.seed})"
-    )
-    return _make(
-        "caltech101", root, {"all": ds}, len(ds.categories), splits, protocol, ds.categories
-    )
-
-
-@TRANSFER_DATASETS.register()
-def sun397(root: str, ctx: BuildContext) -> TransferData:
-    ds = _tv("sun397", tvd.SUN397, root)
-    base = os.path.join(root, "SUN397")
-    index = {
-        "/" + os.path.relpath(str(p), base).replace(os.sep, "/"): i
-        for i, p in enumerate(ds._image_files)
-    }
-    parts = {}
-    for name in ("Training_01", "Testing_01"):
-        # Partitions.zip holds flat Training_NN.txt / Testing_NN.txt files; accept it unpacked
-        # into <root>/SUN397/Partitions/ or <root>/Partitions/.
-        candidates = [os.path.join(d, "Partitions", f"{name}.txt") for d in (base, root)]
-        path = next((c for c in candidates if os.path.isfile(c)), "")
-        if not path:
-            missing = " or ".join(candidates)
-            raise DatasetError(
-                f"sun397: missing split file {missing}; expected {LAYOUTS['sun397']}"
-            )
-        with open(path) as f:
-            listed = [line.strip() for line in f if line.strip()]
-        missing = [p for p in listed if p not in index]
-        if missing:
-            raise DatasetError(
-                f"sun397: {path} lists {len(missing)} images absent under {base}, e.g. {missing[0]}"
-            )
-        parts[name] = Subset(ds, [index[p] for p in listed])
-    data = _heldout_val(
-        "sun397", root, parts["Training_01"], parts["Testing_01"], ctx, list(ds.classes)
-    )
-    data.val_protocol = "Training_01 / Testing_01; " + data.val_protocol
-    return data
+def _train_test(
+    key: str, root: str, ctx: BuildContext, cls: type, arg: str, values: tuple
+) -> TransferData:
+    """Datasets that torchvision reads as a train and a test split (``arg`` = each of
+    ``values``), val held out of train."""
+    tr, te = (_tv(key, cls, root, **{arg: v}) for v in values)
+    return _heldout_val(key, root, tr, te, ctx, tr.classes)
 
 
 def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
@@ -411,15 +330,28 @@ def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
     return ok
 
 
-@TRANSFER_DATASETS.register()
+# The datasets, in the order of the paper's Table 2.
+
+
+@transfer_dataset(
+    "Aircraft",
+    "<root>/fgvc-aircraft-2013b/data/{images/,variants.txt,images_variant_{train,val,test}.txt}",
+    metric="mean_per_class",
+    iters=5000,
+)
+def aircraft(root: str, ctx: BuildContext) -> TransferData:
+    return _official_val("aircraft", root, tvd.FGVCAircraft, ("train", "val", "test"))
+
+
+@transfer_dataset("Birdsnap", "<root>/images/<class>/<image>.jpg")
 def birdsnap(root: str, ctx: BuildContext) -> TransferData:
     images = os.path.join(root, "images")
     if not os.path.isdir(images):
-        raise DatasetError(f"birdsnap: {images} does not exist; expected {LAYOUTS['birdsnap']}")
+        raise DatasetError(f"birdsnap: {images} does not exist; expected {_layout('birdsnap')}")
     try:
         ds = ImageFolderSource(images, extensions=(".jpg", ".jpeg", ".png"))
     except DatasetError as e:
-        raise DatasetError(f"birdsnap: {e}; expected {LAYOUTS['birdsnap']}") from None
+        raise DatasetError(f"birdsnap: {e}; expected {_layout('birdsnap')}") from None
     ok = _decodable([p for p, _ in ds.samples], ctx.cache_dir)
     if not all(ok):
         logger.warning("birdsnap: %d images do not decode and are skipped", ok.count(False))
@@ -428,6 +360,154 @@ def birdsnap(root: str, ctx: BuildContext) -> TransferData:
     splits = {"train": [("all", train)], "val": [("all", val)], "test": [("all", test)]}
     protocol = f"per class 5 val + 5 test (seed {ctx.seed}), rest of the decodable images train"
     return _make("birdsnap", root, {"all": ds}, len(ds.classes), splits, protocol, ds.classes)
+
+
+@transfer_dataset(
+    "Caltech-101",
+    "<root>/caltech101/101_ObjectCategories/<class>/image_NNNN.jpg",
+    metric="mean_per_class",
+    iters=5000,
+)
+def caltech101(root: str, ctx: BuildContext) -> TransferData:
+    # torchvision's Caltech101 makedirs(<root>/caltech101) before checking; check first instead
+    if not os.path.isdir(os.path.join(root, "caltech101", "101_ObjectCategories")):
+        raise DatasetError(f"caltech101: {root}: expected {_layout('caltech101')}")
+    ds = _tv("caltech101", tvd.Caltech101, root)
+    labels = _labels(ds)
+    trainval, test = per_class_split(labels, [30], ctx.seed)
+    keep, held = stratified_holdout(labels[trainval], ctx.val_fraction, ctx.seed)
+    splits = {
+        "train": [("all", trainval[keep])],
+        "val": [("all", trainval[held])],
+        "test": [("all", test)],
+    }
+    protocol = (
+        f"30 images per class train+val (val = {ctx.val_fraction:.0%}), rest test (seed {ctx.seed})"
+    )
+    return _make(
+        "caltech101", root, {"all": ds}, len(ds.categories), splits, protocol, ds.categories
+    )
+
+
+@transfer_dataset(
+    "Cars",
+    "<root>/stanford_cars/{devkit/cars_meta.mat,devkit/cars_train_annos.mat,"
+    "cars_train/,cars_test/,cars_test_annos_withlabels.mat}",
+)
+def cars(root: str, ctx: BuildContext) -> TransferData:
+    return _train_test("cars", root, ctx, tvd.StanfordCars, "split", ("train", "test"))
+
+
+@transfer_dataset("CIFAR10", "<root>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}")
+def cifar10(root: str, ctx: BuildContext) -> TransferData:
+    return _train_test("cifar10", root, ctx, tvd.CIFAR10, "train", (True, False))
+
+
+@transfer_dataset("CIFAR100", "<root>/cifar-100-python/{train,test,meta}")
+def cifar100(root: str, ctx: BuildContext) -> TransferData:
+    return _train_test("cifar100", root, ctx, tvd.CIFAR100, "train", (True, False))
+
+
+@transfer_dataset(
+    "DTD", "<root>/dtd/dtd/{images/<class>/,labels/{train1,val1,test1}.txt}", iters=5000
+)
+def dtd(root: str, ctx: BuildContext) -> TransferData:
+    return _official_val("dtd", root, tvd.DTD, ("train", "val", "test"), partition=1)
+
+
+@transfer_dataset(
+    "Flowers",
+    "<root>/flowers-102/{jpg/image_NNNNN.jpg,imagelabels.mat,setid.mat}",
+    metric="mean_per_class",
+    iters=5000,
+)
+def flowers(root: str, ctx: BuildContext) -> TransferData:
+    srcs = {n: _tv("flowers", tvd.Flowers102, root, split=n) for n in ("train", "val", "test")}
+    splits = {n: [(n, np.arange(len(ds)))] for n, ds in srcs.items()}
+    return _make("flowers", root, srcs, 102, splits, "official train/val/test")
+
+
+@transfer_dataset("Food", "<root>/food-101/{images/<class>/,meta/{train,test}.json}")
+def food(root: str, ctx: BuildContext) -> TransferData:
+    tr, te = (_tv("food", tvd.Food101, root, split=s) for s in ("train", "test"))
+    if tr.classes != te.classes:
+        raise DatasetError(f"food: {root}: train.json and test.json list different classes")
+    return _heldout_val("food", root, tr, te, ctx, tr.classes)
+
+
+@transfer_dataset(
+    "Pets",
+    "<root>/oxford-iiit-pet/{images/,annotations/{trainval,test}.txt}",
+    metric="mean_per_class",
+    iters=5000,
+)
+def pets(root: str, ctx: BuildContext) -> TransferData:
+    return _train_test("pets", root, ctx, tvd.OxfordIIITPet, "split", ("trainval", "test"))
+
+
+@transfer_dataset(
+    "Place365",
+    "<root>/{categories_places365.txt,places365_train_standard.txt,"
+    "places365_val.txt,data_256_standard/ + val_256/ (or data_large_standard/ + val_large/)}",
+    iters=0,
+    epochs=100,
+)
+def places365(root: str, ctx: BuildContext) -> TransferData:
+    if os.path.isdir(os.path.join(root, "data_256_standard")):
+        small = True
+    elif os.path.isdir(os.path.join(root, "data_large_standard")):
+        small = False
+    else:
+        raise DatasetError(
+            f"places365: {root}: neither data_256_standard/ nor data_large_standard/ found; "
+            f"expected {_layout('places365')}"
+        )
+    tr, te = (
+        _tv("places365", tvd.Places365, root, split=s, small=small)
+        for s in ("train-standard", "val")
+    )
+    data = _heldout_val("places365", root, tr, te, ctx, tr.classes)
+    data.val_protocol += "; test = official val"
+    return data
+
+
+@transfer_dataset(
+    "SUN397",
+    "<root>/SUN397/{ClassName.txt,<letter>/<class>/sun_*.jpg} and "
+    "{Training_01,Testing_01}.txt of Partitions.zip in <root>/SUN397/Partitions/ "
+    "or <root>/Partitions/",
+)
+def sun397(root: str, ctx: BuildContext) -> TransferData:
+    ds = _tv("sun397", tvd.SUN397, root)
+    base = os.path.join(root, "SUN397")
+    index = {
+        "/" + os.path.relpath(str(p), base).replace(os.sep, "/"): i
+        for i, p in enumerate(ds._image_files)
+    }
+    parts = {}
+    for name in ("Training_01", "Testing_01"):
+        # Partitions.zip holds flat Training_NN.txt / Testing_NN.txt files; accept it unpacked
+        # into <root>/SUN397/Partitions/ or <root>/Partitions/.
+        candidates = [os.path.join(d, "Partitions", f"{name}.txt") for d in (base, root)]
+        path = next((c for c in candidates if os.path.isfile(c)), "")
+        if not path:
+            missing = " or ".join(candidates)
+            raise DatasetError(
+                f"sun397: missing split file {missing}; expected {_layout('sun397')}"
+            )
+        with open(path) as f:
+            listed = [line.strip() for line in f if line.strip()]
+        missing = [p for p in listed if p not in index]
+        if missing:
+            raise DatasetError(
+                f"sun397: {path} lists {len(missing)} images absent under {base}, e.g. {missing[0]}"
+            )
+        parts[name] = Subset(ds, [index[p] for p in listed])
+    data = _heldout_val(
+        "sun397", root, parts["Training_01"], parts["Testing_01"], ctx, list(ds.classes)
+    )
+    data.val_protocol = "Training_01 / Testing_01; " + data.val_protocol
+    return data
 
 
 def source_digest(data: TransferData, source: str) -> dict:

@@ -18,11 +18,13 @@ from types import FrameType
 from fvcore.common.config import CfgNode
 
 from pretrain.utils.locks import exclusive_dir_lock
+from transfer.analysis.study_records import read_json, write_json
+from transfer.analysis.study_setup import StudyError, StudyOptions
 
-from .config import StudyError, StudyOptions, load_method_configs
+from .config import load_method_configs
 from .records import threads_per_run
 from .report import write_report
-from .run import RunPaths, evaluate_run, pretrain_run, read_json, run_log, write_json
+from .run import RunPaths, evaluate_run, pretrain_run, run_log
 
 __all__ = ["RunOutcome", "StudyInterrupted", "run_study"]
 
@@ -83,7 +85,7 @@ def _init_worker(stop_event: EventType) -> None:
     """``--jobs`` workers leave SIGINT to the driver: Ctrl-C reaches the whole process group, and
     a KeyboardInterrupt in the middle of a step would lose the iterations since the last periodic
     checkpoint. The driver answers SIGINT and SIGTERM with a SIGTERM to each worker, which the
-    trainer (:class:`pretrain.cluster.preemption.StopOnSignal`) turns into a checkpoint at its next
+    trainer (:class:`pretrain.engine.hooks.StopOnSignal`) turns into a checkpoint at its next
     iteration; ``stop_event`` keeps a worker from starting another run afterwards."""
     global _stop_event
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -282,10 +284,10 @@ class _Work:
 
 def _run_sequentially(work: _Work) -> None:
     """One run after another in this process. SIGTERM while training: the trainer's own handler
-    saves a checkpoint at the next iteration (:class:`~pretrain.cluster.preemption.Preempted`);
+    saves a checkpoint at the next iteration (:class:`~pretrain.engine.hooks.Preempted`);
     SIGINT while training is forwarded to it as a SIGTERM; either signal at another moment
     (evaluating) stops at once: the evaluation runs again on resume."""
-    from pretrain.cluster.preemption import Preempted
+    from pretrain.engine.hooks import Preempted
 
     opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
     with _handling_stops() as stop:

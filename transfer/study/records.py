@@ -1,25 +1,16 @@
-"""The committed run records of a study (``--records DIR``, e.g. ``docs/results_runs/beta``):
-one ``<method>_seed<k>.json`` per finished run (its ``study.json``) and ``invocations.json``, the
-wall time of every invocation of the target that ran something.
-
-:func:`load_records` reads a folder back into the study's options and results, so that a report
-(``tools/make_report.py --study-records``) can show a study without its run directories.
-"""
+"""What the driver adds to a study's records besides the run records: ``invocations.json``, one
+entry per invocation of the target that ran something, and the CPU facts the entry and the page
+state. The records' layout and their reader are :mod:`transfer.analysis.study_records`."""
 
 from __future__ import annotations
 
 import datetime
 import os
-import re
 
-from .config import METHODS, StudyError, StudyOptions, sweep_methods
-from .run import read_json, write_json
+from transfer.analysis.study_records import INVOCATIONS, read_json, write_json
+from transfer.analysis.study_setup import StudyOptions
 
-__all__ = ["INVOCATIONS", "load_records", "log_invocation"]
-
-INVOCATIONS = "invocations.json"
-_RECORD = re.compile(r"^(?P<method>.+)_seed(?P<seed>\d+)\.json$")
-_NEEDED = ("method", "seed", "label", "knn_top1", "linear_top1", "nuclear_mean", "epochs")
+__all__ = ["cpu_cores", "log_invocation", "threads_per_run"]
 
 
 def cpu_cores() -> int:
@@ -54,54 +45,3 @@ def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> li
         os.makedirs(opt.records, exist_ok=True)
         write_json(path, {"invocations": logged})
     return logged
-
-
-def _sweep_of(methods: set[str]) -> str:
-    if any(m.startswith("lorac_beta") for m in methods):
-        return "beta"
-    if any(m.startswith(("lorac_M", "mocom_M")) for m in methods):
-        return "views"
-    return ""
-
-
-def load_records(records_dir: str) -> tuple[StudyOptions, list[dict]]:
-    """The study options (sweep, method table, methods and seeds found) and the results of the
-    records in ``records_dir``. Raises :class:`StudyError` naming the folder or file when there
-    are no records, a record is not valid JSON or lacks a key, or a method is unknown."""
-    if not os.path.isdir(records_dir):
-        raise StudyError(f"{records_dir}: no such folder of study records")
-    results = []
-    for name in sorted(os.listdir(records_dir)):
-        match = _RECORD.match(name)
-        if not match:
-            continue
-        path = os.path.join(records_dir, name)
-        try:
-            record = read_json(path)
-        except ValueError as e:
-            raise StudyError(str(e)) from None
-        missing = [k for k in _NEEDED if k not in record]
-        if missing:
-            raise StudyError(f"{path}: not a study record, missing {missing}")
-        if (record["method"], record["seed"]) != (match["method"], int(match["seed"])):
-            raise StudyError(
-                f"{path}: holds method {record['method']!r} seed {record['seed']}, "
-                "not what its name says"
-            )
-        results.append(record)
-    if not results:
-        raise StudyError(f"{records_dir}: no study records (<method>_seed<k>.json) in it")
-    present = {r["method"] for r in results}
-    sweep = _sweep_of(present)
-    table = sweep_methods(sweep, float(results[0]["epochs"])) if sweep else dict(METHODS)
-    unknown = sorted(present - set(table))
-    if unknown:
-        raise StudyError(f"{records_dir}: unknown methods {unknown}; known: {list(table)}")
-    opt = StudyOptions(
-        seeds=tuple(sorted({int(r["seed"]) for r in results})),
-        methods=tuple(m for m in table if m in present),
-        sweep=sweep,
-        records=records_dir,
-        method_table=table,
-    )
-    return opt, results

@@ -8,7 +8,6 @@ presence marks the run done).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -19,14 +18,13 @@ from typing import TYPE_CHECKING
 
 from fvcore.common.config import CfgNode
 
-from pretrain.utils.atomic_io import atomic_write_bytes
-
-from .config import StudyOptions
+from transfer.analysis.study_records import read_json, write_json
+from transfer.analysis.study_setup import StudyOptions
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RunPaths", "evaluate_run", "pretrain_run", "read_json", "write_json"]
+__all__ = ["RunPaths", "evaluate_run", "pretrain_run", "run_log"]
 
 logger = logging.getLogger(__name__)
 _LOGGERS = ("pretrain", "detectron2", "transfer", "fvcore")
@@ -58,18 +56,6 @@ class RunPaths:
     def has_checkpoint(self) -> bool:
         """Whether training saved anything (detectron2's ``last_checkpoint`` pointer exists)."""
         return os.path.isfile(os.path.join(self.dir, "last_checkpoint"))
-
-
-def write_json(path: str, obj: dict) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def read_json(path: str) -> dict:
-    with open(path) as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 @contextmanager

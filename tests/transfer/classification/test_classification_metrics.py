@@ -23,7 +23,7 @@ from transfer.classification.metrics import (
     top1_accuracy,
     topk_accuracy,
 )
-from transfer.classification.transfer_datasets import METRIC_OF, stratified_holdout
+from transfer.classification.transfer_datasets import TRANSFER_DATASETS, stratified_holdout
 
 
 def test_mean_per_class_and_top1_differ_on_imbalanced_predictions():
@@ -63,13 +63,14 @@ def test_non_finite_logits_count_as_wrong():
 
 
 def test_paper_metric_assignment():
-    assert {k for k, m in METRIC_OF.items() if m == "mean_per_class"} == {
+    metric_of = {key: dataset.metric for key, dataset in TRANSFER_DATASETS}
+    assert {k for k, m in metric_of.items() if m == "mean_per_class"} == {
         "aircraft",
         "caltech101",
         "flowers",
         "pets",
     }
-    assert len(METRIC_OF) == 12
+    assert len(metric_of) == 12 and set(metric_of.values()) == {"top1", "mean_per_class"}
 
 
 def test_log_spaced_sweep_values():

@@ -18,7 +18,6 @@ from tests.helpers import tiny_opts
 from tests.helpers.analysis import assert_png_not_blank, exit_status, make_fashion_mnist
 from transfer.cli.study import main as study_main
 from transfer.study import METHODS, Method, StudyError, StudyOptions, run_study
-from transfer.study.report import MethodSummary, verdict
 
 
 def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
@@ -130,25 +129,6 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
     assert "(resumed at it. 1)" in (tmp_path / "results.md").read_text()
 
 
-def _summary(key: str, knn: list[float], linear: list[float]) -> MethodSummary:
-    values = {"knn_top1": knn, "linear_top1": linear, "nuclear_mean": [6.0] * len(knn)}
-    return MethodSummary(key, METHODS[key].label, list(range(len(knn))), values)
-
-
-def test_verdict_compares_the_mean_difference_with_the_larger_seed_std():
-    mocom = _summary("mocom", [70.0, 72.0, 74.0], [80.0, 80.5, 81.0])  # stds 2.0 and 0.5
-    assert mocom.std("knn_top1") == pytest.approx(2.0)  # ddof = 1
-    beats = verdict([_summary("lorac", [75.0, 75.5, 76.0], [79.0, 79.5, 80.0]), mocom])
-    assert "kNN top-1 LORAC's mean is 3.50 points above MoCo-M's" in beats
-    assert "seed spread of 2.00 points (LORAC beats MoCo-M)" in beats
-    assert "1.00 points below MoCo-M's against a seed spread of 0.50 points (MoCo-M beats" in beats
-    within = verdict([_summary("lorac", [73.0, 73.5, 74.0], [80.5, 80.5, 80.5]), mocom])
-    assert within.count("(within the seed spread)") == 2
-    one_seed = verdict([_summary("lorac", [75.0], [80.0]), _summary("mocom", [70.0], [80.0])])
-    assert "single seed" in one_seed
-    assert "not both run" in verdict([mocom])
-
-
 def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys):
     root = make_fashion_mnist(tmp_path / "fmnist")
     base = ["--output-dir", str(tmp_path / "out"), "--results", str(tmp_path / "r.md")]
@@ -217,31 +197,3 @@ def test_a_second_study_on_the_same_directory_is_refused(tmp_path, capsys):
     (outcome,) = run_study(opt)  # released: the study runs, and names itself in the lock file
     assert outcome.status == "done"
     assert lock.read_text().startswith(f"pid {os.getpid()} on ")
-
-
-def test_paired_difference_and_its_interval():
-    """Per-seed differences, their mean and the Student-t 95 % interval (checked by hand:
-    diffs 1, 2, 3 -> mean 2, sd 1, t(0.975, 2) = 4.303, half width 4.303 / sqrt(3) = 2.484)."""
-    from transfer.study.report import paired_difference, paired_verdict
-
-    lorac = _summary("lorac", [71.0, 74.0, 77.0], [81.0, 81.1, 81.2])
-    mocom = _summary("mocom", [70.0, 72.0, 74.0], [80.0, 80.0, 80.0])
-    d = paired_difference(lorac, mocom, "knn_top1")
-    assert d.diffs == [1.0, 2.0, 3.0] and d.mean == pytest.approx(2.0)
-    assert (d.low, d.high) == pytest.approx((2.0 - 2.4841, 2.0 + 2.4841), abs=1e-3)
-    assert d.beyond_spread == 0  # the interval includes 0
-    linear = paired_difference(lorac, mocom, "linear_top1")
-    assert linear.beyond_spread == 1  # diffs 1.0, 1.1, 1.2: [0.85, 1.35] excludes 0
-    assert paired_difference(mocom, lorac, "linear_top1").beyond_spread == -1
-    text = paired_verdict([lorac, mocom])
-    assert "kNN top-1 +2.00 points" in text and "no difference beyond the seed spread" in text
-    assert "linear-probe top-1 +1.10 points" in text and "LORAC beats MoCo-M beyond" in text
-
-
-def test_main_comparison_quotes_the_papers_numbers():
-    """The paper's LORAC - MoCo-M (Tables 1 and 5 as transcribed) sits beside ours."""
-    from transfer.study.report import paper_main_comparison
-
-    text = paper_main_comparison()
-    assert "+0.7 points on ImageNet-1K (ResNet-50, 200 epochs, Table 1: 73.2 vs 72.5)" in text
-    assert "+1.7 points on ImageNet-100 (ResNet-18, 100 epochs, Table 5: 78.7 vs 77.0)" in text

@@ -118,32 +118,12 @@ def test_a_finished_run_writes_its_record(tmp_path, monkeypatch):
     ]
 
 
-def test_spread_sentence_says_when_no_interval_excludes_zero():
-    """The sweep's sentence never lists empty sets ("at β = none"): with every paired interval
-    including 0 it says so, and it names the points above and below otherwise."""
-    from transfer.study.report import PairedDifference, _spread_sentence
-
-    def gap(low, high):
-        return PairedDifference("knn_top1", [0, 1, 2], [0.0] * 3, (low + high) / 2, low, high)
-
-    within = _spread_sentence("β", [(0.5, gap(-0.3, 0.1)), (1.0, gap(-0.1, 0.2))])
-    assert within == (
-        "at no β does LORAC differ from MoCo-M in kNN beyond the seed spread (every paired "
-        "95 % CI includes 0)"
-    )
-    mixed = _spread_sentence("M", [(2.0, gap(0.1, 0.4)), (3.0, gap(-0.5, -0.1)), (4.0, gap(-1, 1))])
-    assert mixed == (
-        "LORAC is above MoCo-M beyond the seed spread at M = 2, below it beyond the seed spread "
-        "at M = 3, within it at M = 4"
-    )
-    assert "none" not in within + mixed
-
-
 def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
     """An invocation that ran something is appended to the records' invocations.json; one that
     ran nothing is not, and the page shows the sum over all of them."""
-    from transfer.study.records import INVOCATIONS, log_invocation
-    from transfer.study.report import _invocation_lines
+    from transfer.analysis.study_page import _invocation_lines
+    from transfer.analysis.study_records import INVOCATIONS
+    from transfer.study.records import log_invocation
 
     opt = _options(tmp_path, "beta", tmp_path, records=str(tmp_path / "records"))
     assert log_invocation(opt, 600.0, 0) == []  # nothing ran, nothing logged

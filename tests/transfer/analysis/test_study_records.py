@@ -1,5 +1,5 @@
-"""A study's committed records read back (transfer.study.records) and shown in the HTML report
-(tools/make_report.py --study-records) with the same verdict as its Markdown page."""
+"""A study's committed records read back (transfer.analysis.study_records) and shown in the HTML
+report (tools/make_report.py --study-records) with the same verdict as its Markdown page."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import re
 import pytest
 
 from tests.helpers.analysis import assert_png_not_blank, exit_status, study_record
+from transfer.analysis.study_comparison import comparison
+from transfer.analysis.study_page import Invocation, render_page
+from transfer.analysis.study_records import load_records
+from transfer.analysis.study_setup import METHODS, StudyError, sweep_methods
+from transfer.analysis.study_stats import summarize
 from transfer.cli.make_report import main as report_main
-from transfer.study.config import METHODS, StudyError, sweep_methods
-from transfer.study.records import load_records
-from transfer.study.report import comparison, render, summarize
 
 # Per-seed kNN: LORAC is 0.5 +- 0.1 above MoCo-M on every seed (beyond the spread).
 KNN = {
@@ -92,7 +94,7 @@ def test_html_report_states_each_comparison_as_its_page(tmp_path, capsys):
         opt, results = load_records(str(folder))
         summaries = summarize(results, opt.methods)
         found = comparison(opt, summaries)
-        markdown_page = render(opt, results, 0.0, "x.png")
+        markdown_page = render_page(opt, results, "x.png", Invocation("now", 0.0, None))
         for sentence in found.text:
             assert sentence in markdown_page  # the page and the report say the same
             assert sentence in page

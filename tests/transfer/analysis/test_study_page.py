@@ -1,0 +1,56 @@
+"""The committed study pages (docs/results*.md) are a function of the committed records
+(docs/results_runs/) and of what each page states about the invocation that wrote it (time,
+command, machine): rendered again from those, every page comes out byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+
+import pytest
+
+from tests.helpers import ROOT
+from transfer.analysis.study_page import Invocation, render_page
+from transfer.analysis.study_records import INVOCATIONS, load_records, read_json
+from transfer.cli.study import parse_args
+
+PAGES = {
+    "results.md": "study",
+    "results_beta.md": "beta",
+    "results_views.md": "views",
+}
+
+
+def _stated(page: str) -> tuple[list[str], Invocation]:
+    """The command line and the invocation that the page says wrote it."""
+    stamp = re.search(r"^Generated (\S+) by", page, re.M)[1]
+    command = re.search(r"^## Command\n\n```\n(.*)\n```$", page, re.M)[1]
+    hardware = page.split("## Hardware and wall time\n\n", 1)[1].splitlines()[:4]
+    threads = int(re.search(r"each run had (\d+) torch thread", page)[1])
+    minutes = re.search(r"This invocation of the study: ([\d.]+) min", page)
+    invocation = Invocation(
+        stamp=stamp,
+        seconds=60 * float(minutes[1]) if minutes else 0.0,
+        runs_done=None if minutes else 0,  # 0: "it rewrote this page from the records"
+        machine=dict(line[2:].split(": ", 1) for line in hardware),
+        threads_per_run=threads,
+    )
+    return shlex.split(command), invocation
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_committed_page_is_rendered_again_from_its_records(name, monkeypatch):
+    """Everything but the stated invocation comes from the records: the sentences, every
+    table, the budget and the wall times; one changed digit anywhere fails."""
+    monkeypatch.chdir(ROOT)  # the page names the configs relative to the repository
+    page = (ROOT / "docs" / name).read_text(encoding="utf-8")
+    argv, invocation = _stated(page)
+    assert argv[:2] == ["python", "tools/study.py"]
+    args = parse_args(argv[2:])
+    opt, results = load_records(f"docs/results_runs/{PAGES[name]}")
+    opt = dataclasses.replace(opt, command=shlex.join(argv), jobs=args.jobs, opts=args.opts)
+    logged = read_json(f"{opt.records}/{INVOCATIONS}")["invocations"]
+    invocation = dataclasses.replace(invocation, logged=logged)
+    png = f"docs/{name[:-3]}.png"
+    assert render_page(opt, results, png, invocation) == page

@@ -1,0 +1,299 @@
+"""What a study shows about LORAC vs MoCo-M, in numbers and words: the sentences and the table
+that its Markdown page (:mod:`.study_page`) and the HTML report (:mod:`.report`,
+``tools/make_report.py --study-records``) both show, computed from the same records."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from transfer.analysis.paper_tables import PAPER_TABLES
+from transfer.analysis.report_tables import Table
+from transfer.analysis.study_setup import StudyOptions
+from transfer.analysis.study_stats import (
+    METRICS,
+    MethodSummary,
+    PairedDifference,
+    mean_std,
+    paired_difference,
+)
+
+__all__ = [
+    "PAPER_SHAPES",
+    "TITLES",
+    "Comparison",
+    "comparison",
+    "mean_table",
+    "paired_table",
+    "paired_verdict",
+    "paper_main_comparison",
+    "spread_sentence",
+    "verdict",
+]
+
+TITLES = {
+    "": "CPU-scale study: LORAC vs MoCo-M vs MoCo-v2 on Fashion-MNIST",
+    "beta": "CPU-scale β sweep (paper Fig. 3): LORAC at five β and MoCo-M",
+    "views": "CPU-scale M sweep (paper Fig. 4b): LORAC and MoCo-M at M views",
+}
+
+PAPER_SHAPES = {
+    "beta": (
+        "The paper (Fig. 3, ImageNet-100, 100 epochs): accuracy is best at β = 2, falls towards "
+        "MoCo-M's as β grows and collapses below β = 1 (3a); the test ‖Q̂‖∗ grows with β (3b); "
+        "accuracy against ‖Q̂‖∗ is best at an intermediate norm (3c)."
+    ),
+    "views": (
+        'The paper (Fig. 4b, ImageNet-100, M x 224 px views, β = 1; Sec. 6.2, "Impact of M"): '
+        "LORAC improves as M grows and nearly plateaus beyond M = 6; it stays above MoCo-M at "
+        'every M, with "a significant gap" (the text does not say whether the gap grows).'
+    ),
+}
+
+SWEEP_TITLE = "The sweep"
+PAIRED_TITLE = "LORAC − MoCo-M, paired by seed"
+_ACCURACIES = (("knn_top1", "kNN"), ("linear_top1", "linear-probe"))
+
+
+@dataclass
+class Comparison:
+    """What one study or sweep shows about LORAC vs MoCo-M: its title, the sentences (the
+    paper's curve shapes first for a sweep) and its table (:data:`SWEEP_TITLE` or
+    :data:`PAIRED_TITLE`; without rows when there is nothing to compare)."""
+
+    title: str
+    text: list[str]
+    table: Table
+
+
+def comparison(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> Comparison:
+    if opt.sweep:
+        table, sentence = _sweep(opt, summaries)
+        text = [PAPER_SHAPES[opt.sweep], *([sentence] if sentence else [])]
+    else:
+        table = paired_table(summaries)
+        text = [
+            t for t in (paired_verdict(summaries), verdict(summaries), paper_main_comparison()) if t
+        ]
+    return Comparison(TITLES[opt.sweep], text, table)
+
+
+def _lorac_and_mocom(summaries: Sequence[MethodSummary]) -> tuple[MethodSummary, ...]:
+    """``(lorac, mocom)`` when both ran, else ()."""
+    by = {s.key: s for s in summaries}
+    return (by["lorac"], by["mocom"]) if "lorac" in by and "mocom" in by else ()
+
+
+def verdict(summaries: Sequence[MethodSummary]) -> str:
+    """One sentence: does LORAC's kNN (and linear) mean beat MoCo-M's by more than the larger
+    of their two seed standard deviations, or is the difference within the seed spread?"""
+    pair = _lorac_and_mocom(summaries)
+    if not pair:
+        return "LORAC and MoCo-M were not both run, so there is no LORAC vs MoCo-M comparison."
+    lorac, mocom = pair
+    if min(len(lorac.seeds), len(mocom.seeds)) < 2:
+        return (
+            "With a single seed per method there is no seed spread, so this study cannot say "
+            "whether LORAC beats MoCo-M."
+        )
+    parts = []
+    for metric, name in _ACCURACIES:
+        diff = lorac.mean(metric) - mocom.mean(metric)
+        spread = max(lorac.std(metric), mocom.std(metric))
+        if diff > spread:
+            what = "LORAC beats MoCo-M"
+        elif diff < -spread:
+            what = "MoCo-M beats LORAC"
+        else:
+            what = "within the seed spread"
+        parts.append(
+            f"on {name} top-1 LORAC's mean is {abs(diff):.2f} points "
+            f"{'above' if diff >= 0 else 'below'} MoCo-M's against a seed spread of "
+            f"{spread:.2f} points ({what})"
+        )
+    return (
+        f"Unpaired, {parts[0]}, and {parts[1]}, the seed spread being the larger of the two "
+        f"methods' sample standard deviations over {len(lorac.seeds)} and {len(mocom.seeds)} "
+        "seeds. Where the two disagree, the paired interval is the one this page goes by: it "
+        "removes the variation that a seed gives both methods alike (the same data order and "
+        "initial weights), which the unpaired comparison counts as spread."
+    )
+
+
+def paired_verdict(summaries: Sequence[MethodSummary]) -> str:
+    """One sentence per accuracy: does the paired 95 % interval of LORAC - MoCo-M exclude 0?"""
+    pair = _lorac_and_mocom(summaries)
+    if not pair:
+        return ""
+    parts = []
+    for metric, name in _ACCURACIES:
+        d = paired_difference(*pair, metric)
+        if math.isnan(d.low):
+            return "Fewer than two common seeds: no paired interval."
+        what = {
+            1: "LORAC beats MoCo-M beyond the seed spread",
+            -1: "MoCo-M beats LORAC beyond the seed spread",
+            0: "no difference beyond the seed spread at this scale",
+        }[d.beyond_spread]
+        parts.append(
+            f"{name} top-1 {d.mean:+.2f} points, 95 % CI [{d.low:+.2f}, {d.high:+.2f}] ({what})"
+        )
+    n = len(paired_difference(*pair, "knn_top1").seeds)
+    return f"Paired by seed ({n} seeds), LORAC - MoCo-M: {parts[0]}; {parts[1]}."
+
+
+def paper_main_comparison() -> str:
+    """The paper's own LORAC vs MoCo-M numbers (linear top-1, one run each), read from the
+    transcribed tables so that they are written down once."""
+    parts = []
+    for key, where in (
+        ("table1", "ImageNet-1K (ResNet-50, 200 epochs"),
+        ("table5", "ImageNet-100 (ResNet-18, 100 epochs"),
+    ):
+        table = PAPER_TABLES[key]
+        lo, mo = (table.row(n).values["Top-1"] for n in ("LORAC", "MoCo-M"))
+        parts.append(f"{lo - mo:+.1f} points on {where}, Table {table.number}: {lo} vs {mo})")
+    return (
+        "The paper: LORAC − MoCo-M in linear top-1 is "
+        + " and ".join(parts)
+        + "; the paper reports no repeated runs or seed spread."
+    )
+
+
+def mean_table(summaries: Sequence[MethodSummary]) -> Table:
+    """One row per method: its label, seeds and every metric's mean ± sample std."""
+    table = Table(
+        "Mean ± sample standard deviation over seeds",
+        ["Method", "seeds", *(title for title, _ in METRICS.values())],
+    )
+    for s in summaries:
+        table.add([s.label, len(s.seeds), *(mean_std(s, k) for k in METRICS)])
+    return table
+
+
+def paired_table(summaries: Sequence[MethodSummary]) -> Table:
+    """LORAC - MoCo-M per common seed for every metric, then the mean [95 % CI]; no rows unless
+    both methods ran."""
+    table = Table(PAIRED_TITLE, ["seed", *(title for title, _ in METRICS.values())])
+    pair = _lorac_and_mocom(summaries)
+    if not pair:
+        return table
+    pairs = {k: paired_difference(*pair, k) for k in METRICS}
+    for i, seed in enumerate(pairs["knn_top1"].seeds):
+        table.add(
+            [seed, *(f"{pairs[k].diffs[i]:+.{digits}f}" for k, (_, digits) in METRICS.items())]
+        )
+    table.add(
+        ["mean [95 % CI]", *(pairs[k].interval(digits) for k, (_, digits) in METRICS.items())]
+    )
+    return table
+
+
+def spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]]) -> str:
+    """Where the paired kNN interval of LORAC - MoCo-M excludes 0, in words."""
+    above = [f"{x:g}" for x, d in gaps if d.beyond_spread == 1]
+    below = [f"{x:g}" for x, d in gaps if d.beyond_spread == -1]
+    if not above and not below:
+        return (
+            f"at no {symbol} does LORAC differ from MoCo-M in kNN beyond the seed spread (every "
+            "paired 95 % CI includes 0)"
+        )
+    parts = []
+    if above:
+        parts.append(
+            f"LORAC is above MoCo-M beyond the seed spread at {symbol} = {', '.join(above)}"
+        )
+    if below:
+        parts.append(f"below it beyond the seed spread at {symbol} = {', '.join(below)}")
+    rest = [f"{x:g}" for x, d in gaps if d.beyond_spread == 0]
+    if rest:
+        parts.append(f"within it at {symbol} = {', '.join(rest)}")
+    return ", ".join(parts)
+
+
+def _sweep_table(rows: Sequence[Mapping]) -> Table:
+    """The sweep's rows under the first row's columns (a cell it lacks is "-")."""
+    return Table.of_rows(SWEEP_TITLE, list(rows[0]) if rows else ["x"], rows)
+
+
+def _sweep(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[Table, str]:
+    """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and one sentence on
+    what it shows next to the paper's curve shapes, computed from the numbers."""
+    by = {s.key: s for s in summaries}
+    rows, sentence = (_beta_sweep if opt.sweep == "beta" else _views_sweep)(opt, by)
+    return _sweep_table(rows), sentence
+
+
+def _beta_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:
+    """Per β: the means and LORAC - MoCo-M's paired kNN; the sentence on the peak, the test
+    ‖Q̂‖∗'s trend and the collapse at the lowest β."""
+    mocom = by.get("mocom")
+    rows: list[dict] = []
+    found = []  # (beta, kNN mean, ‖Q̂‖∗ mean, paired kNN difference)
+    for key in opt.methods:
+        if key not in by:
+            continue
+        s, x = by[key], opt.method_table[key].x
+        row = {"β": "∞ (MoCo-M)" if x == math.inf else f"{x:g}", "seeds": len(s.seeds)}
+        row.update({METRICS[k][0]: mean_std(s, k) for k in METRICS})
+        if mocom is not None and key != "mocom":
+            d = paired_difference(s, mocom, "knn_top1")
+            row["kNN − MoCo-M [95 % CI]"] = d.interval()
+            found.append((x, s.mean("knn_top1"), s.mean("nuclear_mean"), d))
+        rows.append(row)
+    return rows, _beta_sentence(found) if found else ""
+
+
+def _beta_sentence(found: Sequence[tuple[float, float, float, PairedDifference]]) -> str:
+    best = max(found, key=lambda f: f[1])
+    ordered = sorted(found, key=lambda f: f[0])
+    nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
+    low = ordered[0]
+    collapse = (
+        f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
+        "collapse below β = 1"
+        if low[3].beyond_spread == -1
+        else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
+    )
+    return (
+        f"Here: kNN is highest at β = {best[0]:g} ({best[1]:.2f} %; the paper's peak is "
+        f"at β = 2); the test ‖Q̂‖∗ "
+        f"{'grows' if nuc_up else 'does not grow monotonically'} with β "
+        f"({'as' if nuc_up else 'unlike'} the paper's Fig. 3b); {collapse}; "
+        f"{spread_sentence('β', [(f[0], f[3]) for f in ordered])}."
+    )
+
+
+def _views_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:
+    """Per M: LORAC's and MoCo-M's kNN and their paired differences; the sentence on where the
+    kNN gap exceeds the seed spread and whether it grows with M."""
+    rows: list[dict] = []
+    gaps = []
+    for x in sorted({opt.method_table[k].x for k in opt.methods}):
+        lo, mo = by.get(f"lorac_M{x:g}"), by.get(f"mocom_M{x:g}")
+        if lo is None or mo is None:
+            continue
+        d = paired_difference(lo, mo, "knn_top1")
+        gaps.append((x, d))
+        rows.append(
+            {
+                "M": f"{x:g}",
+                "seeds": len(d.seeds),
+                "LORAC kNN (%)": mean_std(lo, "knn_top1"),
+                "MoCo-M kNN (%)": mean_std(mo, "knn_top1"),
+                "kNN LORAC − MoCo-M [95 % CI]": d.interval(),
+                "linear LORAC − MoCo-M [95 % CI]": paired_difference(
+                    lo, mo, "linear_top1"
+                ).interval(),
+            }
+        )
+    if not gaps:
+        return rows, ""
+    grows = gaps[-1][1].mean > gaps[0][1].mean
+    return rows, (
+        f"Here: {spread_sentence('M', gaps)}; the mean kNN gap is "
+        f"{gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
+        f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
+        f"({'growing' if grows else 'not growing'} with M)."
+    )

@@ -1,0 +1,262 @@
+"""A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``).
+
+The page is a list of sections, each a short function returning its lines: the comparison of
+LORAC and MoCo-M (:mod:`.study_comparison`, the same sentences and table as the HTML report's),
+mean ± sample std per method and metric, the per-seed rows, the command and the configs, the
+budget, the hardware and the wall time. Its tables are :class:`~.report_tables.Table` s written
+by the project's one table writer, :func:`pretrain.utils.tables.markdown_table` (first column
+left, numbers right, an empty cell "-"). What the page says about the invocation that writes it
+(when, on what machine, how long) comes in as an :class:`Invocation`, so the page is a function
+of the records, the options and that alone: rewritten from the committed records, with what a
+committed page states about its invocation, it comes out byte for byte
+(``tests/transfer/analysis/test_study_page.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pretrain.evaluation.knn import KNN_K, KNN_T
+from pretrain.utils.tables import markdown_table
+from transfer.analysis.report_tables import Table
+from transfer.analysis.study_comparison import Comparison, comparison, mean_table
+from transfer.analysis.study_records import INVOCATIONS
+from transfer.analysis.study_setup import Method, StudyOptions
+from transfer.analysis.study_stats import MethodSummary, summarize
+
+__all__ = ["TARGETS", "Invocation", "render_page", "seed_table"]
+
+TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-views"}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the page states about the invocation of the study that writes it (gathered by the
+    driver, :func:`transfer.study.report.write_report`)."""
+
+    stamp: str  # when the page is written, ISO 8601 to the second
+    seconds: float  # this invocation's wall time
+    runs_done: int | None  # runs it trained or evaluated; 0: it only rewrote the page
+    logged: Sequence[Mapping] = ()  # every invocation that ran something (INVOCATIONS)
+    machine: Mapping[str, str] = field(default_factory=dict)  # hardware: name -> value
+    threads_per_run: int = 1  # torch threads of each run (--jobs runs at once)
+
+
+def render_page(
+    opt: StudyOptions, results: Sequence[Mapping], png: str, invocation: Invocation
+) -> str:
+    """The Markdown page of ``results`` with its plot ``png`` (linked by its file name)."""
+    summaries = summarize(results, opt.methods)
+    found = comparison(opt, summaries)
+    blocks = [
+        _head(opt, results, found.title, invocation.stamp),
+        _findings(opt, found),
+        _means(opt, summaries, png),
+        [] if opt.sweep else _paired(found.table),
+        _titled(seed_table(opt, results)),
+        _command(opt),
+        _budget(opt, results, summaries),
+        _hardware(opt, results, invocation),
+    ]
+    return "\n".join(line for block in blocks if block for line in (*block, ""))
+
+
+def _markdown(table: Table) -> list[str]:
+    """The table's lines: the first column left-aligned, the others right, empty cells "-"."""
+    aligns = ["left"] + ["right"] * (len(table.columns) - 1)
+    return markdown_table(table.columns, table.rows, align=aligns, missing="-").splitlines()
+
+
+def _titled(table: Table) -> list[str]:
+    """The table under its title as a section heading."""
+    return [f"## {table.title}", "", *_markdown(table)]
+
+
+def _paragraphs(texts: Sequence[str]) -> list[str]:
+    lines: list[str] = []
+    for text in texts:
+        lines += [text, ""]
+    return lines[:-1]
+
+
+def _head(opt: StudyOptions, results: Sequence[Mapping], title: str, stamp: str) -> list[str]:
+    seeds = " ".join(str(s) for s in opt.seeds)
+    return [
+        f"# {title}",
+        "",
+        f"Generated {stamp} by `tools/study.py` (`{TARGETS[opt.sweep]}`) from {len(results)} runs "
+        f"(seeds {seeds}).",
+    ]
+
+
+def _findings(opt: StudyOptions, found: Comparison) -> list[str]:
+    """The sentences; a sweep's table sits between the paper's shapes and what is seen here."""
+    if not opt.sweep:
+        return _paragraphs(found.text)
+    table = found.table
+    return [f"## {table.title}", "", found.text[0], "", *_markdown(table), "", *found.text[1:]]
+
+
+def _means(opt: StudyOptions, summaries: Sequence[MethodSummary], png: str) -> list[str]:
+    table = mean_table(summaries)
+    return [
+        f"## {table.title} (ddof = 1)",
+        "",
+        *_markdown(table),
+        "",
+        f"![per-seed values and mean ± std]({os.path.basename(png)})",
+        "",
+        "‖Q̂‖∗: nuclear norm of the L2-normalised query-encoder embeddings of "
+        f"{opt.nuclear_views} augmented views of a test image (paper Fig. 4c), averaged over "
+        f"{opt.nuclear_images} test images spread over the split; the same views for every model "
+        f"(seed {opt.nuclear_seed}). Its minimum is √{opt.nuclear_views} = "
+        f"{math.sqrt(opt.nuclear_views):.3f} (identical views).",
+    ]
+
+
+def _paired(table: Table) -> list[str]:
+    """LORAC - MoCo-M per seed and its interval; nothing unless both ran."""
+    if not table.rows:
+        return []
+    return [
+        *_titled(table),
+        "",
+        "The interval is Student's t over the per-seed differences (each seed gives both "
+        "methods the same data order and initial weights); an interval that excludes 0 is a "
+        "difference beyond the seed spread.",
+    ]
+
+
+def _or_dash(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value / scale:.{digits}f}"
+
+
+def seed_table(opt: StudyOptions, results: Sequence[Mapping]) -> Table:
+    """One row per run, in method then seed order: its numbers, times and speed."""
+    table = Table(
+        "Per seed",
+        [
+            "Method",
+            "seed",
+            "kNN top-1 (%)",
+            "linear top-1 (%)",
+            "‖Q̂‖∗ mean",
+            "‖Q̂‖∗ std over images",
+            "pretraining (min)",
+            "images/s",
+            "evaluation (min)",
+        ],
+    )
+    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
+        resumed = f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""
+        table.add(
+            [
+                r["label"],
+                r["seed"],
+                f"{r['knn_top1']:.2f}",
+                f"{r['linear_top1']:.2f}",
+                f"{r['nuclear_mean']:.3f}",
+                f"{r['nuclear_std']:.3f}",
+                _or_dash(r["train_seconds"], 1, 60.0) + resumed,
+                _or_dash(r["images_per_sec"], 0),
+                _or_dash(r["eval_seconds"], 1, 60.0),
+            ]
+        )
+    return table
+
+
+def _config_line(method: Method) -> str:
+    opts = f" with `{' '.join(str(o) for o in method.opts)}`" if method.opts else ""
+    return f"- {method.label}: `{os.path.relpath(method.config)}`{opts}"
+
+
+def _command(opt: StudyOptions) -> list[str]:
+    overrides = f"`{' '.join(opt.opts)}`" if opt.opts else "none"
+    return [
+        "## Command",
+        "",
+        "```",
+        opt.command or TARGETS[opt.sweep],
+        "```",
+        "",
+        f"Pretraining configs (overrides applied to every method: {overrides}):",
+        "",
+        *(_config_line(opt.method_table[m]) for m in opt.methods),
+    ]
+
+
+def _method_budget(s: MethodSummary, results: Sequence[Mapping]) -> str:
+    runs = [r for r in results if r["method"] == s.key]
+    r = runs[0]
+    speeds = [x["images_per_sec"] for x in runs if x["images_per_sec"] is not None]
+    speed = f", {np.mean(speeds):.0f} images/s" if speeds else ""
+    epochs = r["max_iter"] * r["ims_per_batch"] / r["train_images"]
+    return (
+        f"- {s.label}: {r['max_iter']} iterations of {r['ims_per_batch']} images = "
+        f"{epochs:.2f} epochs of {r['train_images']} training images (SOLVER.EPOCHS "
+        f"{r['epochs']:g}), {r['views']} views per image{speed}."
+    )
+
+
+def _budget(
+    opt: StudyOptions, results: Sequence[Mapping], summaries: Sequence[MethodSummary]
+) -> list[str]:
+    r = results[0]
+    return [
+        "## Budget",
+        "",
+        *(_method_budget(s, results) for s in summaries),
+        f"- kNN: weighted k = {KNN_K}, T = {KNN_T} on pooled backbone features, {opt.knn_train} "
+        f"reference (train) and {opt.knn_test} test images, at the pretraining crop size.",
+        "- Linear probe on the same frozen features (the transfer harness's cached-feature "
+        f"classifier, SGD, cosine, batch 256, {opt.probe_epochs} epochs): lr chosen among "
+        f"{opt.probe_num_lrs} log-spaced values in {list(opt.probe_lr_range)} on "
+        f"{opt.probe_heldout_per_class} held-out reference images per class (seeded by the run), "
+        f"then retrained on all {r['probe_train_images']} references; top-1 on "
+        f"{r['probe_test_images']} test images.",
+        f"- Nuclear norm: {opt.nuclear_views} views x {opt.nuclear_images} test images.",
+    ]
+
+
+def _invocation_lines(invocations: Sequence[Mapping]) -> list[str]:
+    if not invocations:
+        return []
+    total = sum(i["minutes"] for i in invocations)
+    each = "; ".join(
+        f"{i['finished'][:16].replace('T', ' ')}: {i['minutes']:.1f} min, {i['runs_done']} runs, "
+        f"{i['jobs']} at once on {i['cpu_cores']} cores"
+        for i in invocations
+    )
+    return [
+        f"- Wall time of the target, summed over the invocations that ran something "
+        f"(`{INVOCATIONS}` in the records): {total:.1f} min ({each})."
+    ]
+
+
+def _hardware(opt: StudyOptions, results: Sequence[Mapping], inv: Invocation) -> list[str]:
+    # A run whose train_stats.json was lost has no pretraining time: counted as 0 (shown "-")
+    per_run = [(r["train_seconds"] or 0.0) + r["eval_seconds"] for r in results]
+    this = (
+        "- This invocation of the study ran nothing: every run was recorded, and it rewrote "
+        "this page from the records."
+        if inv.runs_done == 0
+        else f"- This invocation of the study: {inv.seconds / 60:.1f} min (runs already "
+        "done are skipped, so a resumed study takes less)."
+    )
+    return [
+        "## Hardware and wall time",
+        "",
+        *(f"- {k}: {v}" for k, v in inv.machine.items()),
+        f"- Wall time per run (pretraining + evaluation): mean {np.mean(per_run) / 60:.1f} min, "
+        f"total {sum(per_run) / 60:.1f} min over {len(results)} runs.",
+        *_invocation_lines(inv.logged),
+        this,
+        f"- Runs at once (`--jobs`): {opt.jobs}; with more than one, each run had "
+        f"{inv.threads_per_run} torch thread(s) and shared the machine, so "
+        "its wall time is longer than alone.",
+    ]

@@ -1,0 +1,99 @@
+"""A study's numbers: per method the per-seed values, their mean and sample standard deviation,
+and the seed-paired difference of two methods with its Student-t 95 % interval."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "METRICS",
+    "MethodSummary",
+    "PairedDifference",
+    "mean_std",
+    "paired_difference",
+    "summarize",
+]
+
+# study.json key -> (column title, digits)
+METRICS = {
+    "knn_top1": ("kNN top-1 (%)", 2),
+    "linear_top1": ("linear top-1 (%)", 2),
+    "nuclear_mean": ("test ‖Q̂‖∗", 3),
+}
+
+
+@dataclass
+class MethodSummary:
+    key: str
+    label: str
+    seeds: list[int]
+    values: dict[str, list[float]]  # metric -> per-seed values, in seed order
+
+    def mean(self, metric: str) -> float:
+        return float(np.mean(self.values[metric]))
+
+    def std(self, metric: str) -> float:
+        """Sample standard deviation (ddof = 1); NaN for a single seed."""
+        v = self.values[metric]
+        return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
+
+
+def summarize(results: Sequence[Mapping], methods: Sequence[str]) -> list[MethodSummary]:
+    out = []
+    for m in methods:
+        rows = sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
+        if rows:
+            values = {k: [float(r[k]) for r in rows] for k in METRICS}
+            out.append(MethodSummary(m, rows[0]["label"], [r["seed"] for r in rows], values))
+    return out
+
+
+def mean_std(s: MethodSummary, metric: str) -> str:
+    """``mean ± std`` at the metric's digits ("n/a" for the std of a single seed)."""
+    digits = METRICS[metric][1]
+    std = s.std(metric)
+    std_text = "n/a" if math.isnan(std) else f"{std:.{digits}f}"
+    return f"{s.mean(metric):.{digits}f} ± {std_text}"
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``a - b`` per common seed for one metric, its mean and 95 % t confidence interval."""
+
+    metric: str
+    seeds: list[int]
+    diffs: list[float]
+    mean: float
+    low: float  # NaN with fewer than 2 seeds
+    high: float
+
+    @property
+    def beyond_spread(self) -> int:
+        """+1 when the interval lies above 0, -1 below, 0 when it includes 0 (or is undefined)."""
+        if math.isnan(self.low):
+            return 0
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+    def interval(self, digits: int = 2) -> str:
+        """``+mean [+low, +high]``."""
+        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
+
+def paired_difference(a: MethodSummary, b: MethodSummary, metric: str) -> PairedDifference:
+    """The seed-paired difference ``a - b`` (the same seed gives both methods the same data
+    order and initial weights): mean and Student-t 95 % interval over the common seeds."""
+    from scipy import stats
+
+    common = [s for s in a.seeds if s in b.seeds]
+    va = dict(zip(a.seeds, a.values[metric], strict=True))
+    vb = dict(zip(b.seeds, b.values[metric], strict=True))
+    diffs = [va[s] - vb[s] for s in common]
+    mean = float(np.mean(diffs)) if diffs else math.nan
+    if len(diffs) < 2:
+        return PairedDifference(metric, common, diffs, mean, math.nan, math.nan)
+    half = float(stats.t.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
+    return PairedDifference(metric, common, diffs, mean, mean - half, mean + half)
