@@ -19,6 +19,7 @@ from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.config.defaults import ConfigError, check_world_size
+from pretrain.config.resume import check_resume_config
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -92,6 +93,8 @@ class PretrainTrainer(SimpleTrainer):
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
+        # before anything is written: a resume with another config is refused (every rank)
+        check_resume_config(cfg)
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
             self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)

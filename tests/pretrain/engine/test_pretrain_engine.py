@@ -190,8 +190,16 @@ def test_missing_or_empty_root_stops_before_training(tmp_path, kind):
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, image_folder):
     out = tmp_path / "run"
-    _train(tiny_opts(image_folder, out))  # 6 iterations, checkpoints at 2, 5 + final
-    before = (out / "model_final.pth").read_bytes()
+    opts = tiny_opts(image_folder, out, **{"SOLVER.MAX_ITER": 9})  # checkpoints at 2, 5, 8
+
+    class _Crash(HookBase):  # a run that died after the checkpoint of iteration 5
+        def before_step(self):
+            if self.trainer.iter == 6:
+                raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        _train(opts, [_Crash()])
+    before = (out / "model_0000005.pth").read_bytes()
 
     class _Poison(HookBase):
         def before_step(self):
@@ -199,10 +207,11 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, image_folder)
                 next(self.trainer.model.encoder_q.parameters()).fill_(float("nan"))
 
     with pytest.raises(FloatingPointError, match="non-finite loss"):
-        _train(tiny_opts(image_folder, out, **{"SOLVER.MAX_ITER": 9}), [_Poison()])
-    assert (out / "model_final.pth").read_bytes() == before
-    assert (out / "last_checkpoint").read_text() == "model_final.pth"
-    ckpt = torch.load(out / "model_final.pth", weights_only=True)
+        _train(opts, [_Poison()])  # resumes at 6, the same config
+    assert (out / "model_0000005.pth").read_bytes() == before
+    assert (out / "last_checkpoint").read_text() == "model_0000005.pth"
+    assert not (out / "model_final.pth").exists()
+    ckpt = torch.load(out / "model_0000005.pth", weights_only=True)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
 
 

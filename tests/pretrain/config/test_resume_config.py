@@ -1,0 +1,40 @@
+"""Resuming with a changed config is refused before anything is written (issue 34, finding 2:
+MODEL.QUEUE_SIZE 64 instead of 32 used to resume, replace the queue by a random one and rewrite
+config.yaml and the checkpoints)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pretrain.config import load_config
+from pretrain.config.resume import RESUME_MAY_CHANGE
+from pretrain.engine.trainer import PretrainTrainer
+from pretrain.utils.errors import ConfigError
+from tests.helpers import tiny_opts
+from transfer.classification.demo import DEMO_CONFIG
+
+
+def _finished_run(image_folder, out):
+    PretrainTrainer(load_config(DEMO_CONFIG, tiny_opts(image_folder, out))).train()
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_a_changed_key_is_refused_naming_both_values_and_nothing_changes(tmp_path, image_folder):
+    out = tmp_path / "run"
+    before = _finished_run(image_folder, out)
+    changed = tiny_opts(image_folder, out, **{"MODEL.QUEUE_SIZE": 64, "SOLVER.BASE_LR": 0.5})
+    with pytest.raises(ConfigError) as e:
+        PretrainTrainer(load_config(DEMO_CONFIG, changed))
+    assert "MODEL.QUEUE_SIZE: saved 32, now 64" in str(e.value)
+    assert "SOLVER.BASE_LR" in str(e.value) and str(out) in str(e.value)
+    after = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+    assert after == before  # byte-identical: config.yaml, checkpoints, metrics, logs
+
+
+def test_keys_that_only_watch_the_run_may_change(tmp_path, image_folder):
+    out = tmp_path / "run"
+    _finished_run(image_folder, out)
+    opts = tiny_opts(image_folder, out, **{"SOLVER.LOG_PERIOD": 2, "DATALOADER.NUM_WORKERS": 1})
+    trainer = PretrainTrainer(load_config(DEMO_CONFIG, opts))
+    assert trainer.resume()
+    assert {"SOLVER.LOG_PERIOD", "DATALOADER.NUM_WORKERS"} <= set(RESUME_MAY_CHANGE)
