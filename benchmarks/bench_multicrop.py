@@ -80,7 +80,7 @@ def reference_views(crops: list[CropSpec], color: ColorSpec) -> list[Callable]:
         view = T.Compose(
             [
                 T.RandomResizedCrop(spec.size, scale=spec.scale, ratio=spec.ratio),
-                T.RandomHorizontalFlip(p=color.flip_prob),
+                T.RandomHorizontalFlip(p=spec.flip_prob),
                 T.RandomApply([T.ColorJitter(*color.jitter)], p=color.jitter_prob),
                 T.RandomGrayscale(p=color.grayscale_prob),
                 _PILBlur(color.blur_prob, color.blur_sigma),

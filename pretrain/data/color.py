@@ -70,7 +70,7 @@ BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class ColorSpec:
-    """Photometric augmentations of one view (the flip lives here too: it is drawn per view).
+    """Photometric augmentations of one view (the flip is geometric: ``CropSpec.flip_prob``).
 
     ``jitter`` is ``(brightness, contrast, saturation, hue)`` strengths with torchvision
     ``ColorJitter`` semantics. The defaults are the paper's multi-crop values (SwAV's colour
@@ -82,14 +82,13 @@ class ColorSpec:
     grayscale_prob: float = 0.2
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     blur_prob: float = 0.5
-    flip_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if len(self.jitter) != 4 or any(s < 0 for s in self.jitter):
             raise ValueError(f"jitter must be 4 non-negative strengths, got {self.jitter}")
         if self.jitter[3] > 0.5:
             raise ValueError(f"hue strength must be <= 0.5, got {self.jitter[3]}")
-        for name in ("jitter_prob", "grayscale_prob", "blur_prob", "flip_prob"):
+        for name in ("jitter_prob", "grayscale_prob", "blur_prob"):
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {p}")

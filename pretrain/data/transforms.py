@@ -48,7 +48,8 @@ _CROP_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class CropSpec:
-    """``count`` random resized crops of side ``size``.
+    """``count`` random resized crops of side ``size``, each flipped horizontally with
+    probability ``flip_prob`` (drawn per view, after its crop box).
 
     ``scale`` bounds the crop's area as a fraction of the image's, ``ratio`` its aspect ratio
     (width / height), both as in torchvision's ``RandomResizedCrop``.
@@ -58,6 +59,7 @@ class CropSpec:
     scale: tuple[float, float]
     count: int
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if self.size <= 0 or self.count <= 0:
@@ -68,6 +70,8 @@ class CropSpec:
         r_lo, r_hi = self.ratio
         if not 0.0 < r_lo <= r_hi:
             raise ValueError(f"ratio must satisfy 0 < min <= max, got {self.ratio}")
+        if not 0.0 <= self.flip_prob <= 1.0:
+            raise ValueError(f"flip_prob must be in [0, 1], got {self.flip_prob}")
 
 
 def multicrop_specs(
@@ -203,7 +207,7 @@ class MultiCropTransform:
         views: list[torch.Tensor] = []
         for spec in self.crops:
             boxes = sample_crop_boxes(width, height, spec.scale, spec.ratio, spec.count, generator)
-            flips = torch.rand(spec.count, generator=generator) < self.color.flip_prob
+            flips = torch.rand(spec.count, generator=generator) < spec.flip_prob
             crops = [
                 _crop_resize(image, box, spec.size, flip)
                 for box, flip in zip(boxes, flips.tolist(), strict=True)

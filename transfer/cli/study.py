@@ -19,9 +19,9 @@ import sys
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.config import load_config
+from transfer.analysis.study_setup import SWEEPS, sweep_methods
 from transfer.cli.common import options_from_args, tool_parser
 from transfer.study import METHODS, StudyInterrupted, StudyOptions, run_study
-from transfer.study.config import SWEEPS, sweep_methods
 
 __all__ = ["main", "parse_args"]
 

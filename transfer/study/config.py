@@ -12,10 +12,9 @@ import os
 from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import load_config
-from transfer.analysis.study_setup import SWEEPS, StudyError, StudyOptions, sweep_methods
+from transfer.analysis.study_setup import StudyError, StudyOptions
 
-# SWEEPS and sweep_methods are handed on for the command line (transfer.cli.study).
-__all__ = ["SWEEPS", "load_method_configs", "sweep_methods"]
+__all__ = ["load_method_configs"]
 
 
 def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:

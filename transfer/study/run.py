@@ -81,17 +81,13 @@ def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
     A run whose last checkpoint is final is not trained again; its ``train_stats.json`` from the
     invocation that finished it is returned.
     """
-    from pretrain.engine.trainer import PretrainTrainer
+    from pretrain.engine.run import run_pretraining
 
-    trainer = PretrainTrainer(cfg)
-    trainer.resume()
+    trainer = run_pretraining(cfg)
     start_iter = trainer.start_iter
     if start_iter >= trainer.max_iter and os.path.isfile(run.train_stats):
         return read_json(run.train_stats)
-    start = time.perf_counter()
-    if start_iter < trainer.max_iter:
-        trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = trainer.train_seconds
     trained = trainer.max_iter - start_iter
     stats = {
         "epochs": float(cfg.SOLVER.EPOCHS),

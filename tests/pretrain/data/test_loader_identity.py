@@ -89,7 +89,7 @@ def reference_views(img: Image.Image, transform: MultiCropTransform, g: torch.Ge
     views = []
     for spec in transform.crops:
         boxes = sample_crop_boxes(width, height, spec.scale, spec.ratio, spec.count, g)
-        flips = torch.rand(spec.count, generator=g) < transform.color.flip_prob
+        flips = torch.rand(spec.count, generator=g) < spec.flip_prob
         crops = []
         for box, flip in zip(boxes, flips.tolist(), strict=True):
             out = TF.resized_crop(image, *box, [spec.size, spec.size], antialias=True)[0]

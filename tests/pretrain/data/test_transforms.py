@@ -83,11 +83,11 @@ def unnormalize(x: torch.Tensor) -> torch.Tensor:
 
 def test_spec_helpers_follow_the_paper():
     crops, color = multicrop_specs()
-    assert [(c.size, c.scale, c.count) for c in crops] == [
-        (224, (0.14, 1.0), 3),
-        (96, (0.05, 0.14), 5),
+    assert [(c.size, c.scale, c.count, c.flip_prob) for c in crops] == [
+        (224, (0.14, 1.0), 3, 0.5),
+        (96, (0.05, 0.14), 5, 0.5),
     ]
-    assert color == ColorSpec((0.8, 0.8, 0.8, 0.2), 0.8, 0.2, (0.1, 2.0), 0.5, 0.5)
+    assert color == ColorSpec((0.8, 0.8, 0.8, 0.2), 0.8, 0.2, (0.1, 2.0), 0.5)
     crops, color = mocov2_specs()
     assert [(c.size, c.scale, c.count) for c in crops] == [(224, (0.2, 1.0), 2)]
     assert color.jitter == (0.4, 0.4, 0.4, 0.1) and color.blur_prob == 0.5
@@ -101,6 +101,7 @@ def test_spec_helpers_follow_the_paper():
         lambda: CropSpec(32, (0.5, 0.2), 1),
         lambda: CropSpec(32, (0.1, 1.5), 1),
         lambda: CropSpec(32, (0.1, 1.0), 0),
+        lambda: CropSpec(32, (0.1, 1.0), 1, flip_prob=1.5),
         lambda: ColorSpec(jitter=(0.4, 0.4, 0.4, 0.6)),
         lambda: ColorSpec(grayscale_prob=1.2),
         lambda: ColorSpec(blur_sigma=(0.0, 2.0)),
@@ -235,7 +236,7 @@ def test_views_are_unchanged_by_torchvision_resized_crop():
         expected = []
         for spec in crops:
             boxes = sample_crop_boxes(200, 150, spec.scale, spec.ratio, spec.count, g)
-            flips = torch.rand(spec.count, generator=g) < ColorSpec().flip_prob
+            flips = torch.rand(spec.count, generator=g) < spec.flip_prob
             expected += [
                 interpolate_crop(image, box, spec.size, flip)
                 for box, flip in zip(boxes, flips.tolist(), strict=True)

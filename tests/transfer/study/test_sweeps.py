@@ -8,8 +8,9 @@ import math
 
 from pretrain.modeling import build_model
 from tests.helpers.analysis import assert_png_not_blank, make_fashion_mnist, study_record
+from transfer.analysis.study_setup import sweep_methods
 from transfer.study import StudyOptions, run_study
-from transfer.study.config import load_method_configs, sweep_methods
+from transfer.study.config import load_method_configs
 
 
 def _options(tmp_path, sweep, root, **kw):
