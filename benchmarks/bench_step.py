@@ -427,7 +427,10 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
     trainer._hooks.insert(0, _Start(counter))
     trainer._hooks[0].trainer = trainer
     trainer.register_hooks([_Stop(counter)])
-    trainer.train()
+    try:
+        trainer.train()
+    finally:  # in-process callers (the tests) build real trainers afterwards
+        trainer_module.build_pretrain_loader = build_loader
     out = {
         "ops": counter.ops,
         "host_syncs": sum(counter.syncs.values()),
