@@ -10,6 +10,7 @@ from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import ConfigError, load_config
+from pretrain.config.resume import check_resume_config
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.distributed import maybe_init_distributed
 from pretrain.utils.locks import DirLock
@@ -94,6 +95,7 @@ def setup(args: argparse.Namespace) -> CfgNode:
     """Load and validate the config, refuse CUDA where none is visible, join the process group,
     hold OUTPUT_DIR (main process), set up logs and seeds."""
     cfg = load_args_config(args)
+    check_resume_config(cfg)  # before the first line goes to OUTPUT_DIR/log.txt
     check_device(cfg.MODEL.DEVICE)
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE, timeout_min=cfg.DIST.TIMEOUT_MINUTES)
