@@ -34,7 +34,6 @@ def run_pretraining(
     trainer = PretrainTrainer(cfg, stop_on_interrupt)
     trainer.register_hooks(list(extra_hooks))
     trainer.resume()
-    trainer.train_seconds = 0.0
     if trainer.start_iter >= trainer.max_iter:
         logger.info(
             f"{cfg.OUTPUT_DIR} holds the final checkpoint (iteration {trainer.max_iter}): "

@@ -93,8 +93,10 @@ class PretrainTrainer(SimpleTrainer):
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
-        # before anything is written: a resume with another config is refused (every rank)
+        # before anything is written: a resume with another config is refused (every rank; the
+        # tools' setup() checked already, before its log file: this is for the library's users)
         check_resume_config(cfg)
+        self.train_seconds = 0.0  # time spent in train() by pretrain.engine.run.run_pretraining
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
             self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)
