@@ -209,7 +209,7 @@ def main() -> None:
             for out in outs:
                 tensors = [*out["views"], out["index"], out["seeds"]]
                 for params in out["color_params"] or []:
-                    tensors += [getattr(params, f) for f in params.__dataclass_fields__]
+                    tensors += list(params.tensors.values())
                 for t in tensors:
                     t.share_memory_()
             return time.process_time() - t0

@@ -26,7 +26,7 @@ import torchvision.transforms as T
 from PIL import Image, ImageDraw, ImageFilter
 
 from benchmarks.common import interleaved_timings
-from pretrain.data.color import BatchColorAugment, ColorSpec
+from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, Grayscale, Jitter
 from pretrain.data.transforms import CropSpec, MultiCropTransform, mocov2_specs, multicrop_specs
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
@@ -76,14 +76,15 @@ class _PILBlur:
 def reference_views(crops: list[CropSpec], color: ColorSpec) -> list[Callable]:
     """One torchvision Compose per view, as the public SwAV / LORAC code builds them."""
     out = []
+    jitter, blur = color.op(Jitter), color.op(Blur)
     for spec in crops:
         view = T.Compose(
             [
                 T.RandomResizedCrop(spec.size, scale=spec.scale, ratio=spec.ratio),
                 T.RandomHorizontalFlip(p=spec.flip_prob),
-                T.RandomApply([T.ColorJitter(*color.jitter)], p=color.jitter_prob),
-                T.RandomGrayscale(p=color.grayscale_prob),
-                _PILBlur(color.blur_prob, color.blur_sigma),
+                T.RandomApply([T.ColorJitter(*jitter.strengths)], p=jitter.prob),
+                T.RandomGrayscale(p=color.op(Grayscale).prob),
+                _PILBlur(blur.prob, blur.sigma),
                 T.ToTensor(),
                 T.Normalize(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB),
             ]

@@ -103,6 +103,7 @@ _C.INPUT.SMALL_SIZE = 96
 _C.INPUT.SMALL_CROPS = 5
 _C.INPUT.SMALL_SCALE = (0.05, 0.14)
 _C.INPUT.KEY_CROPS = 2  # the first KEY_CROPS large crops are key crops (one queue each)
+# The colour ops' settings (pretrain.data.color: Jitter, Grayscale, Blur; each op names its keys).
 _C.INPUT.COLOR_JITTER = (0.8, 0.8, 0.8, 0.2)
 _C.INPUT.JITTER_PROB = 0.8
 _C.INPUT.GRAYSCALE_PROB = 0.2
@@ -233,9 +234,10 @@ def _check_input(inp: CN) -> None:
     _need(views >= 2, "INPUT.LARGE_CROPS + INPUT.SMALL_CROPS", views, "need at least two views")
     _need(1 <= inp.KEY_CROPS <= inp.LARGE_CROPS, "INPUT.KEY_CROPS", inp.KEY_CROPS,
           "must be between 1 and INPUT.LARGE_CROPS")  # fmt: skip
-    for key in ("JITTER_PROB", "GRAYSCALE_PROB", "BLUR_PROB"):
+    # By name, so that a new colour op's keys are checked too (pretrain.data.color.ColorOp).
+    for key in (k for k in inp if k.endswith("_PROB")):
         _need(0 <= inp[key] <= 1, f"INPUT.{key}", inp[key], "must be a probability in [0, 1]")
-    for key in ("LARGE_SCALE", "SMALL_SCALE", "BLUR_SIGMA"):
+    for key in (k for k in inp if k.endswith(("_SCALE", "_SIGMA"))):
         lo, hi = inp[key]
         _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
 

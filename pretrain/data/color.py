@@ -3,14 +3,15 @@
 The reference pipelines (SwAV, the public LORAC code, MoCo-v2) run torchvision's ``ColorJitter``,
 ``RandomGrayscale`` and a PIL Gaussian blur on every view, one image at a time, in the data
 loader workers. Here the same augmentations run on whole batches of uint8 views, on whatever
-device the views live on (the model's GPU in real runs), with one random draw per sample:
+device the views live on (the model's GPU in real runs), with one random draw per sample. The
+ops are :class:`ColorOp` subclasses in a registry (:data:`COLOR_OPS`, draw and run order):
 
-* colour jitter with probability ``jitter_prob``; when applied, brightness, contrast, saturation
-  and hue run in a random order per sample (``ColorJitter`` draws ``torch.randperm(4)`` per
-  image) with factors uniform in ``[max(0, 1 - s), 1 + s]`` and a hue shift uniform in
-  ``[-h, h]``; every op clamps to ``[0, 1]`` like torchvision;
-* grayscale with probability ``grayscale_prob`` (torchvision's ITU-R 601 weights, 3 channels);
-* Gaussian blur with probability ``blur_prob`` and sigma uniform in ``blur_sigma``.
+* :class:`Jitter`, colour jitter with probability ``prob``; when applied, brightness,
+  contrast, saturation and hue run in a random order per sample (``ColorJitter`` draws
+  ``torch.randperm(4)`` per image) with factors uniform in ``[max(0, 1 - s), 1 + s]`` and a
+  hue shift uniform in ``[-h, h]``; every op clamps to ``[0, 1]`` like torchvision;
+* :class:`Grayscale` with probability ``prob`` (torchvision's ITU-R 601 weights, 3 channels);
+* :class:`Blur`, a Gaussian blur with probability ``prob`` and sigma uniform in ``sigma``.
 
 Each op equals ``torchvision.transforms.v2.functional`` on float images (``adjust_brightness``,
 ``adjust_contrast``, ``adjust_saturation``, ``adjust_hue``, ``rgb_to_grayscale``,
@@ -35,20 +36,28 @@ CPU, so a CUDA batch never waits on a device-to-host synchronisation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.device import to_device
+from pretrain.utils.errors import ConfigError
 from pretrain.utils.pixels import normalize_
 
 __all__ = [
+    "COLOR_OPS",
     "BatchColorAugment",
+    "Blur",
+    "ColorOp",
     "ColorParams",
     "ColorSpec",
+    "Grayscale",
+    "Jitter",
+    "color_op",
     "GRAY_WEIGHTS",
     "adjust_brightness",
     "adjust_contrast",
@@ -64,90 +73,255 @@ __all__ = [
 # torchvision's rgb_to_grayscale weights for float images (ITU-R 601-2 luma).
 GRAY_WEIGHTS: tuple[float, float, float] = (0.2989, 0.587, 0.114)
 
-# Op codes of the colour jitter; ``ColorParams.order[:, j]`` is the op run in slot j.
+# Op codes of the colour jitter; ``params.order[:, j]`` is the op run in slot j.
 BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
 
 
-@dataclass(frozen=True)
-class ColorSpec:
-    """Photometric augmentations of one view (the flip is geometric: ``CropSpec.flip_prob``).
-
-    ``jitter`` is ``(brightness, contrast, saturation, hue)`` strengths with torchvision
-    ``ColorJitter`` semantics. The defaults are the paper's multi-crop values (SwAV's colour
-    distortion with strength 1) and MoCo-v2's blur probability.
-    """
-
-    jitter: tuple[float, float, float, float] = (0.8, 0.8, 0.8, 0.2)
-    jitter_prob: float = 0.8
-    grayscale_prob: float = 0.2
-    blur_sigma: tuple[float, float] = (0.1, 2.0)
-    blur_prob: float = 0.5
-
-    def __post_init__(self) -> None:
-        if len(self.jitter) != 4 or any(s < 0 for s in self.jitter):
-            raise ValueError(f"jitter must be 4 non-negative strengths, got {self.jitter}")
-        if self.jitter[3] > 0.5:
-            raise ValueError(f"hue strength must be <= 0.5, got {self.jitter[3]}")
-        for name in ("jitter_prob", "grayscale_prob", "blur_prob"):
-            p = getattr(self, name)
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {p}")
-        lo, hi = self.blur_sigma
-        if not 0.0 < lo <= hi:
-            raise ValueError(f"blur_sigma must satisfy 0 < min <= max, got {self.blur_sigma}")
-
-
-@dataclass(frozen=True)
 class ColorParams:
-    """Per-sample random colour parameters of ``n`` samples (CPU tensors).
+    """Per-sample random colour parameters of ``n`` samples (CPU tensors of n rows), by name.
 
-    ``factors[:, 0:3]`` are the brightness, contrast and saturation factors, ``factors[:, 3]``
-    the hue shift; ``order[i]`` is the permutation of ops (codes ``BRIGHTNESS`` .. ``HUE``) that
-    sample i runs when ``jitter[i]`` is set.
+    Each colour op draws its own tensors (:class:`Jitter`: ``jitter`` (n,) bool, ``factors``
+    (n, 4) with the brightness, contrast and saturation factors and the hue shift, ``order``
+    (n, 4) the op codes ``BRIGHTNESS`` .. ``HUE`` in the order sample i runs them;
+    :class:`Grayscale`: ``grayscale``; :class:`Blur`: ``blur``, ``sigma``), read as attributes
+    (``params.sigma``). Sliced, concatenated and collated by name, whatever the ops.
     """
 
-    jitter: torch.Tensor  # (n,) bool
-    factors: torch.Tensor  # (n, 4) float32
-    order: torch.Tensor  # (n, 4) int64
-    grayscale: torch.Tensor  # (n,) bool
-    blur: torch.Tensor  # (n,) bool
-    sigma: torch.Tensor  # (n,) float32
+    def __init__(self, n: int, tensors: Mapping[str, torch.Tensor]) -> None:
+        for name, t in tensors.items():
+            if t.shape[0] != n:
+                raise ValueError(f"{name}: {t.shape[0]} rows for {n} samples")
+        self.n = n
+        self.tensors = dict(tensors)
 
     def __len__(self) -> int:
-        return self.jitter.shape[0]
+        return self.n
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        # Only called for names that are not attributes (dunders too: pickling asks for them).
+        if name.startswith("__") or name in ("n", "tensors"):
+            raise AttributeError(name)
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise AttributeError(f"no colour parameter {name!r} ({list(self.tensors)})") from None
 
     @classmethod
     def cat(cls, parts: Sequence[ColorParams]) -> ColorParams:
         """The parameters of several batches, one after the other."""
         if len(parts) == 1:
             return parts[0]
-        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+        names = parts[0].tensors
+        return cls(
+            sum(len(p) for p in parts), {k: torch.cat([p.tensors[k] for p in parts]) for k in names}
+        )
 
     def __getitem__(self, index: slice) -> ColorParams:
-        """The parameters of a contiguous range of samples (every field, by name)."""
-        return ColorParams(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        """The parameters of a contiguous range of samples."""
+        n = len(range(self.n)[index])
+        return ColorParams(n, {k: t[index] for k, t in self.tensors.items()})
+
+
+class ColorOp:
+    """One photometric op of a view. The one place to add an op is a subclass: a frozen
+    dataclass whose fields are the op's settings, registered with :func:`color_op` (the
+    registry's order is the order ops draw and run in), plus its ``INPUT`` keys in
+    ``pretrain/config/defaults.py`` (whose ``*_PROB`` keys are checked to be probabilities).
+
+    * ``config``: the ``INPUT`` key of each setting (field name -> key).
+    * ``names``: the parameter tensors :meth:`sample` returns; :meth:`apply` runs when present.
+    * :meth:`width`: the uniforms it draws per sample from the one draw of
+      :func:`sample_color_params` (``columns``). A new op should draw none when it is off, so
+      that the runs that do not use it keep their random stream (``tests/golden`` checks it).
+    * :meth:`sample`: its named parameters from its (n, width) uniforms.
+    * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the
+      parameters alone (they may have been drawn in a data worker).
+    """
+
+    config: ClassVar[dict[str, str]] = {}
+    names: ClassVar[tuple[str, ...]] = ()
+    columns: ClassVar[int] = 0
+
+    def width(self) -> int:
+        return self.columns
+
+    def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    @staticmethod
+    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def from_cfg(cls, inp: Mapping[str, Any]) -> ColorOp:
+        """The op with the settings of the ``INPUT`` config node ``inp``."""
+        values = {f: tuple(inp[k]) if isinstance(inp[k], (list, tuple)) else inp[k]
+                  for f, k in cls.config.items()}  # fmt: skip
+        try:
+            return cls(**values)
+        except ValueError as e:
+            keys = ", ".join(f"INPUT.{k}" for k in cls.config.values())
+            raise ConfigError(f"{keys}: {e}") from None
+
+
+COLOR_OPS: list[type[ColorOp]] = []  # in the order they draw and run
+
+_Op = TypeVar("_Op", bound=type[ColorOp])
+_T = TypeVar("_T", bound=ColorOp)
+
+
+def color_op(cls: _Op) -> _Op:
+    """Register a :class:`ColorOp` subclass: it draws and runs after the ops registered before."""
+    COLOR_OPS.append(cls)
+    return cls
+
+
+def _check_prob(op: ColorOp, name: str) -> None:
+    p = getattr(op, name)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {p}")
+
+
+@color_op
+@dataclass(frozen=True)
+class Jitter(ColorOp):
+    """torchvision's ``ColorJitter(*strengths)`` with probability ``prob``: brightness, contrast,
+    saturation and hue in a random order per sample. The defaults are the paper's multi-crop
+    values (SwAV's colour distortion with strength 1)."""
+
+    strengths: tuple[float, float, float, float] = (0.8, 0.8, 0.8, 0.2)
+    prob: float = 0.8
+    config = {"strengths": "COLOR_JITTER", "prob": "JITTER_PROB"}
+    names = ("jitter", "factors", "order")
+    columns = 9  # the factors (4), the order's sort keys (4), whether to jitter (1)
+
+    def __post_init__(self) -> None:
+        if len(self.strengths) != 4 or any(s < 0 for s in self.strengths):
+            raise ValueError(f"jitter must be 4 non-negative strengths, got {self.strengths}")
+        if self.strengths[3] > 0.5:
+            raise ValueError(f"hue strength must be <= 0.5, got {self.strengths[3]}")
+        _check_prob(self, "prob")
+
+    def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        b, c, s, h = self.strengths
+        lo = torch.tensor([max(0.0, 1.0 - b), max(0.0, 1.0 - c), max(0.0, 1.0 - s), -h])
+        hi = torch.tensor([1.0 + b, 1.0 + c, 1.0 + s, h])
+        return {
+            "jitter": u[:, 8] < self.prob,
+            "factors": lo + (hi - lo) * u[:, 0:4],  # (n, 4)
+            "order": u[:, 4:8].argsort(dim=1),  # a uniform random permutation per sample
+        }
+
+    @staticmethod
+    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        if not bool(params.jitter.any()):
+            return
+        coef, is_hue = _jitter_coefficients(params)
+        # Which slots need which terms, decided on the CPU: no device sync, no wasted passes.
+        has_gray, has_mean = (coef[1] != 0).any(0).tolist(), (coef[2] != 0).any(0).tolist()
+        has_scale = (coef[0] != 1).any(0).tolist()
+        coef_dev = to_device(coef, x.device, x.dtype)  # one host-to-device copy
+        hue = params.factors[:, 3]
+        for slot in range(4):
+            if has_scale[slot] or has_gray[slot] or has_mean[slot]:
+                fx, fg, fm = coef_dev[:, :, slot].view(3, -1, 1, 1, 1)
+                _blend_(x, fx, fg if has_gray[slot] else None, fm if has_mean[slot] else None)
+            # The hue is by far the costliest op: run it only on the samples that need it.
+            _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
+
+
+@color_op
+@dataclass(frozen=True)
+class Grayscale(ColorOp):
+    """torchvision's ``RandomGrayscale(prob)`` (ITU-R 601 luma on all 3 channels)."""
+
+    prob: float = 0.2
+    config = {"prob": "GRAYSCALE_PROB"}
+    names = ("grayscale",)
+    columns = 1
+
+    def __post_init__(self) -> None:
+        _check_prob(self, "prob")
+
+    def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"grayscale": u[:, 0] < self.prob}
+
+    @staticmethod
+    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
+
+
+@color_op
+@dataclass(frozen=True)
+class Blur(ColorOp):
+    """A Gaussian blur with probability ``prob`` and sigma uniform in ``sigma`` (MoCo-v2's
+    probability; see the module docstring for the kernel)."""
+
+    sigma: tuple[float, float] = (0.1, 2.0)
+    prob: float = 0.5
+    config = {"sigma": "BLUR_SIGMA", "prob": "BLUR_PROB"}
+    names = ("blur", "sigma")
+    columns = 2  # whether to blur, sigma
+
+    def __post_init__(self) -> None:
+        lo, hi = self.sigma
+        if not 0.0 < lo <= hi:
+            raise ValueError(f"blur_sigma must satisfy 0 < min <= max, got {self.sigma}")
+        _check_prob(self, "prob")
+
+    def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        lo, hi = self.sigma
+        return {"blur": u[:, 0] < self.prob, "sigma": lo + (hi - lo) * u[:, 1]}
+
+    @staticmethod
+    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        _blur_subset_(x, params.blur, params.sigma, group_by_size=group_by_size)
+
+
+@dataclass(frozen=True)
+class ColorSpec:
+    """The photometric augmentations of one view (the flip is geometric:
+    ``CropSpec.flip_prob``): one of each registered op, in the registry's order. ``ColorSpec()``
+    holds every op's defaults; :meth:`replace` swaps some."""
+
+    ops: tuple[ColorOp, ...] = field(default_factory=lambda: tuple(op() for op in COLOR_OPS))
+
+    def __post_init__(self) -> None:
+        kinds = [type(op) for op in self.ops]
+        if kinds != COLOR_OPS:
+            raise ValueError(
+                f"a ColorSpec holds one of each colour op in the order "
+                f"{[k.__name__ for k in COLOR_OPS]}, got {[k.__name__ for k in kinds]}"
+            )
+
+    @classmethod
+    def from_cfg(cls, inp: Mapping[str, Any]) -> ColorSpec:
+        """Every op with its settings from the ``INPUT`` config node ``inp``."""
+        return cls(tuple(op.from_cfg(inp) for op in COLOR_OPS))
+
+    def replace(self, *ops: ColorOp) -> ColorSpec:
+        """This spec with ``ops`` in place of the ops of their kinds."""
+        new = {type(op): op for op in ops}
+        return ColorSpec(tuple(new.get(type(op), op) for op in self.ops))
+
+    def op(self, kind: type[_T]) -> _T:
+        """The op of kind ``kind`` (e.g. ``spec.op(Blur).prob``)."""
+        return next(op for op in self.ops if isinstance(op, kind))
 
 
 def sample_color_params(
     n: int, spec: ColorSpec, generator: torch.Generator | None = None
 ) -> ColorParams:
     """Draw the colour parameters of ``n`` samples on the CPU, with ColorJitter's ranges."""
-    # One draw with a fixed layout, so the stream consumed per call is fixed and seeds reproduce.
-    u = torch.rand(n, 12, generator=generator)  # (n, 12)
-    b, c, s, h = spec.jitter
-    lo = torch.tensor([max(0.0, 1.0 - b), max(0.0, 1.0 - c), max(0.0, 1.0 - s), -h])
-    hi = torch.tensor([1.0 + b, 1.0 + c, 1.0 + s, h])
-    factors = lo + (hi - lo) * u[:, 0:4]  # (n, 4)
-    order = u[:, 4:8].argsort(dim=1)  # a uniform random permutation per sample
-    s_lo, s_hi = spec.blur_sigma
-    return ColorParams(
-        jitter=u[:, 8] < spec.jitter_prob,
-        factors=factors,
-        order=order,
-        grayscale=u[:, 9] < spec.grayscale_prob,
-        blur=u[:, 10] < spec.blur_prob,
-        sigma=s_lo + (s_hi - s_lo) * u[:, 11],
-    )
+    # One draw of n x (the ops' widths) uniforms, split among the ops in order: the stream
+    # consumed per call is fixed, so seeds reproduce.
+    widths = [op.width() for op in spec.ops]
+    u = torch.rand(n, sum(widths), generator=generator)
+    tensors: dict[str, torch.Tensor] = {}
+    for op, cols in zip(spec.ops, u.split(widths, dim=1), strict=True):
+        if cols.shape[1]:
+            tensors.update(op.sample(cols))
+    return ColorParams(n, tensors)
 
 
 def _per_sample(values: torch.Tensor | Sequence[float] | float, x: torch.Tensor) -> torch.Tensor:
@@ -389,7 +563,8 @@ def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tenso
 def apply_color_params(
     x: torch.Tensor, params: ColorParams, group_blur_by_size: bool | None = None
 ) -> torch.Tensor:
-    """Jitter, grayscale and blur float images (n, 3, h, w) in [0, 1] in place; returns x.
+    """Run every op whose parameters ``params`` holds (jitter, grayscale, blur, ...: the
+    registry's order) on float images (n, 3, h, w) in [0, 1], in place; returns x.
 
     ``group_blur_by_size`` (default: on the CPU) runs each blur kernel size as its own slice
     (the CPU's cost is the taps); otherwise one pass uses the largest size (a GPU's cost is the
@@ -399,21 +574,9 @@ def apply_color_params(
         group_blur_by_size = x.device.type == "cpu"
     if len(params) != x.shape[0]:
         raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
-    if bool(params.jitter.any()):
-        coef, is_hue = _jitter_coefficients(params)
-        # Which slots need which terms, decided on the CPU: no device sync, no wasted passes.
-        has_gray, has_mean = (coef[1] != 0).any(0).tolist(), (coef[2] != 0).any(0).tolist()
-        has_scale = (coef[0] != 1).any(0).tolist()
-        coef_dev = to_device(coef, x.device, x.dtype)  # one host-to-device copy
-        hue = params.factors[:, 3]
-        for slot in range(4):
-            if has_scale[slot] or has_gray[slot] or has_mean[slot]:
-                fx, fg, fm = coef_dev[:, :, slot].view(3, -1, 1, 1, 1)
-                _blend_(x, fx, fg if has_gray[slot] else None, fm if has_mean[slot] else None)
-            # The hue is by far the costliest op: run it only on the samples that need it.
-            _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
-    _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
-    _blur_subset_(x, params.blur, params.sigma, group_by_size=group_blur_by_size)
+    for op in COLOR_OPS:
+        if all(name in params.tensors for name in op.names):
+            op.apply(x, params, group_blur_by_size)
     return x
 
 

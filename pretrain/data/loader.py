@@ -15,7 +15,6 @@ maps without a copy (:func:`collate_views`); ``benchmarks/bench_loader.py`` meas
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -209,16 +208,16 @@ def collate_views(
     Every tensor of the batch (views, indices, seeds, colour parameters) is written straight
     into one block of memory, in shared memory with ``shared_memory`` (what a data worker
     does: see :func:`_allocate`); ``color_params[v]`` are views of one (views, B, ...) tensor
-    per :class:`ColorParams` field.
+    per :class:`ColorParams` tensor.
     """
     first, n = batch[0], len(batch)
     n_views = len(first["views"])
     fields = []
     if first.get("color") is not None:  # per view: the ColorParams of every sample, stacked
-        fields = [f.name for f in dataclasses.fields(ColorParams)]
+        fields = list(first["color"].tensors)
     specs = [((n, *v.shape), v.dtype) for v in first["views"]]
     for f in fields:
-        value = getattr(first["color"], f)  # (views, ...) of one sample
+        value = first["color"].tensors[f]  # (views, ...) of one sample
         specs.append(((value.shape[0], n, *value.shape[1:]), value.dtype))
     specs += [((n,), torch.int64), ((n,), torch.int64)]
     out = _allocate(specs, shared_memory)
@@ -226,12 +225,12 @@ def collate_views(
     for v, dst in enumerate(views):
         torch.stack([b["views"][v] for b in batch], out=dst)
     for f, dst in zip(fields, params, strict=True):
-        torch.stack([getattr(b["color"], f) for b in batch], dim=1, out=dst)
+        torch.stack([b["color"].tensors[f] for b in batch], dim=1, out=dst)
     index.copy_(torch.tensor([b["index"] for b in batch]))
     seeds.copy_(torch.tensor([b["seed"] for b in batch]))
     color = (
         [
-            ColorParams(**{f: p[v] for f, p in zip(fields, params, strict=True)})
+            ColorParams(n, {f: p[v] for f, p in zip(fields, params, strict=True)})
             for v in range(n_views)
         ]
         if fields
@@ -265,13 +264,7 @@ def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
     crops = [CropSpec(inp.LARGE_SIZE, tuple(inp.LARGE_SCALE), inp.LARGE_CROPS)]
     if inp.SMALL_CROPS:
         crops.append(CropSpec(inp.SMALL_SIZE, tuple(inp.SMALL_SCALE), inp.SMALL_CROPS))
-    color = ColorSpec(
-        jitter=tuple(inp.COLOR_JITTER),
-        jitter_prob=inp.JITTER_PROB,
-        grayscale_prob=inp.GRAYSCALE_PROB,
-        blur_sigma=tuple(inp.BLUR_SIGMA),
-        blur_prob=inp.BLUR_PROB,
-    )
+    color = ColorSpec.from_cfg(inp)
     return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from pretrain.data.color import ColorSpec, apply_color_params, sample_color_params
+from pretrain.data.color import ColorSpec, Jitter, apply_color_params, sample_color_params
 from pretrain.data.datasets import rgb_tensor, to_rgb
 from pretrain.utils.pixels import to_unit_float
 
@@ -91,7 +91,7 @@ def multicrop_specs(
 
 def mocov2_specs() -> tuple[list[CropSpec], ColorSpec]:
     """MoCo-v2's two 224 views: scale (0.2, 1), jitter (0.4, 0.4, 0.4, 0.1), blur p = 0.5."""
-    return [CropSpec(224, (0.2, 1.0), 2)], ColorSpec(jitter=(0.4, 0.4, 0.4, 0.1))
+    return [CropSpec(224, (0.2, 1.0), 2)], ColorSpec().replace(Jitter((0.4, 0.4, 0.4, 0.1)))
 
 
 def sample_crop_boxes(

@@ -153,7 +153,7 @@ def test_collate_into_shared_memory_is_one_block_with_the_same_values():
     shared = collate_views(items, run_seed=1, key_crops=1, shared_memory=True)
     tensors = [*shared["views"], shared["index"], shared["seeds"]]
     for params in shared["color_params"]:
-        tensors += [getattr(params, f) for f in params.__dataclass_fields__]
+        tensors += list(params.tensors.values())
     assert all(t.is_shared() for t in tensors)
     assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one block
     assert not private["views"][0].is_shared()
@@ -163,8 +163,9 @@ def test_collate_into_shared_memory_is_one_block_with_the_same_values():
     assert torch.equal(private["seeds"], shared["seeds"])
     assert shared["seeds"].tolist() == [10, 11, 12]
     for p, s in zip(private["color_params"], shared["color_params"], strict=True):
-        for f in p.__dataclass_fields__:
-            assert torch.equal(getattr(p, f), getattr(s, f)), f
+        assert list(p.tensors) == list(s.tensors)
+        for f in p.tensors:
+            assert torch.equal(p.tensors[f], s.tensors[f]), f
 
 
 def test_collate_aligns_every_tensor():
@@ -172,7 +173,7 @@ def test_collate_aligns_every_tensor():
     batch = collate_views(_items(n=5, views=((3, 7, 7), (3, 5, 5))), shared_memory=True)
     first = batch["color_params"][0]  # view 0's fields start each field's (views, B) tensor
     tensors = [*batch["views"], batch["index"], batch["seeds"]]
-    tensors += [getattr(first, f) for f in first.__dataclass_fields__]
+    tensors += list(first.tensors.values())
     base = batch["views"][0].untyped_storage().data_ptr()
     assert len(tensors) == 10
     assert all((t.data_ptr() - base) % 64 == 0 for t in tensors)
@@ -184,7 +185,7 @@ def test_worker_batches_arrive_in_shared_memory_as_one_block(tmp_path, image_fol
     batch = next(iter(build_pretrain_loader(cfg, 0, 1, 0, procs_on_machine=1)))
     tensors = [*batch["views"], batch["index"], batch["seeds"]]
     for params in batch["color_params"]:
-        tensors += [getattr(params, f) for f in params.__dataclass_fields__]
+        tensors += list(params.tensors.values())
     assert all(t.is_shared() for t in tensors)
     assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
     assert [tuple(v.shape) for v in batch["views"]] == [(8, 3, 32, 32)] * 3

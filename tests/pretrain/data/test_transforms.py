@@ -18,8 +18,11 @@ from torchvision.transforms import RandomResizedCrop
 
 from pretrain.data.color import (
     BatchColorAugment,
+    Blur,
     ColorParams,
     ColorSpec,
+    Grayscale,
+    Jitter,
     _blur_subset_,
     adjust_brightness,
     adjust_contrast,
@@ -87,11 +90,13 @@ def test_spec_helpers_follow_the_paper():
         (224, (0.14, 1.0), 3, 0.5),
         (96, (0.05, 0.14), 5, 0.5),
     ]
-    assert color == ColorSpec((0.8, 0.8, 0.8, 0.2), 0.8, 0.2, (0.1, 2.0), 0.5)
+    assert color == ColorSpec(
+        (Jitter((0.8, 0.8, 0.8, 0.2), 0.8), Grayscale(0.2), Blur((0.1, 2.0), 0.5))
+    )
     crops, color = mocov2_specs()
     assert [(c.size, c.scale, c.count) for c in crops] == [(224, (0.2, 1.0), 2)]
-    assert color.jitter == (0.4, 0.4, 0.4, 0.1) and color.blur_prob == 0.5
-    assert color.grayscale_prob == 0.2 and color.jitter_prob == 0.8
+    assert color.op(Jitter) == Jitter((0.4, 0.4, 0.4, 0.1), 0.8)
+    assert color.op(Grayscale).prob == 0.2 and color.op(Blur).prob == 0.5
 
 
 @pytest.mark.parametrize(
@@ -102,9 +107,13 @@ def test_spec_helpers_follow_the_paper():
         lambda: CropSpec(32, (0.1, 1.5), 1),
         lambda: CropSpec(32, (0.1, 1.0), 0),
         lambda: CropSpec(32, (0.1, 1.0), 1, flip_prob=1.5),
-        lambda: ColorSpec(jitter=(0.4, 0.4, 0.4, 0.6)),
-        lambda: ColorSpec(grayscale_prob=1.2),
-        lambda: ColorSpec(blur_sigma=(0.0, 2.0)),
+        lambda: Jitter((0.4, 0.4, 0.4, 0.6)),
+        lambda: Jitter(prob=-0.1),
+        lambda: Grayscale(1.2),
+        lambda: Blur((0.0, 2.0)),
+        lambda: Blur(prob=1.5),
+        lambda: ColorSpec((Grayscale(), Jitter(), Blur())),  # not the registry's order
+        lambda: ColorSpec((Jitter(), Blur())),  # an op missing
     ],
 )
 def test_specs_reject_bad_values(bad):
@@ -358,7 +367,7 @@ def test_random_order_pipeline_matches_torchvision_per_sample():
 
 def test_color_params_follow_color_jitter_ranges():
     n = 20000
-    spec = ColorSpec(jitter=(0.8, 0.5, 1.5, 0.2), blur_sigma=(0.1, 2.0))
+    spec = ColorSpec().replace(Jitter((0.8, 0.5, 1.5, 0.2)), Blur((0.1, 2.0)))
     p = sample_color_params(n, spec, torch.Generator().manual_seed(0))
     # ColorJitter: factors uniform on [max(0, 1 - s), 1 + s], hue uniform on [-h, h].
     for col, (lo, hi) in enumerate([(0.2, 1.8), (0.5, 1.5), (0.0, 2.5), (-0.2, 0.2)]):
@@ -500,5 +509,5 @@ def test_both_paths_flip_half_and_blur_alike():
     threshold = 1.95 * math.sqrt(2 / len(worker))  # two-sample KS at alpha = 1e-3
     assert ks_statistic(sharpness(worker), sharpness(batched)) < threshold
     # The statistic does see the blur: without it the distribution is far off.
-    unblurred = batched_views(stripes_image(), ColorSpec(blur_prob=0.0))
+    unblurred = batched_views(stripes_image(), ColorSpec().replace(Blur(prob=0.0)))
     assert ks_statistic(sharpness(batched), sharpness(unblurred)) > 3 * threshold

@@ -17,7 +17,7 @@ from detectron2.engine import HookBase
 
 from benchmarks.bench_step import StepCounter, measure
 from pretrain.config import load_config
-from pretrain.data.color import BatchColorAugment, ColorSpec, sample_color_params
+from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, sample_color_params
 from pretrain.engine.trainer import PretrainTrainer
 from tests.helpers import ROOT, tiny_opts
 
@@ -66,7 +66,7 @@ def test_one_pass_colour_augmentation_equals_the_chunked_one(given):
     g = torch.Generator().manual_seed(0)
     views = [torch.randint(0, 256, (5, 3, s, s), dtype=torch.uint8, generator=g) for s in (24,) * 3]
     views += [torch.randint(0, 256, (5, 3, 12, 12), dtype=torch.uint8, generator=g)]
-    spec = ColorSpec(blur_prob=0.7)
+    spec = ColorSpec().replace(Blur(prob=0.7))
     params = [sample_color_params(5, spec, torch.Generator().manual_seed(i)) for i in range(4)]
     outs = []
     for one_pass in (False, True):
