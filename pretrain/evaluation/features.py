@@ -130,7 +130,7 @@ def module_feature_fn(module: nn.Module, device: torch.device | str) -> FeatureF
 
 
 def extract_features(
-    model: nn.Module,
+    model: nn.Module | FeatureFn,
     dataset: Dataset,
     device: torch.device | str = "cpu",
     batch_size: int = 256,
@@ -139,7 +139,9 @@ def extract_features(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order.
 
-    ``model`` is switched to eval mode (and left there) and run in inference mode.
+    ``model`` is switched to eval mode (and left there) and run in inference mode; or a
+    ``feature_fn`` such as a pretraining model's ``backbone_features``, which moves the images
+    to its own device and sets its own mode.
     """
     device = torch.device(device)
     loader = DataLoader(
@@ -149,6 +151,10 @@ def extract_features(
         num_workers=num_workers,
         pin_memory=device.type == "cuda",
     )
-    model.eval()
+    if isinstance(model, nn.Module):
+        model.eval()
+        fn: FeatureFn = lambda x: model(x.to(device, non_blocking=True))  # noqa: E731
+    else:
+        fn = model
     with torch.inference_mode():
-        return embed(lambda x: model(x.to(device, non_blocking=True)), loader, desc)
+        return embed(fn, loader, desc)

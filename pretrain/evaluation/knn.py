@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from pretrain.config.defaults import get_cfg
 
-from .features import extract_features
+from .features import FeatureFn, extract_features
 
 __all__ = ["KNN_K", "KNN_T", "knn_accuracy", "knn_top1", "weighted_knn_predict"]
 
@@ -84,7 +84,7 @@ def knn_accuracy(
 
 
 def knn_top1(
-    model: nn.Module,
+    model: nn.Module | FeatureFn,
     references: Dataset,
     test: Dataset,
     *,

@@ -96,7 +96,7 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
         stats = ModelStats(m.label, m.checkpoint, m.prior, m.beta, indices, classes, values)
         if train is not None:
             stats.top1 = knn_top1(
-                m.model.encoder_q.backbone,
+                m.model.backbone_features,
                 (train, train_idx),
                 (test, indices),
                 size=m.cfg.INPUT.LARGE_SIZE,

@@ -36,6 +36,7 @@ from pretrain.data.datasets import (
 )
 from pretrain.data.sampler import sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
+from pretrain.evaluation.features import FeatureFn
 from pretrain.evaluation.knn import KNN_K
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
@@ -165,7 +166,7 @@ def augmented_nuclear_norms(
 
 
 def knn_top1(
-    backbone: torch.nn.Module,
+    model: torch.nn.Module | FeatureFn,
     train: tuple[object, Sequence[int]],
     test: tuple[object, Sequence[int]],
     *,
@@ -177,12 +178,13 @@ def knn_top1(
     num_workers: int = 0,
 ) -> float:
     """Weighted kNN top-1 in % (T = :data:`~pretrain.evaluation.knn.KNN_T`) of the pooled
-    backbone features, eval pipeline: resize to ``size / crop_fraction``, centre crop ``size``,
+    backbone features of ``model`` (a backbone, or a pretraining model's ``backbone_features``),
+    eval pipeline: resize to ``size / crop_fraction``, centre crop ``size``,
     ImageNet normalisation.
     ``train`` and ``test`` are ``(source, indices)``: the references and the queries."""
     tf = eval_transform(round(size / crop_fraction), size)
     top1 = _knn_top1(
-        backbone,
+        model,
         TransformedDataset(train[0], tf, train[1]),
         TransformedDataset(test[0], tf, test[1]),
         k=k,

@@ -14,7 +14,7 @@ import torch
 
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.data.splits import evenly_spaced
-from pretrain.modeling import build_model
+from pretrain.modeling import MultiViewMoCo, build_model
 from pretrain.utils.tables import read_csv
 from tests.helpers import make_image_folder
 from tests.helpers.analysis import (
@@ -102,12 +102,22 @@ def test_values_are_per_image_deterministic_and_bounded(sweep):
     assert (all4 >= math.sqrt(32) - 1e-4).all() and (all4 <= math.sqrt(32 * min(32, d))).all()
 
 
-def test_sweep_writes_every_figure_with_matching_csv(sweep, tmp_path):
+def test_sweep_writes_every_figure_with_matching_csv(sweep, tmp_path, monkeypatch):
     """Three runs with kNN accuracy: histogram, nuclear norm vs beta and accuracy vs nuclear
-    norm are drawn, non-blank, and each plots exactly the data rows of its CSV."""
+    norm are drawn, non-blank, and each plots exactly the data rows of its CSV. The kNN embeds
+    through the model's own ``backbone_features`` (its contract with evaluation tools)."""
+    calls = []
+    features = MultiViewMoCo.backbone_features
+
+    def spy(self, images):
+        calls.append(images.shape[0])
+        return features(self, images)
+
+    monkeypatch.setattr(MultiViewMoCo, "backbone_features", spy)
     paths = [str(sweep[k]) for k in ("b2", "b8", "mocom")]
     opt = AnalysisOptions("imagefolder", str(sweep["data"]), max_images=4, knn_train=6, knn_k=5)
     results = analyze(paths, opt)
+    assert sum(calls) == 3 * (6 + 4)  # every reference and query image of every model
     assert [r.label for r in results] == ["b2", "b8", "mocom"]
     assert [r.beta for r in results] == [2.0, 8.0, math.inf]  # from each run's config.yaml
     assert len({round(float(r.values.mean()), 6) for r in results}) == 3  # distinct models
