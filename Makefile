@@ -48,6 +48,8 @@ study: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --output-dir output/study --results docs/results.md --jobs $(STUDY_JOBS) \
 		--records docs/results_runs/study
 
+# A study writes docs/ only when --results names it (these targets); a quick look writes its page
+# under its --output-dir.
 # The paper's two ablations at demo scale, 3 seeds each, 2 epochs per run (beta = inf for the
 # first epoch, as the paper's first half), with the demo's data and recipe. Each finished run's
 # results are also kept in docs/results_runs/<sweep>/ (committed), so a sweep stopped half-way,
@@ -57,11 +59,11 @@ study: venv $(FASHION_MNIST)
 SWEEP_OPTS ?= SOLVER.EPOCHS 2.0
 study-beta: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --sweep beta --seeds 0 1 2 --jobs $(STUDY_JOBS) \
-		--records docs/results_runs/beta $(SWEEP_OPTS)
+		--records docs/results_runs/beta --results docs/results_beta.md $(SWEEP_OPTS)
 
 study-views: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --sweep views --seeds 0 1 2 --jobs $(STUDY_JOBS) \
-		--records docs/results_runs/views $(SWEEP_OPTS)
+		--records docs/results_runs/views --results docs/results_views.md $(SWEEP_OPTS)
 
 lint: venv
 	$(PY) -m ruff check .
@@ -75,13 +77,14 @@ test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 # The SLURM tests on a two-node cluster started on this machine (root; installs Debian's
-# slurm-wlm and munge when missing). The daemons are stopped again whatever the outcome.
+# slurm-wlm and munge when missing): pretraining jobs, and a study through --executor slurm.
+# The daemons are stopped again whatever the outcome.
 test-slurm: venv
 	trap 'tests/slurm/cluster.sh stop' EXIT; \
 	tests/slurm/cluster.sh start && \
 	eval "$$(tests/slurm/cluster.sh env)" && \
 	LORAC_REQUIRE_SLURM=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) \
-		tests/pretrain/cluster/test_cluster_slurm.py
+		tests/pretrain/cluster/test_cluster_slurm.py tests/transfer/study/test_study_slurm.py
 
 bench: venv
 	$(PY) -m benchmarks.bench_nuclear_norm

@@ -40,6 +40,7 @@ from pretrain.utils.errors import LoracError
 __all__ = [
     "DEFAULT_CPUS_PER_GPU",
     "ENTRIES",
+    "FUNCTION_ENTRY",
     "BuiltJob",
     "JobRequest",
     "SubmitError",
@@ -59,6 +60,10 @@ ENTRIES = {
     "linear_probe": "transfer.cli.linear_probe",
     "semi_supervised": "transfer.cli.semi_supervised",
 }
+# Not a tool: a picklable callable of the layer above (JobRequest.function) that one task runs,
+# such as the study's own evaluation of a checkpoint (transfer.study.slurm). Not a
+# submit_pretrain --entry.
+FUNCTION_ENTRY = "function"
 
 
 # --cpus-per-task of a pretraining task with DATALOADER.NUM_WORKERS -1 where sinfo cannot say
@@ -93,10 +98,14 @@ class JobRequest:
     job_dir: str = ""  # submitit's folder (scripts, pickles, logs); default below
     signal_delay_s: int = 120  # the time-limit warning (USR2) comes this long before the limit
     extra_hooks: list = field(default_factory=list)  # pretrain only; picklable HookBase objects
+    # the jobs (ids) this one waits for: it starts once they all ended well (afterok) and SLURM
+    # cancels it when one of them failed
+    after_ok: list[str] = field(default_factory=list)
+    function: object = None  # entry "function": the callable one task runs
 
     def check(self, local: bool = False) -> None:
         """Raise :class:`SubmitError` for requests no cluster can satisfy."""
-        if self.entry not in ENTRIES:
+        if self.entry not in ENTRIES and self.entry != FUNCTION_ENTRY:
             raise SubmitError(f"--entry {self.entry!r}: choose one of {', '.join(ENTRIES)}")
         for name, value, low in [
             ("--nodes", self.nodes, 1),
@@ -122,6 +131,8 @@ class JobRequest:
             )
         if local and self.nodes != 1:
             raise SubmitError(f"--local runs on this machine: --nodes must be 1, got {self.nodes}")
+        if (self.entry == FUNCTION_ENTRY) != (self.function is not None):
+            raise SubmitError(f"entry {FUNCTION_ENTRY!r} goes with a callable (function=...)")
         if self.entry == "pretrain" and not self.config_file:
             raise SubmitError("--entry pretrain needs --config-file")
         if self.entry == "pretrain" and any(a.startswith("--") for a in self.args):
@@ -208,7 +219,7 @@ def _pretrain_cpus_per_task(req: JobRequest, cfg: CfgNode) -> int:
 
 
 class BuiltJob(NamedTuple):
-    function: PretrainJob | ToolJob  # what every task calls
+    function: object  # what every task calls: a PretrainJob, ToolJob or JobRequest.function
     folder: str  # submitit's folder: sbatch script, pickles, logs
     description: str  # the resolved config, or the command every node runs
     cpus_per_task: int | None  # the default when --cpus-per-task is not given
@@ -223,6 +234,13 @@ def build_job(req: JobRequest) -> BuiltJob:
             req.job_dir or os.path.join(cfg.OUTPUT_DIR, "submitit"),
             "# resolved config (OUTPUT_DIR/config.yaml once the job starts)\n" + cfg.dump(),
             _pretrain_cpus_per_task(req, cfg),
+        )
+    if req.entry == FUNCTION_ENTRY:
+        return BuiltJob(
+            req.function,
+            req.job_dir or os.path.join("output", "submitit", "function"),
+            f"# one task runs\n{req.function!r}\n",
+            None,
         )
     module = ENTRIES[req.entry]
     argv = (["--config-file", req.config_file] if req.config_file else []) + list(req.args)
@@ -239,6 +257,9 @@ def build_job(req: JobRequest) -> BuiltJob:
 def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
     """sbatch parameters (submitit ``SlurmExecutor`` names) for the request."""
     per_node_tasks = req.procs_per_node if req.entry == "pretrain" else 1
+    additional: dict = {"requeue": True}
+    if req.after_ok:
+        additional["kill_on_invalid_dep"] = "yes"
     params = {
         "job_name": req.job_name,
         "partition": req.partition,
@@ -253,7 +274,8 @@ def slurm_parameters(req: JobRequest, cpus_per_task: int | None = None) -> dict:
         "constraint": req.constraint,
         "signal_delay_s": req.signal_delay_s,
         # requeueable even where the cluster's JobRequeue=0 (we requeue on the time-limit signal)
-        "additional_parameters": {"requeue": True},
+        "additional_parameters": additional,
+        "dependency": "afterok:" + ":".join(req.after_ok) if req.after_ok else None,
         # Fail fast: a task that exits with an error ends the whole step (the others would wait
         # in their next collective until the time limit), and NCCL aborts a failed or timed-out
         # collective instead of hanging (see pretrain/utils/distributed.py).

@@ -29,7 +29,7 @@ from transfer.analysis.study_records import INVOCATIONS
 from transfer.analysis.study_setup import Method, StudyOptions
 from transfer.analysis.study_stats import MethodSummary, summarize
 
-__all__ = ["TARGETS", "Invocation", "render_page", "seed_table"]
+__all__ = ["TARGETS", "Invocation", "missing_section", "render_page", "seed_table"]
 
 TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-views"}
 
@@ -48,13 +48,20 @@ class Invocation:
 
 
 def render_page(
-    opt: StudyOptions, results: Sequence[Mapping], png: str, invocation: Invocation
+    opt: StudyOptions,
+    results: Sequence[Mapping],
+    png: str,
+    invocation: Invocation,
+    missing: Sequence[str] = (),
 ) -> str:
-    """The Markdown page of ``results`` with its plot ``png`` (linked by its file name)."""
+    """The Markdown page of ``results`` with its plot ``png`` (linked by its file name);
+    ``missing``: one line per run without a result (its state, a failed run's log), said
+    under the title so that no mean passes for one over every seed."""
     summaries = summarize(results, opt.methods)
     found = comparison(opt, summaries)
     blocks = [
         _head(opt, results, found.title, invocation.stamp),
+        missing_section(missing),
         _findings(opt, found),
         _means(opt, summaries, png),
         [] if opt.sweep else _paired(found.table),
@@ -64,6 +71,20 @@ def render_page(
         _hardware(opt, results, invocation),
     ]
     return "\n".join(line for block in blocks if block for line in (*block, ""))
+
+
+def missing_section(missing: Sequence[str]) -> list[str]:
+    """The runs without a result, one per line ([] when every run is done)."""
+    if not missing:
+        return []
+    return [
+        f"## Missing runs ({len(missing)})",
+        "",
+        "These cells have no result: every mean, interval and plot below is over the seeds "
+        "that are done (the seed tables list them).",
+        "",
+        *(f"- {line}" for line in missing),
+    ]
 
 
 def _markdown(table: Table) -> list[str]:

@@ -1,48 +1,84 @@
 """`make study`: pretrain LORAC, MoCo-M and MoCo-v2 at demo scale with several seeds, evaluate each
-checkpoint (kNN, linear probe, test nuclear norm) and write a results page with a plot.
+checkpoint (kNN, linear probe, test nuclear norm) and write a results page with a plot; or run one
+of the paper's experiments (--experiment) on a SLURM cluster.
 
-  python tools/study.py --output-dir output/study --results docs/results.md
-  python tools/study.py --seeds 0 --methods lorac mocom SOLVER.MAX_ITER 20   # a quick look
-  python tools/study.py --sweep beta --seeds 0 1 2 SOLVER.EPOCHS 2.0   # Fig. 3: make study-beta
-  python tools/study.py --sweep views --seeds 0 1 2 SOLVER.EPOCHS 2.0  # Fig. 4b: study-views
+  python tools/study.py --output-dir output/study --results docs/results.md   # make study
+  python tools/study.py --seeds 0 --methods lorac mocom -- SOLVER.MAX_ITER 20   # a quick look
+  python tools/study.py --sweep beta --seeds 0 1 2 -- SOLVER.EPOCHS 2.0   # Fig. 3: study-beta
+  python tools/study.py --sweep views --seeds 0 1 2 -- SOLVER.EPOCHS 2.0  # Fig. 4b: study-views
+  # Fig. 3 on ImageNet-100 as SLURM jobs (docs/cluster.md: every paper table, resources)
+  python tools/study.py --experiment in100-beta --executor slurm DATASETS.ROOT /data/in1k/train
+  python tools/study.py --experiment in100-beta ... --dry-run   # every sbatch script
+  python tools/study.py --experiment in100-beta ... --status    # every run's state
 
-Interrupted? Run the same command again: finished runs (study.json) are skipped and an unfinished
-one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in progress
-save a checkpoint at its next iteration first; the tool then exits with status 128 + the signal.
+The page goes to <output-dir>/results.md unless --results names another file (the Makefile's
+full targets write docs/). `--` ends a list option (--seeds, --methods) before the overrides.
+
+Interrupted? Run the same command again: finished runs (study.json) are skipped and an
+unfinished one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in
+progress save a checkpoint at its next iteration first; the tool then exits with status 128 +
+the signal. With --executor slurm every run is a pretraining job and an evaluation job after
+it; running the command again submits only what is neither done nor queued (a failed run
+again) and writes the page once every run is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cluster.submit import JobRequest
 from pretrain.config import load_config
-from transfer.analysis.study_setup import SWEEPS, sweep_methods
 from transfer.cli.common import options_from_args, tool_parser
-from transfer.study import METHODS, StudyInterrupted, StudyOptions, run_study
+from transfer.study import METHODS, StudyError, StudyInterrupted, StudyOptions, run_study
+from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_methods
 
 __all__ = ["main", "parse_args"]
+
+_SWEEP_EXPERIMENTS = {"": "study", "beta": "study-beta", "views": "study-views"}
+
+
+def _resource_args(p: argparse.ArgumentParser) -> None:
+    """--executor slurm's job resources, as tools/submit_pretrain.py names them (defaults: the
+    experiment's, docs/cluster.md)."""
+    g = p.add_argument_group("--executor slurm (as tools/submit_pretrain.py)")
+    g.add_argument("--nodes", type=int, help="nodes per pretraining job")
+    g.add_argument("--gpus-per-node", type=int, help="one process per GPU; 0: CPU processes")
+    g.add_argument("--tasks-per-node", type=int, help="CPU processes per node (GPUs 0)")
+    g.add_argument("--partition")
+    g.add_argument("--timeout", type=int, default=72 * 60, help="time limit in minutes")
+    g.add_argument("--cpus-per-task", type=int)
+    g.add_argument("--mem", type=float, help="memory per node in GB")
+    g.add_argument("--account")
+    g.add_argument("--qos")
+    g.add_argument("--constraint")
+    g.add_argument("--signal-delay", type=int, default=120,
+                   help="save and requeue this many seconds before the time limit")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = StudyOptions()
     p = tool_parser(__doc__)
-    p.add_argument("--output-dir", help=f"run directories go here (default {d.output_dir}[_SWEEP])")
     p.add_argument(
-        "--results",
-        help=f"Markdown report, plots beside it (default {d.results}, or docs/results_SWEEP.md)",
+        "--experiment",
+        choices=list(EXPERIMENTS),
+        default="",
+        help="one of the paper's experiments (default: study, or the --sweep's)",
     )
-    p.add_argument("--seeds", type=int, nargs="+", default=list(d.seeds))
+    p.add_argument("--output-dir", help="run directories go here (default output/EXPERIMENT)")
+    p.add_argument("--results", help="Markdown page, plots beside it (OUTPUT_DIR/results.md)")
+    p.add_argument("--seeds", type=int, nargs="+", help="default: the experiment's")
     p.add_argument(
         "--methods", nargs="+", help=f"of {list(METHODS)} (default: all, or the sweep's)"
     )
     p.add_argument(
         "--sweep",
-        choices=SWEEPS,
+        choices=("beta", "views"),
         default="",
-        help="beta: paper Fig. 3; views: the M ablation (Fig. 4b)",
+        help="beta: paper Fig. 3; views: the M ablation (Fig. 4b), at demo scale",
     )
     p.add_argument(
         "--records", default=d.records, help="keep each run's study.json here too (committed)"
@@ -56,27 +92,70 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--jobs", type=int, default=d.jobs, help="runs at once (processes, nproc/jobs threads each)"
     )
+    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--dry-run", action="store_true", help="print every job's sbatch script")
+    p.add_argument("--status", action="store_true", help="print every run's state, run nothing")
+    _resource_args(p)
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.opts[:1] == ["--"]:  # what ends --methods a b -- KEY VALUE
+        args.opts = args.opts[1:]
+    return args
+
+
+def _experiment(args: argparse.Namespace) -> Experiment:
+    if args.experiment and args.sweep:
+        raise StudyError(f"--sweep {args.sweep} with --experiment: give one of them")
+    return EXPERIMENTS[args.experiment or _SWEEP_EXPERIMENTS[args.sweep]]
+
+
+def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> StudyOptions:
+    """The study's options for the experiment, its defaults filled in from ``exp``."""
+    args.output_dir = args.output_dir or os.path.join("output", exp.name.replace("-", "_"))
+    args.results = args.results or os.path.join(args.output_dir, "results.md")
+    args.seeds = args.seeds or list(exp.seeds)
+    first = experiment_methods(exp, 0.0)[next(iter(experiment_methods(exp, 0.0)))]
+    epochs = float(load_config(first.config, [str(o) for o in args.opts]).SOLVER.EPOCHS)
+    table = experiment_methods(exp, epochs)  # a sweep's warm-up is half of the epochs
+    args.methods = args.methods or list(table)
+    sweep = exp.sweep if not exp.cluster else ""
+    return options_from_args(StudyOptions, args, command=command, method_table=table, sweep=sweep)
+
+
+def _job_template(args: argparse.Namespace, exp: Experiment) -> JobRequest:
+    gpus = exp.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
+    return JobRequest(
+        nodes=exp.nodes if args.nodes is None else args.nodes, gpus_per_node=gpus,
+        tasks_per_node=args.tasks_per_node if args.tasks_per_node is not None
+        else (None if gpus else 1), partition=args.partition,
+        timeout_min=args.timeout, cpus_per_task=args.cpus_per_task, mem_gb=args.mem,
+        account=args.account, qos=args.qos, constraint=args.constraint,
+        signal_delay_s=args.signal_delay,
+    )  # fmt: skip
+
+
+def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions) -> int:
+    from transfer.study.config import load_experiment_configs
+    from transfer.study.slurm import plan_runs
+    from transfer.study.slurm_driver import run_on_slurm
+
+    planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
+    return run_on_slurm(exp, opt, planned, dry_run_only=args.dry_run, status=args.status)
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)])
-    d = StudyOptions()
-    suffix = f"_{args.sweep}" if args.sweep else ""
-    args.output_dir = args.output_dir or d.output_dir + suffix
-    args.results = args.results or d.results.replace(".md", f"{suffix}.md")
-    if args.sweep:
-        # the sweep's warm-up is half of the epochs the overrides (or the demo config) set
-        demo = load_config(METHODS["lorac"].config, [str(o) for o in args.opts])
-        table = sweep_methods(args.sweep, float(demo.SOLVER.EPOCHS))
-        args.methods = args.methods or list(table)
-        opt = options_from_args(StudyOptions, args, command=command, method_table=table)
-    else:
-        args.methods = args.methods or list(METHODS)
-        opt = options_from_args(StudyOptions, args, command=command)
+    exp = _experiment(args)
+    opt = study_options(args, exp, command)
+    if args.executor == "slurm" or args.dry_run or args.status:
+        return _slurm(args, exp, opt)
+    if exp.cluster:
+        raise StudyError(
+            f"--experiment {exp.name} is an ImageNet experiment for a cluster: add "
+            "--executor slurm (or --dry-run to see its jobs)"
+        )
     try:
         outcomes = run_study(opt)
     except StudyInterrupted as e:

@@ -1,4 +1,5 @@
-"""`make study`: LORAC vs MoCo-M vs MoCo-v2 at demo scale, several seeds, three evaluations.
+"""`make study`: LORAC vs MoCo-M vs MoCo-v2 at demo scale, several seeds, three evaluations; and
+the paper's experiments as data (:mod:`.experiments`), run here or as SLURM jobs (:mod:`.slurm`).
 
 The driver on top of the evaluation side: each (method, seed) run is pretrained with the
 project's engine, then evaluated with the project's own kNN
@@ -12,7 +13,8 @@ See ``docs/results.md`` for a page and ``tools/study.py`` for the command line.
 
 May import: :mod:`transfer.analysis` (what a study is, its records, page and figures, the
 nuclear-norm statistic), :mod:`transfer.classification` (features, linear probe),
-:mod:`pretrain.config`, :mod:`pretrain.data`, :mod:`pretrain.engine` (the trainer),
+:mod:`pretrain.cluster` (SLURM jobs, ``--executor slurm``), :mod:`pretrain.config`,
+:mod:`pretrain.data`, :mod:`pretrain.engine` (the trainer),
 :mod:`pretrain.evaluation`, :mod:`pretrain.utils`. Only ``transfer.cli`` and ``tools/`` import
 it; nothing in ``transfer.analysis`` does.
 """

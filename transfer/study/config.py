@@ -14,7 +14,27 @@ from fvcore.common.config import CfgNode
 from pretrain.config.defaults import load_config
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
-__all__ = ["load_method_configs"]
+from .experiments import Experiment
+
+__all__ = [
+    "FASHION_MNIST_CLASSES",
+    "load_experiment_configs",
+    "load_method_configs",
+    "prior_never_on",
+]
+
+FASHION_MNIST_CLASSES = 10
+
+
+def _check_runs(opt: StudyOptions) -> None:
+    """Known methods, one or more distinct seeds."""
+    unknown = [m for m in opt.methods if m not in opt.method_table]
+    if unknown or not opt.methods:
+        raise StudyError(
+            f"--methods {' '.join(opt.methods) or '(none)'}: choose from {list(opt.method_table)}"
+        )
+    if not opt.seeds or len(set(opt.seeds)) != len(opt.seeds):
+        raise StudyError(f"--seeds {list(opt.seeds)}: give one or more distinct seeds")
 
 
 def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
@@ -24,13 +44,7 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     missing dataset root, or methods whose training lengths differ (the study compares methods
     at equal epochs).
     """
-    unknown = [m for m in opt.methods if m not in opt.method_table]
-    if unknown or not opt.methods:
-        raise StudyError(
-            f"--methods {' '.join(opt.methods) or '(none)'}: choose from {list(opt.method_table)}"
-        )
-    if not opt.seeds or len(set(opt.seeds)) != len(opt.seeds):
-        raise StudyError(f"--seeds {list(opt.seeds)}: give one or more distinct seeds")
+    _check_runs(opt)
     for name in (
         "knn_train",
         "knn_test",
@@ -41,6 +55,14 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     ):
         if getattr(opt, name) < 1:
             raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
+    held = opt.probe_heldout_per_class * FASHION_MNIST_CLASSES
+    if opt.knn_train <= held:
+        # every reference image would be held out to choose the lr: 0 iterations to train on
+        raise StudyError(
+            f"--knn-train {opt.knn_train}: the linear probe chooses its lr on "
+            f"{opt.probe_heldout_per_class} held-out reference images per class "
+            f"({held} in all), which leaves none to train it on; give --knn-train > {held}"
+        )
     cfgs = {
         m: load_config(
             opt.method_table[m].config,
@@ -68,3 +90,51 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
             "the study compares methods at equal epochs"
         )
     return cfgs
+
+
+def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
+    """A one-line warning when a method with a prior stops training before the prior turns on
+    (training ends at or before the ``LOSS.BETA_INF_EPOCHS`` iterations, as with
+    ``SOLVER.MAX_ITER 20``): such a run is MoCo-M under another name. "" when every prior is on
+    for some iterations."""
+    from pretrain.data.datasets import build_source
+    from pretrain.engine.trainer import schedule_lengths
+    from pretrain.utils.errors import ConfigError
+
+    late, ends, sizes = [], set(), {}
+    for m, cfg in cfgs.items():
+        if cfg.LOSS.PRIOR == "none" or cfg.LOSS.BETA_INF_EPOCHS <= 0:
+            continue
+        where = (cfg.DATASETS.TYPE, cfg.DATASETS.ROOT)
+        if where not in sizes:
+            sizes[where] = len(build_source(cfg, "train"))
+        try:
+            _, max_iter, beta_inf_iters = schedule_lengths(cfg, sizes[where])
+        except ConfigError:  # a batch larger than the data: the run itself says so
+            continue
+        if beta_inf_iters >= max_iter:
+            late.append(f"{opt.method_table[m].label} at iteration {beta_inf_iters}")
+            ends.add(max_iter)
+    if not late:
+        return ""
+    return (
+        f"training ends at iteration {', '.join(map(str, sorted(ends)))} (SOLVER.MAX_ITER / "
+        f"SOLVER.EPOCHS), before the prior turns on ({', '.join(late)}, LOSS.BETA_INF_EPOCHS): "
+        "those runs train with beta = inf throughout and equal MoCo-M"
+    )
+
+
+def load_experiment_configs(exp: Experiment, opt: StudyOptions) -> dict[str, CfgNode]:
+    """The configs of an experiment's methods: the study's checks for the CPU experiments; an
+    ImageNet experiment's configs load with the overrides (its data may live on the cluster
+    only, so DATASETS.ROOT is not looked at here)."""
+    if not exp.cluster:
+        return load_method_configs(opt)
+    _check_runs(opt)
+    return {
+        m: load_config(
+            opt.method_table[m].config,
+            [str(o) for o in (*opt.opts, *opt.method_table[m].opts)],
+        )
+        for m in opt.methods
+    }

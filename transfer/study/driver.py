@@ -21,12 +21,19 @@ from pretrain.utils.locks import exclusive_dir_lock
 from transfer.analysis.study_records import read_json, write_json
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
-from .config import load_method_configs
+from .config import load_method_configs, prior_never_on
 from .records import threads_per_run
 from .report import write_report
 from .run import RunPaths, evaluate_run, pretrain_run, run_log
 
-__all__ = ["RunOutcome", "StudyInterrupted", "run_study"]
+__all__ = [
+    "RunOutcome",
+    "StudyInterrupted",
+    "collect_results",
+    "evaluate_and_record",
+    "run_study",
+    "write_page_when_complete",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +116,14 @@ def _do_run(
         torch.set_num_threads(threads)
         for name in ("pretrain", "detectron2", "transfer", "fvcore"):
             setup_logger(opt.output_dir, name=name)
+    return evaluate_and_record(opt, cfg, run, label, settings)
+
+
+def evaluate_and_record(
+    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict | None = None
+) -> dict:
+    """Pretrain ``run`` (resuming; nothing when its checkpoint is final, as after its SLURM
+    pretraining job) and evaluate it; write its study.json and record and return the result."""
     start = time.perf_counter()
     with run_log(run.dir):
         train = pretrain_run(cfg, run)
@@ -126,21 +141,45 @@ def _do_run(
         **metrics,
         "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
         "invocation_seconds": time.perf_counter() - start,
-        "eval_settings": settings,
+        "eval_settings": settings or opt.eval_settings(),
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_json(run.study_json, result)
     record = _record_path(opt, run)
     if record:  # as soon as it exists: the next session may not have this run directory
+        os.makedirs(opt.records, exist_ok=True)
         write_json(record, result)
     return result
+
+
+def collect_results(opt: StudyOptions) -> tuple[list[dict], list[RunPaths]]:
+    """The results of the runs that are done (their study.json, or their record) in the
+    study's order, and the runs that are not."""
+    results, missing = [], []
+    for run in (RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds):
+        record = _record_path(opt, run)
+        if os.path.isfile(run.study_json):
+            results.append(read_json(run.study_json))
+        elif record and os.path.isfile(record):
+            results.append(read_json(record))
+        else:
+            missing.append(run)
+    return results, missing
+
+
+def write_page_when_complete(opt: StudyOptions) -> bool:
+    """Write the page when every run is done (the last SLURM evaluation job does it)."""
+    results, missing = collect_results(opt)
+    if missing:
+        return False
+    write_report(opt, results, 0.0, 0)
+    return True
 
 
 def _record_path(opt: StudyOptions, run: RunPaths) -> str:
     """Where ``opt.records`` keeps this run's study.json ("" without records)."""
     if not opt.records:
         return ""
-    os.makedirs(opt.records, exist_ok=True)
     return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json")
 
 
@@ -188,6 +227,7 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
             if os.path.isfile(run.study_json):
                 result = read_json(run.study_json)
                 if record and not os.path.isfile(record):
+                    os.makedirs(opt.records, exist_ok=True)
                     write_json(record, result)
                 if result.get("eval_settings") != settings:
                     logger.warning(
@@ -207,6 +247,10 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
             cfg.freeze()
             pending.append((i, run, cfg, head))
 
+        training = {run.method for _, run, _, _ in pending}
+        late = prior_never_on(opt, {m: cfgs[m] for m in opt.methods if m in training})
+        if late:  # runs to train that would be MoCo-M under another name
+            logger.warning(late)
         work = _Work(opt, pending, settings, outcomes)
         if opt.jobs <= 1:
             _run_sequentially(work)

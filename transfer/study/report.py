@@ -45,10 +45,12 @@ def write_report(
     results: Sequence[Mapping],
     wall_seconds: float,
     runs_done: int | None = None,
+    missing: Sequence[str] = (),
 ) -> str:
     """Write ``opt.results`` (Markdown) and its plots beside it (same name, ``.png``, and for
     a sweep ``_curves.png`` ...); an invocation that ran ``runs_done`` > 0 runs is logged in the
-    records first. ``runs_done`` 0: this invocation only rewrites the page from the records."""
+    records first. ``runs_done`` 0: this invocation only rewrites the page from the records.
+    ``missing``: the runs without a result, listed on the page (``--executor slurm``)."""
     invocation = Invocation(
         stamp=datetime.datetime.now().isoformat(timespec="seconds"),
         seconds=wall_seconds,
@@ -60,5 +62,5 @@ def write_report(
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
     summaries = summarize(results, opt.methods)
     png = write_plots(opt, summaries, os.path.splitext(opt.results)[0])[0][1]
-    atomic_write_bytes(opt.results, render_page(opt, results, png, invocation).encode())
+    atomic_write_bytes(opt.results, render_page(opt, results, png, invocation, missing).encode())
     return png

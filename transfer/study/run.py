@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 
 from transfer.analysis.study_records import read_json, write_json
@@ -24,7 +25,7 @@ from transfer.analysis.study_setup import StudyOptions
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RunPaths", "evaluate_run", "pretrain_run", "run_log"]
+__all__ = ["RunPaths", "WriteTrainStats", "evaluate_run", "pretrain_run", "run_log", "train_stats"]
 
 logger = logging.getLogger(__name__)
 _LOGGERS = ("pretrain", "detectron2", "transfer", "fvcore")
@@ -75,11 +76,28 @@ def run_log(run_dir: str) -> Iterator[None]:
         handler.close()
 
 
+def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, seconds: float) -> dict:
+    """What ``train_stats.json`` holds: the run's length, and the time and speed of the
+    iterations run by the invocation (or job) that finished training, from ``start_iter``."""
+    trained = max_iter - start_iter
+    return {
+        "epochs": float(cfg.SOLVER.EPOCHS),
+        "max_iter": max_iter,
+        "ims_per_batch": int(cfg.SOLVER.IMS_PER_BATCH),
+        "train_images": images,
+        "views": int(cfg.INPUT.LARGE_CROPS + cfg.INPUT.SMALL_CROPS),
+        "resumed_from_iter": start_iter,
+        # time and speed of the iterations run by the invocation that finished training
+        "train_seconds": seconds if trained else None,
+        "images_per_sec": trained * cfg.SOLVER.IMS_PER_BATCH / seconds if trained else None,
+    }
+
+
 def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
     """Train (or finish training) ``run`` with the project's engine; returns its train stats.
 
     A run whose last checkpoint is final is not trained again; its ``train_stats.json`` from the
-    invocation that finished it is returned.
+    invocation (or SLURM job, :class:`WriteTrainStats`) that finished it is returned.
     """
     from pretrain.engine.run import run_pretraining
 
@@ -87,21 +105,33 @@ def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
     start_iter = trainer.start_iter
     if start_iter >= trainer.max_iter and os.path.isfile(run.train_stats):
         return read_json(run.train_stats)
-    seconds = trainer.train_seconds
-    trained = trainer.max_iter - start_iter
-    stats = {
-        "epochs": float(cfg.SOLVER.EPOCHS),
-        "max_iter": trainer.max_iter,
-        "ims_per_batch": int(cfg.SOLVER.IMS_PER_BATCH),
-        "train_images": len(trainer.source),
-        "views": int(cfg.INPUT.LARGE_CROPS + cfg.INPUT.SMALL_CROPS),
-        "resumed_from_iter": start_iter,
-        # time and speed of the iterations run by the invocation that finished training
-        "train_seconds": seconds if trained else None,
-        "images_per_sec": trained * cfg.SOLVER.IMS_PER_BATCH / seconds if trained else None,
-    }
+    stats = train_stats(
+        cfg, trainer.max_iter, len(trainer.source), start_iter, trainer.train_seconds
+    )
     write_json(run.train_stats, stats)
     return stats
+
+
+class WriteTrainStats(HookBase):
+    """Writes ``train_stats.json`` when a pretraining job (``--executor slurm``) trains its last
+    iteration, as :func:`pretrain_run` does for a local run; picklable, it travels in the job."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def before_train(self) -> None:
+        self._start, self._start_iter = time.perf_counter(), self.trainer.start_iter
+
+    def after_train(self) -> None:
+        from detectron2.utils import comm
+
+        t = self.trainer
+        if not comm.is_main_process() or t.iter + 1 < t.max_iter:  # stopped early: not final
+            return
+        seconds = time.perf_counter() - self._start
+        write_json(
+            self.path, train_stats(t.cfg, t.max_iter, len(t.source), self._start_iter, seconds)
+        )
 
 
 def linear_probe(

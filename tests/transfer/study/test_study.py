@@ -22,7 +22,7 @@ from transfer.study import METHODS, Method, StudyError, StudyOptions, run_study
 
 def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
     overrides = {"DATASETS.TYPE": "fashion_mnist", "INPUT.LARGE_SIZE": 16, "SOLVER.MAX_ITER": 2}
-    opts = tiny_opts(root, out, **overrides, **kw.pop("overrides", {}))
+    opts = tiny_opts(root, out, **{**overrides, **kw.pop("overrides", {})})
     return StudyOptions(
         output_dir=str(out),
         results=str(results),

@@ -1,0 +1,319 @@
+"""``tools/study.py --executor slurm``: every run of an experiment as SLURM jobs through submitit.
+
+Each (method, seed) run is a pretraining job built by :mod:`pretrain.cluster.submit` (the same
+job as ``tools/submit_pretrain.py``: requeue on preemption or time limit, exact resume from the
+run's last checkpoint) and an evaluation job that starts when it ended well (``afterok``; SLURM
+cancels it when the pretraining failed). The evaluation of the CPU study is the study's own
+(:func:`transfer.study.driver.evaluate_and_record`, as a local run does it), which also writes
+the page once the experiment's last run is done; an ImageNet experiment's is
+``tools/linear_probe.py``.
+
+The jobs of each run are kept in ``<output-dir>/slurm_jobs.json``. Running the command again
+skips the runs that are done, leaves those with a job in the queue alone, resubmits the others
+(a failed job, a cancelled one) and says so run by run; a run whose pretraining finished gets
+its evaluation only. ``--status`` prints every run's state without submitting.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fvcore.common.config import CfgNode
+
+from pretrain.cluster.submit import FUNCTION_ENTRY, JobRequest, build_job, dry_run_text, submit
+from transfer.analysis.study_records import read_json, write_json
+from transfer.analysis.study_setup import StudyError, StudyOptions
+
+from .experiments import Experiment
+from .run import RunPaths, WriteTrainStats
+
+__all__ = [
+    "LEDGER",
+    "EvaluateJob",
+    "PlannedRun",
+    "RunState",
+    "check_requests",
+    "dry_run",
+    "plan_runs",
+    "run_states",
+    "status_table",
+    "submit_experiment",
+]
+
+LEDGER = "slurm_jobs.json"
+_QUEUED = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING",
+           "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    key: str  # "<method>_seed<k>", the run directory's name
+    label: str  # "LORAC β=1 seed 0"
+    paths: RunPaths
+    cfg: CfgNode  # the run's resolved config (seed and OUTPUT_DIR set)
+    pretrain: JobRequest
+    evaluate: JobRequest
+
+
+class EvaluateJob:
+    """The evaluation job of one study run: the study's own evaluation of the final checkpoint
+    (what a local run does after pretraining), then the page once every run is done."""
+
+    def __init__(self, opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str) -> None:
+        self.opt, self.cfg, self.run, self.label = opt, cfg, run, label
+
+    def __repr__(self) -> str:
+        return f"the study's evaluation of {self.run.checkpoint} (kNN, linear probe, ||Q_hat||_*)"
+
+    def __call__(self) -> str:
+        from .driver import evaluate_and_record, write_page_when_complete
+
+        evaluate_and_record(self.opt, self.cfg, self.run, self.label)
+        write_page_when_complete(self.opt)
+        return self.run.study_json
+
+
+def _eval_data_root(cfg: CfgNode) -> str:
+    """The linear probe's root (``train/`` and ``val/``): DATASETS.ROOT's parent when it is the
+    ``train`` folder (as the pretraining commands give it), else DATASETS.ROOT."""
+    root = cfg.DATASETS.ROOT.rstrip("/")
+    return os.path.dirname(root) if os.path.basename(root) == "train" else root
+
+
+def _probe_dir(run: RunPaths) -> str:
+    return os.path.join(run.dir, "linear")
+
+
+def _evaluation_request(
+    exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths, template: JobRequest
+) -> JobRequest:
+    """The evaluation job of a run: the study's own (one CPU task) or the linear probe tool."""
+    label = opt.method_table[m].label
+    if exp.evaluation.tool == "study":
+        job = EvaluateJob(opt, cfg, run, label)
+        return dataclasses.replace(
+            template, entry=FUNCTION_ENTRY, function=job, nodes=1, gpus_per_node=0,
+            tasks_per_node=1,
+        )  # fmt: skip
+    probe = _probe_dir(run)
+    return dataclasses.replace(
+        template, entry="linear_probe", nodes=1, config_file=exp.evaluation.config_for(m),
+        args=["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
+              "--data-root", _eval_data_root(cfg), "--name", label],
+    )  # fmt: skip
+
+
+def plan_runs(
+    exp: Experiment, opt: StudyOptions, cfgs: dict[str, CfgNode], template: JobRequest
+) -> list[PlannedRun]:
+    """Every (method, seed) run of ``opt`` with its two job requests (resources from
+    ``template``, the ``tools/study.py`` resource options)."""
+    planned = []
+    for m in opt.methods:
+        method = opt.method_table[m]
+        for seed in opt.seeds:
+            run = RunPaths.of(os.path.abspath(opt.output_dir), m, seed)  # jobs run anywhere
+            cfg = cfgs[m].clone()
+            cfg.defrost()
+            cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
+            cfg.freeze()
+            key = os.path.basename(run.dir)
+            args = [str(o) for o in (*opt.opts, *method.opts)]
+            pre = dataclasses.replace(
+                template,
+                entry="pretrain",
+                config_file=method.config,
+                args=[*args, "SEED", str(seed), "OUTPUT_DIR", run.dir],
+                job_name=f"{exp.name}:{key}",
+                job_dir=os.path.join(run.dir, "submitit"),
+                # the study's records need the train stats a local run writes (the page's budget)
+                extra_hooks=[WriteTrainStats(run.train_stats)]
+                if exp.evaluation.tool == "study"
+                else [],
+            )
+            label = f"{method.label} seed {seed}"
+            ev = _evaluation_request(exp, opt, m, cfg, run, template)
+            ev = dataclasses.replace(ev, job_name=f"{exp.name}:{key}:eval",
+                                     job_dir=os.path.join(run.dir, "submitit"))  # fmt: skip
+            planned.append(PlannedRun(key, label, run, cfg, pre, ev))
+    return planned
+
+
+def dry_run(planned: Sequence[PlannedRun]) -> str:
+    """Every job's sbatch script and what it waits for; nothing is submitted."""
+    out = []
+    for p in planned:
+        after = f"{{job of {p.key}:pretrain}}"
+        out += [
+            f"##### {p.key}:pretrain ({p.label}): no dependency",
+            dry_run_text(p.pretrain),
+            f"##### {p.key}:evaluate: after {p.key}:pretrain (afterok)",
+            dry_run_text(dataclasses.replace(p.evaluate, after_ok=[after])),
+        ]
+    return "\n".join(out)
+
+
+# ---- the ledger and the queue
+
+
+def read_ledger(output_dir: str) -> dict[str, dict]:
+    path = os.path.join(output_dir, LEDGER)
+    return read_json(path) if os.path.isfile(path) else {}
+
+
+def check_slurm_reachable() -> None:
+    """Raise :class:`StudyError` unless SLURM answers (``squeue``): asked before anything is
+    written, so that ``--executor slurm`` off a cluster leaves no output directory behind."""
+    _queue()
+
+
+def _queue() -> dict[str, str]:
+    """Job id -> state of every job SLURM still lists (pending, running, recently ended)."""
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i|%T"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise StudyError(f"cannot ask SLURM for the queue (squeue): {e}") from None
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+@dataclass
+class RunState:
+    run: PlannedRun
+    # "done", "pretraining: RUNNING", "evaluation: PENDING", "failed", "not started", or
+    # "stopped, resumes" (a checkpoint and no job)
+    state: str
+    job_id: str = ""
+    log: str = ""  # the failed job's stderr
+
+    @property
+    def queued(self) -> bool:
+        return self.state.startswith(("pretraining", "evaluation"))
+
+
+def _is_done(p: PlannedRun) -> bool:
+    if p.evaluate.entry == FUNCTION_ENTRY:
+        return os.path.isfile(p.paths.study_json)
+    return os.path.isfile(os.path.join(_probe_dir(p.paths), "table1_linear.csv"))
+
+
+def _log_of(p: PlannedRun, job_id: str) -> str:
+    return os.path.join(p.paths.dir, "submitit", job_id, f"{job_id}_0_log.err")
+
+
+def run_states(planned: Sequence[PlannedRun], output_dir: str) -> list[RunState]:
+    """Each run's state from its files, the ledger and SLURM's queue."""
+    ledger, queue, states = read_ledger(output_dir), None, []
+    for p in planned:
+        jobs = ledger.get(p.key, {})
+        if _is_done(p):
+            states.append(RunState(p, "done", jobs.get("evaluate", "")))
+            continue
+        if not jobs:
+            started = "stopped, resumes" if p.paths.has_checkpoint else "not started"
+            states.append(RunState(p, started))
+            continue
+        queue = _queue() if queue is None else queue
+        for step, name in (("pretrain", "pretraining"), ("evaluate", "evaluation")):
+            job = jobs.get(step)
+            if job and queue.get(job) in _QUEUED:
+                states.append(RunState(p, f"{name}: {queue[job]}", job))
+                break
+        else:  # nothing queued and no result: the job that ended last failed
+            trained = os.path.isfile(p.paths.checkpoint)
+            job = jobs.get("evaluate" if trained and jobs.get("evaluate") else "pretrain", "")
+            states.append(RunState(p, "failed", job, _log_of(p, job) if job else ""))
+    return states
+
+
+def _last_metrics(p: PlannedRun) -> tuple[str, str]:
+    """(last iteration, last metric) of a run, from its metrics.json or its result."""
+    if os.path.isfile(p.paths.study_json):
+        r = read_json(p.paths.study_json)
+        return str(r.get("max_iter", "")), f"linear {r['linear_top1']:.2f}%"
+    csv_path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
+    if os.path.isfile(csv_path):
+        with open(csv_path) as f:
+            row = next(csv.DictReader(f), {})
+        return "", f"linear {row.get('Top-1', '?')}%"
+    path = os.path.join(p.paths.dir, "metrics.json")
+    last = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    last = {**last, **json.loads(line)}
+                except ValueError:
+                    continue  # a line being written
+    loss = last.get("total_loss", last.get("loss"))
+    return str(last.get("iteration", "")), "" if loss is None else f"loss {loss:.4f}"
+
+
+def status_table(states: Sequence[RunState]) -> str:
+    """``--status``: run, state, job id, iteration, last metric (and a failed run's log)."""
+    from pretrain.utils.tables import markdown_table
+
+    rows = []
+    for s in states:
+        iteration, metric = _last_metrics(s.run)
+        state = f"{s.state} (log {s.log})" if s.log else s.state
+        rows.append([s.run.key, state, s.job_id or "-", iteration or "-", metric or "-"])
+    return markdown_table(["run", "state", "job id", "iteration", "last metric"], rows)
+
+
+def _record_submission(output_dir: str, key: str, jobs: dict[str, str]) -> None:
+    ledger = read_ledger(output_dir)
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    ledger[key] = {**jobs, "submitted": stamp}
+    write_json(os.path.join(output_dir, LEDGER), ledger)
+
+
+def check_requests(planned: Sequence[PlannedRun]) -> None:
+    """Every job's request checked and its pretraining config resolved (for its world size), so
+    that an impossible request is refused before anything is written or submitted."""
+    for p in planned:
+        p.pretrain.check()
+        build_job(p.pretrain)
+        p.evaluate.check()
+
+
+def submit_experiment(
+    planned: Sequence[PlannedRun], output_dir: str, say: Callable[[str], object]
+) -> int:
+    """Submit what is neither done nor queued; ``say`` gets one line per run. Returns the number
+    of runs submitted now; :func:`check_requests` first."""
+    submitted = 0
+    for s in run_states(planned, output_dir):
+        p = s.run
+        if s.state == "done" or s.queued:
+            say(f"{p.key}: {s.state}" + (f" (job {s.job_id}), left alone" if s.queued else ""))
+            continue
+        why = (
+            f"job {s.job_id} failed (log {s.log}): resubmitted"
+            if s.state == "failed"
+            else (
+                "submitted"
+                if s.state == "not started"
+                else "submitted, resumes from its checkpoint"
+            )
+        )
+        jobs = {}
+        after = []
+        if not os.path.isfile(p.paths.checkpoint):  # no final checkpoint yet: (re)train first
+            jobs["pretrain"] = submit(p.pretrain).job_id
+            after = [jobs["pretrain"]]
+        else:
+            why += ", evaluation only (pretraining finished)"
+        jobs["evaluate"] = submit(dataclasses.replace(p.evaluate, after_ok=after)).job_id
+        _record_submission(output_dir, p.key, jobs)
+        say(f"{p.key}: {why}: " + ", ".join(f"{k} job {v}" for k, v in jobs.items()))
+        submitted += 1
+    return submitted

@@ -1,0 +1,121 @@
+"""``--executor slurm``, ``--dry-run`` and ``--status`` of ``tools/study.py``: one invocation's
+steps over the jobs of :mod:`.slurm` (plan, look, submit what is missing, write the page)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.locks import exclusive_dir_lock
+from transfer.analysis.study_page import missing_section
+from transfer.analysis.study_setup import StudyError, StudyOptions
+
+from .driver import collect_results
+from .experiments import Experiment
+from .report import write_report
+from .slurm import (
+    PlannedRun,
+    RunState,
+    check_requests,
+    check_slurm_reachable,
+    dry_run,
+    run_states,
+    status_table,
+    submit_experiment,
+)
+
+__all__ = ["run_on_slurm"]
+
+
+def _missing_lines(states: Sequence[RunState]) -> list[str]:
+    return [
+        f"{s.run.label} (`{s.run.key}`): {s.state}" + (f", log `{s.log}`" if s.log else "")
+        for s in states
+        if s.state != "done"
+    ]
+
+
+def _probe_top1(p: PlannedRun) -> float:
+    with open(os.path.join(p.paths.dir, "linear", "table1_linear.csv")) as f:
+        return float(next(csv.DictReader(f))["Top-1"])
+
+
+def _probe_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> str:
+    """An ImageNet experiment's page: linear top-1 per method, mean ± sample std over the seeds
+    that are done, every seed's value, and the missing runs."""
+    import numpy as np
+
+    from pretrain.utils.tables import markdown_table
+
+    rows = []
+    for m in opt.methods:
+        done = [s for s in states if s.run.paths.method == m and s.state == "done"]
+        values = [_probe_top1(s.run) for s in done]
+        std = f"{np.std(values, ddof=1):.2f}" if len(values) > 1 else "n/a"
+        mean = f"{np.mean(values):.2f} ± {std}" if values else "-"
+        seeds = ", ".join(f"{s.run.paths.seed}: {v:.2f}" for s, v in zip(done, values, strict=True))
+        rows.append([opt.method_table[m].label, f"{len(values)}/{len(opt.seeds)}", mean, seeds])
+    table = markdown_table(["method", "seeds done", "linear top-1 (%)", "per seed"], rows)
+    return "\n".join([
+        f"# {exp.name}: paper {exp.paper}, linear top-1",
+        "",
+        f"Written by `{opt.command}`; mean ± sample standard deviation (ddof = 1) over seeds.",
+        "",
+        *missing_section(_missing_lines(states)),
+        "",
+        table,
+        *(["", "Later evaluations (their own tools):", *(f"- {t}" for t in exp.evaluation.later)]
+          if exp.evaluation.later else []),
+        "",
+    ])  # fmt: skip
+
+
+def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> None:
+    """The page of the runs that are done, the others listed as missing."""
+    if exp.evaluation.tool == "study":
+        results, _ = collect_results(opt)
+        done = {r["method"] for r in results}
+        shown = StudyOptions(**{**vars(opt), "methods": [m for m in opt.methods if m in done]})
+        write_report(shown, results, 0.0, 0, _missing_lines(states))
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
+    atomic_write_bytes(opt.results, _probe_page(exp, opt, states).encode())
+
+
+def run_on_slurm(
+    exp: Experiment,
+    opt: StudyOptions,
+    planned: Sequence[PlannedRun],
+    dry_run_only: bool = False,
+    status: bool = False,
+) -> int:
+    """``--dry-run``: print every job; ``--status``: print every run's state; else submit what
+    is neither done nor queued (under the study's lock) and, when no run is queued, write the
+    page of what is done."""
+    if dry_run_only:
+        if exp.hours:
+            print(
+                f"# {exp.name} (paper {exp.paper}): {len(planned)} runs; a pretraining job at the "
+                f"paper's scale takes about {exp.hours:g} h (an estimate, docs/cluster.md)"
+            )
+        print(dry_run(planned))
+        return 0
+    if status:
+        print(status_table(run_states(planned, opt.output_dir)))
+        return 0
+    check_requests(planned)
+    check_slurm_reachable()
+    os.makedirs(opt.output_dir, exist_ok=True)
+    with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
+        states = run_states(planned, opt.output_dir)
+        if any(s.state == "done" for s in states) and not any(s.queued for s in states):
+            write_page(exp, opt, states)
+            print(f"wrote {opt.results}" + ("" if all(s.state == "done" for s in states) else
+                  f" ({sum(s.state != 'done' for s in states)} run(s) missing)"))  # fmt: skip
+        submitted = submit_experiment(planned, opt.output_dir, print)
+    queued = sum(s.queued for s in states)
+    print(f"{submitted} run(s) submitted now, {queued} already queued; "
+          f"`{opt.command} --status` shows them")  # fmt: skip
+    return 0
