@@ -10,6 +10,7 @@ with both values.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 import yaml
 from fvcore.common.config import CfgNode
@@ -48,14 +49,16 @@ def _flat(node: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def config_changes(saved: dict, cfg: CfgNode) -> list[str]:
+def config_changes(
+    saved: dict, cfg: CfgNode, may_change: Collection[str] = frozenset()
+) -> list[str]:
     """``"KEY: saved X, now Y"`` for every key whose value differs (keys of either side),
-    except :data:`RESUME_MAY_CHANGE`."""
+    except :data:`RESUME_MAY_CHANGE` and a tool's own ``may_change``."""
     old, new = _flat(saved), _flat(yaml.safe_load(cfg.dump()))
     changes = []
     for key in sorted(old.keys() | new.keys()):
         was, now = old.get(key, "<absent>"), new.get(key, "<absent>")
-        if key not in RESUME_MAY_CHANGE and was != now:
+        if key not in RESUME_MAY_CHANGE and key not in may_change and was != now:
             changes.append(f"{key}: saved {was!r}, now {now!r}")
     return changes
 

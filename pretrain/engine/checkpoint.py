@@ -17,12 +17,14 @@ import torch
 from fvcore.common.checkpoint import Checkpointer
 
 from pretrain.utils.atomic_io import atomic_replace, atomic_write_bytes
+from pretrain.utils.checkpoint_fit import StrictShapes
 
 __all__ = ["AtomicCheckpointer"]
 
 
-class AtomicCheckpointer(Checkpointer):
-    """fvcore ``Checkpointer`` with atomic saves and ``weights_only`` loads (local paths)."""
+class AtomicCheckpointer(StrictShapes, Checkpointer):
+    """fvcore ``Checkpointer`` with atomic saves and ``weights_only`` loads (local paths); a
+    tensor that does not fit the model is an error (:class:`StrictShapes`)."""
 
     def remove_stale_temporaries(self) -> list[str]:
         """Delete ``.tmp-*`` files a kill left mid-write (each would leak a checkpoint's size)."""

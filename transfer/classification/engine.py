@@ -32,6 +32,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSamp
 from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset
+from pretrain.utils.checkpoint_fit import StrictShapes
+from pretrain.utils.errors import ConfigError
 from transfer.classification.metrics import topk_hits
 from transfer.classification.transforms import eval_transform, train_transform
 
@@ -51,9 +53,20 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str = "") -> torch.device:
-    """``name`` if given, else this process's GPU when CUDA is available, else the CPU."""
+    """``name`` if given, else this process's GPU when CUDA is available, else the CPU. Raises
+    :class:`~pretrain.utils.errors.ConfigError` for a name torch does not know or a CUDA device
+    this process cannot see (a GPU job on a node without one must stop, not run on the CPU)."""
     if name:
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ConfigError(f"device {name!r}: not a torch device (cpu, cuda, cuda:1)") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"device {name!r} but CUDA is not visible to this process (no GPU, no driver, or "
+                "CUDA_VISIBLE_DEVICES hides them): run where a GPU is visible, or use --device cpu"
+            )
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", comm.get_local_rank())
     return torch.device("cpu")
@@ -154,6 +167,10 @@ def evaluate_topk(
     return result
 
 
+class _Checkpointer(StrictShapes, Checkpointer):
+    """fvcore's checkpointer; a resumed tensor of another shape is an error (StrictShapes)."""
+
+
 def run_training(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -188,7 +205,7 @@ def run_training(
     hook_list = [hooks.IterationTimer(), hooks.LRScheduler(optimizer, scheduler)]
     checkpointer = None
     if checkpoint_model is not None:
-        checkpointer = Checkpointer(
+        checkpointer = _Checkpointer(
             checkpoint_model,
             output_dir,
             save_to_disk=comm.is_main_process(),

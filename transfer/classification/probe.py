@@ -95,8 +95,10 @@ def run_linear_probe(
     data_root: str,
     device: torch.device | str,
     resume: bool = False,
+    sets: tuple[Dataset, Dataset, int] | None = None,
 ) -> ProbeResult:
-    train_base, val_base, num_classes = build_classification_sets(cfg, data_root)
+    """Train and evaluate the probe; ``sets``: :func:`build_classification_sets` already read."""
+    train_base, val_base, num_classes = sets or build_classification_sets(cfg, data_root)
     train_set, val_set, max_iter = supervised_sets(cfg, train_base, val_base)
     s = cfg.SOLVER
     model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device)

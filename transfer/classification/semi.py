@@ -79,7 +79,7 @@ class SemiResult:
 
 
 @dataclass
-class _SemiData:
+class SemiData:
     """The labelled split (transformed for training), ImageNet val and the held-out images
     that select the lr, with the classes and the iterations of one fine-tuning."""
 
@@ -90,7 +90,8 @@ class _SemiData:
     max_iter: int
 
 
-def _semi_data(cfg: CfgNode, data_root: str) -> _SemiData:
+def semi_data(cfg: CfgNode, data_root: str) -> SemiData:
+    """The labelled, val and held-out sets of a semi-supervised run (every file read now)."""
     if not cfg.DATA.SPLIT_FILE:
         raise DatasetError("DATA.SPLIT_FILE is empty: give the 1% or 10% label-split file")
     names = read_subset_file(cfg.DATA.SPLIT_FILE)
@@ -101,11 +102,11 @@ def _semi_data(cfg: CfgNode, data_root: str) -> _SemiData:
         raise DatasetError(f"{data_root}/train: no unlabelled images left to select the lr on")
     train_set, val_set, max_iter = supervised_sets(cfg, train_all, val_base, labelled)
     held_set = TransformedDataset(train_all, val_set.transform, held)
-    return _SemiData(train_set, val_set, held_set, num_classes, max_iter)
+    return SemiData(train_set, val_set, held_set, num_classes, max_iter)
 
 
 def _fine_tune(
-    cfg: CfgNode, backbone: EvalBackbone, data: _SemiData, lr: float, device: torch.device | str
+    cfg: CfgNode, backbone: EvalBackbone, data: SemiData, lr: float, device: torch.device | str
 ) -> dict[str, float]:
     """Fine-tune a fresh copy of the backbone with classifier lr ``lr`` (the backbone's is
     ``lr / HEAD_LR_MULT``); its held-out top-1 and val top-1 / top-5 at the end."""
@@ -148,11 +149,15 @@ def _fine_tune(
 
 
 def run_semi_supervised(
-    cfg: CfgNode, backbone: EvalBackbone, data_root: str, device: torch.device | str
+    cfg: CfgNode,
+    backbone: EvalBackbone,
+    data_root: str,
+    device: torch.device | str,
+    data: SemiData | None = None,
 ) -> SemiResult:
     """Fine-tune once per classifier lr, select the lr on the held-out images and report its
     ImageNet val top-1 / top-5."""
-    data = _semi_data(cfg, data_root)
+    data = data or semi_data(cfg, data_root)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
     logger.info(

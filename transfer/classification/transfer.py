@@ -51,6 +51,7 @@ from .transforms import eval_transform
 
 __all__ = [
     "DatasetResult",
+    "build_transfer_datasets",
     "dataset_root",
     "run_transfer",
     "table_row_name",
@@ -243,21 +244,33 @@ def transfer_dataset(
     )
 
 
+def _cache_dir(cfg: CfgNode) -> str:
+    return cfg.FEATURES.CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "feature_cache")
+
+
+def build_transfer_datasets(cfg: CfgNode) -> list[TransferData]:
+    """Every dataset of ``cfg.TRANSFER.DATASETS``, its split files read: a bad root fails in
+    seconds, before any work (the tool calls it before writing its run directory)."""
+    ctx = BuildContext(cfg.SEED, cfg.TRANSFER.VAL_FRACTION, _cache_dir(cfg))
+    return [build_transfer_dataset(k, dataset_root(cfg, k), ctx) for k in cfg.TRANSFER.DATASETS]
+
+
 def run_transfer(
-    cfg: CfgNode, backbone: EvalBackbone, device: torch.device | str = "cpu"
+    cfg: CfgNode,
+    backbone: EvalBackbone,
+    device: torch.device | str = "cpu",
+    datas: list[TransferData] | None = None,
 ) -> list[DatasetResult]:
-    """Run every dataset of ``cfg.TRANSFER.DATASETS``; missing roots fail before any work.
+    """Run every dataset of ``cfg.TRANSFER.DATASETS`` (``datas``: already built by
+    :func:`build_transfer_datasets`); missing roots fail before any work.
 
     The ``augmented`` protocol stores no features (the cache directory still receives
     Birdsnap's list of decodable images, which is not a feature file).
     """
-    cache_dir = cfg.FEATURES.CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "feature_cache")
     cache = None
     if cfg.TRANSFER.PROTOCOL == "cached_features":
-        cache = FeatureCache(cache_dir, cfg.FEATURES.DTYPE)
-    ctx = BuildContext(cfg.SEED, cfg.TRANSFER.VAL_FRACTION, cache_dir)
-    # Build (read the split files of) every dataset first so a bad root fails in seconds.
-    datas = [build_transfer_dataset(k, dataset_root(cfg, k), ctx) for k in cfg.TRANSFER.DATASETS]
+        cache = FeatureCache(_cache_dir(cfg), cfg.FEATURES.DTYPE)
+    datas = datas if datas is not None else build_transfer_datasets(cfg)
     backbone.model.to(device)
     return [transfer_dataset(d, backbone, cfg, cache, device) for d in datas]
 

@@ -7,7 +7,8 @@
 
 Each positional argument is a run directory (its config.yaml and last checkpoint) or a
 checkpoint file with config.yaml beside it; beta comes from the run's LOSS.BETA (prior "none":
-beta = inf). Writes PNG + CSV pairs into --out; see docs/analysis.md.
+beta = inf). Writes PNG + CSV pairs and results.json into --out (a folder holding an analysis
+is refused unless --overwrite); see docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.cli.common import add_dataset_args, options_from_args, tool_parser
+from transfer.run_dir import RunDir, add_run_dir_args
 
 __all__ = ["main", "parse_args"]
 
@@ -55,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0, help="augmentation seed")
     p.add_argument("--device", choices=["", "cpu", "cuda"], default="", help="default: auto")
+    add_run_dir_args(p)
     return p.parse_args(argv)
 
 
@@ -67,8 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise AnalysisError("--device cuda but no CUDA device is available")
     opt = options_from_args(AnalysisOptions, args, device=device)
+    run_dir = RunDir(args.out, "--out")
+    action = run_dir.check(overwrite=args.overwrite)  # before the models are read and analysed
     results = analyze(args.models, opt)
+    run_dir.start(action)
     figures = write_outputs(results, args.out, args.views)
+    summary = {
+        r.label: {"beta": r.beta, "mean_nuclear_norm": float(r.values.mean()), "top1": r.top1}
+        for r in results
+    }
+    run_dir.write_results(summary, None, args=vars(args))
     for r in results:
         acc = f", top-1 {r.top1:.2f}% ({r.top1_source})" if r.top1 is not None else ""
         print(

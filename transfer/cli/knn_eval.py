@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import asdict
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.data.datasets import dataset_type
@@ -25,6 +26,7 @@ from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
 from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
+from transfer.run_dir import RunDir
 
 __all__ = ["main", "parse_args"]
 
@@ -58,7 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    dump_run_info(args.output_dir, args=args)
+    device = resolve_device(args.device)
+    # everything a mistake can be found in is read before anything is written
+    run_dir = RunDir(args.output_dir, "--output-dir")
+    action = run_dir.check(overwrite=args.overwrite)
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)
@@ -69,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         limit=args.limit or 0,
         image_size=args.image_size,
     )
+    model = model_from_args(args)
+    run_dir.start(action)
+    dump_run_info(args.output_dir, args=args)
     res = run_knn(
-        model_from_args(args),
+        model,
         train,
         test,
         num_classes,
@@ -80,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         k=args.k,
         temperature=args.temperature,
         cache=FeatureCache(args.cache_dir),
-        device=resolve_device(args.device),
+        device=device,
         batch_size=args.batch_size,
         num_workers=args.num_workers,
     )
+    run_dir.write_results(asdict(res), None, model=model_name(args), args=vars(args))
     column = f"{args.dataset} kNN top-1"
     row = {
         "Model": model_name(args),

@@ -18,8 +18,7 @@ from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.tables import update_table
 from transfer.classification.cli import key_value, model_name, start_run, table_dir
 from transfer.classification.config import linear_probe_defaults
-from transfer.classification.engine import resolve_device
-from transfer.classification.probe import run_linear_probe
+from transfer.classification.probe import build_classification_sets, run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
@@ -49,11 +48,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def probe(args: argparse.Namespace) -> None:
     """Train and evaluate the probe in one process (what ``launch`` runs in each worker)."""
-    cfg, backbone = start_run(linear_probe_defaults(), args)
-    result = run_linear_probe(
-        cfg, backbone, args.data_root, resolve_device(cfg.DEVICE), args.resume
+    start = start_run(
+        linear_probe_defaults(),
+        args,
+        prepare=lambda c: build_classification_sets(c, args.data_root),
     )
+    if start.done:
+        return
+    cfg, backbone = start.cfg, start.backbone
+    result = run_linear_probe(cfg, backbone, args.data_root, start.device, args.resume, start.data)
     if comm.is_main_process():
+        start.run_dir.write_results(
+            {"top1": result.top1, "top5": result.top5, "max_iter": result.max_iter},
+            cfg,
+            model=model_name(args),
+            checkpoint=args.checkpoint or "",
+        )
         epochs = cfg.SOLVER.EPOCHS if not cfg.SOLVER.MAX_ITER else f"{result.max_iter} it"
         row = {
             "Method": model_name(args),

@@ -12,7 +12,6 @@ See docs/evaluation.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import asdict
 
@@ -22,12 +21,13 @@ from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.tables import update_table
 from transfer.classification.cli import model_name, start_run, table_dir
 from transfer.classification.config import semi_supervised_defaults
-from transfer.classification.engine import resolve_device
 from transfer.classification.report import SEMI_COLUMNS, pct
-from transfer.classification.semi import run_semi_supervised
+from transfer.classification.semi import run_semi_supervised, semi_data
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
-__all__ = ["fine_tune", "main", "parse_args"]
+__all__ = ["RESULTS", "fine_tune", "main", "parse_args"]
+
+RESULTS = "semi_results.json"  # every lr's held-out and val scores, with the config
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,11 +42,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def fine_tune(args: argparse.Namespace) -> None:
     """The lr sweep and its report in one process (what ``launch`` runs in each worker)."""
     split = ["DATA.SPLIT_FILE", args.split_file] if args.split_file else []
-    cfg, backbone = start_run(semi_supervised_defaults(), args, split)
-    res = run_semi_supervised(cfg, backbone, args.data_root, resolve_device(cfg.DEVICE))
+    start = start_run(
+        semi_supervised_defaults(), args, split, own=("lr_*",), results=RESULTS,
+        prepare=lambda c: semi_data(c, args.data_root),
+    )  # fmt: skip
+    if start.done:
+        return
+    cfg = start.cfg
+    res = run_semi_supervised(cfg, start.backbone, args.data_root, start.device, start.data)
     if comm.is_main_process():
-        with open(os.path.join(cfg.OUTPUT_DIR, "semi_results.json"), "w") as f:
-            json.dump(asdict(res), f, indent=2)
+        start.run_dir.write_results(
+            asdict(res), cfg, model=model_name(args), checkpoint=args.checkpoint or ""
+        )
         p = f"{res.percent}%"
         row = {"Model": model_name(args), f"{p} Top-1": pct(res.top1), f"{p} Top-5": pct(res.top5)}
         csv_path = os.path.join(table_dir(args), "table3_semi.csv")

@@ -10,6 +10,9 @@ detectron2's tools/train_net.py with this project's trainer (transfer/detection/
 
 COCO 2017 is read from $DETECTRON2_DATASETS/coco (detectron2's builtin layout). Setup problems
 (unknown config keys, missing files, weights that do not fit) end with one `error:` line.
+
+One run per OUTPUT_DIR: a directory holding a run is refused unless --resume (same config; a
+finished run has nothing left to do) or --overwrite (deletes the old run's files first).
 """
 
 from __future__ import annotations

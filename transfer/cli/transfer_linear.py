@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import asdict
 
 from pretrain.cli.user_errors import exit_on_user_error
 from transfer.classification.cli import add_model_args, model_name, start_run, table_dir
 from transfer.classification.config import transfer_defaults
-from transfer.classification.engine import resolve_device
-from transfer.classification.transfer import run_transfer, write_tables
+from transfer.classification.transfer import build_transfer_datasets, run_transfer, write_tables
 from transfer.cli.common import add_device_arg, tool_parser
 
 __all__ = ["main", "parse_args"]
@@ -50,8 +50,16 @@ def main(argv: list[str] | None = None) -> int:
         opts += ["TRANSFER.DATASETS", str([d.strip() for d in args.datasets.split(",")])]
     if args.cache_dir:
         opts += ["FEATURES.CACHE_DIR", args.cache_dir]
-    cfg, backbone = start_run(transfer_defaults(), args, opts)
-    results = run_transfer(cfg, backbone, resolve_device(cfg.DEVICE))
+    start = start_run(
+        transfer_defaults(), args, opts, own=("augmented",), prepare=build_transfer_datasets
+    )
+    results = run_transfer(start.cfg, start.backbone, start.device, start.data)
+    start.run_dir.write_results(
+        {r.key: asdict(r) for r in results},
+        start.cfg,
+        model=model_name(args),
+        checkpoint=args.checkpoint or "",
+    )
     md = write_tables(table_dir(args), model_name(args), results)
     with open(md) as f:
         print(f.read())

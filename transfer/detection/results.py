@@ -1,9 +1,11 @@
 """Collect finished fine-tuning runs into a table shaped like the paper's Table 4.
 
 Table 4 is ``tab:detection``, the fourth ``table`` environment of the paper's LaTeX source.
-Each run directory holds detectron2's ``config.yaml`` and either the ``results.json`` written by
-:func:`write_results` at the end of ``tools/train_net.py`` or, as a fallback, the last evaluation
-detectron2's ``EvalHook`` logged to ``metrics.json`` (keys such as ``bbox/AP``).
+Each run directory holds the ``results.json`` written by :func:`write_results` at the end of
+``tools/train_net.py`` (atomically, with the weights name and the full config that produced the
+numbers) or, as a fallback for a run that ended before it, detectron2's ``config.yaml`` and the
+last evaluation its ``EvalHook`` logged to ``metrics.json`` (keys such as ``bbox/AP``); a later
+run never replaces either unasked (:mod:`transfer.run_dir`).
 
 Rows are pretrainings (the weights file's name, ``random`` without weights, or a label given as
 ``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of masks from Mask
@@ -32,6 +34,7 @@ __all__ = [
     "RunResult",
     "build_table",
     "describe_run",
+    "read_results",
     "read_run",
     "write_results",
     "write_table",
@@ -76,28 +79,43 @@ def describe_run(cfg: Mapping) -> tuple[str, str]:
 def write_results(
     output_dir: str, cfg: Mapping, results: Mapping, dataset_names: Sequence[str]
 ) -> str:
-    """Save the final evaluation of a run as ``OUTPUT_DIR/results.json``; returns the path.
+    """Save the final evaluation of a run as ``OUTPUT_DIR/results.json``, atomically and with the
+    full config and weights that produced it; returns the path.
 
     ``results`` is what ``DefaultTrainer.test`` returns: ``{task: {metric: value}}`` for one test
-    dataset or ``{dataset: {task: {metric: value}}}`` for several.
+    dataset or ``{dataset: {task: {metric: value}}}`` for several; ``{}`` when no test dataset
+    was given (the file then says that no evaluation ran).
     """
-    per_dataset = {dataset_names[0]: dict(results)} if len(dataset_names) == 1 else dict(results)
+    from transfer.run_dir import RunDir  # here: the collector starts without torch
+
+    if not dataset_names:
+        per_dataset = {}
+    elif len(dataset_names) == 1:
+        per_dataset = {dataset_names[0]: dict(results)}
+    else:
+        per_dataset = dict(results)
     pretraining, detector = describe_run(cfg)
-    payload = {
-        "pretraining": pretraining,
-        "detector": detector,
-        "weights": cfg["MODEL"].get("WEIGHTS", ""),
-        "max_iter": cfg["SOLVER"]["MAX_ITER"],
-        "results": {
+    return RunDir(output_dir, results=RESULTS_FILE).write_results(
+        {
             name: {task: {k: float(v) for k, v in m.items()} for task, m in tasks.items()}
             for name, tasks in per_dataset.items()
         },
-    }
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, RESULTS_FILE)
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=2)
-    return path
+        cfg,
+        pretraining=pretraining,
+        detector=detector,
+        weights=cfg["MODEL"].get("WEIGHTS", ""),
+        max_iter=cfg["SOLVER"]["MAX_ITER"],
+    )
+
+
+def read_results(run_dir: str) -> dict[str, dict[str, dict[str, float]]]:
+    """``{dataset: {task: {metric: value}}}`` of ``run_dir/results.json``."""
+    path = os.path.join(run_dir, RESULTS_FILE)
+    try:
+        with open(path) as f:
+            return json.load(f)["results"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ResultsError(f"{path}: not a readable results file ({e})") from None
 
 
 def _from_metrics_json(path: str) -> dict[str, dict[str, float]]:
@@ -121,6 +139,8 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         with open(results_path) as f:
             data = json.load(f)
         per_dataset = data["results"]
+        if not per_dataset:
+            raise ResultsError(f"{run_dir}: no evaluation ran (DATASETS.TEST was empty)")
         if dataset is None and len(per_dataset) > 1:
             raise ResultsError(
                 f"{run_dir}: evaluated on several datasets {sorted(per_dataset)}; pick one with "

@@ -10,11 +10,8 @@ tool; :func:`build_argument_parser` is detectron2's parser plus dataset registra
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import weakref
-from collections.abc import Sequence
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
@@ -27,20 +24,26 @@ from detectron2.engine import (
     create_ddp_model,
     default_argument_parser,
 )
-from detectron2.evaluation import COCOEvaluator, DatasetEvaluator
+from detectron2.evaluation import COCOEvaluator
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
+from torch import nn
 
 from pretrain.utils.run_setup import setup_run
+from transfer.run_dir import RunAction, RunDir, add_run_dir_args
 
 from .config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
-from .results import RESULTS_FILE, write_results
+from .results import RESULTS_FILE, read_results, write_results
 from .weights import check_weights_fit
 
 __all__ = ["DetectionTrainer", "build_argument_parser", "register_datasets", "run", "setup"]
 
 logger = logging.getLogger(__name__)
+
+# What a resumed detection run may change besides pretraining's list (how it is watched, not what
+# it computes): evaluation and visualisation periods.
+RESUME_MAY_CHANGE = ("TEST.EVAL_PERIOD", "VIS_PERIOD")
 
 
 class DetectionTrainer(DefaultTrainer):
@@ -98,34 +101,42 @@ class DetectionTrainer(DefaultTrainer):
             kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
         )
 
-    @classmethod
-    def test(
-        cls,
-        cfg: CfgNode,
-        model: torch.nn.Module,
-        evaluators: DatasetEvaluator | Sequence[DatasetEvaluator] | None = None,
-    ) -> dict:
-        """``DefaultTrainer.test``, also saving the results as ``OUTPUT_DIR/results.json`` (the
-        evaluation at the end of training is the last one, so the file ends up final)."""
-        results = super().test(cfg, model, evaluators)
-        if comm.is_main_process() and results:
-            path = write_results(cfg.OUTPUT_DIR, cfg, results, list(cfg.DATASETS.TEST))
-            logger.info("Evaluation results written to %s", path)
-        return results
+    @property
+    def last_results(self) -> dict:
+        """The results of the last evaluation ``DefaultTrainer``'s ``EvalHook`` ran (at the end
+        of training: the final ones); ``{}`` when none ran (no ``DATASETS.TEST``)."""
+        return dict(getattr(self, "_last_eval_results", None) or {})
 
     def resume_or_load(self, resume: bool = True) -> None:
-        """As in ``DefaultTrainer``, but a fresh start first checks ``MODEL.WEIGHTS`` fits."""
-        if not (resume and self.checkpointer.has_checkpoint()):
-            if self.cfg.MODEL.WEIGHTS:
-                check_weights_fit(self.model, self.cfg.MODEL.WEIGHTS)
-            else:
-                logger.info("MODEL.WEIGHTS is empty: training from random initialisation")
+        """As in ``DefaultTrainer``, but first checks that the file it loads fits the model:
+        ``MODEL.WEIGHTS`` on a fresh start, the last checkpoint (every tensor) on a resume."""
+        check_start_weights(self.cfg, self.model, resume)
         super().resume_or_load(resume=resume)
 
 
+def check_start_weights(cfg: CfgNode, model: torch.nn.Module, resume: bool) -> None:
+    """Raise :class:`DetectionSetupError` unless what a run starts from fits ``model``: on a
+    resume, the last checkpoint of ``OUTPUT_DIR`` (all of it: a tensor that does not fit is an
+    error, never fvcore's skipped-parameter warning), else ``MODEL.WEIGHTS`` (its backbone)."""
+    checkpoint = last_checkpoint(cfg.OUTPUT_DIR) if resume else ""
+    if checkpoint:
+        check_weights_fit(model, checkpoint, required_prefix="", what="checkpoint")
+    elif cfg.MODEL.WEIGHTS:
+        check_weights_fit(model, cfg.MODEL.WEIGHTS)
+    else:
+        logger.info("MODEL.WEIGHTS is empty: training from random initialisation")
+
+
+def last_checkpoint(output_dir: str) -> str:
+    """The checkpoint ``output_dir/last_checkpoint`` names, or ``""`` when there is none."""
+    return DetectionCheckpointer(nn.Module(), save_dir=output_dir).get_checkpoint_file()
+
+
 def build_argument_parser() -> argparse.ArgumentParser:
-    """detectron2's ``default_argument_parser`` plus ``--register-coco`` and flip pairs."""
+    """detectron2's ``default_argument_parser`` plus ``--overwrite`` (:mod:`transfer.run_dir`),
+    ``--register-coco`` and flip pairs."""
     parser = default_argument_parser()
+    add_run_dir_args(parser)
     parser.add_argument(
         "--register-coco",
         nargs=3,
@@ -173,41 +184,83 @@ def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
     return cfg, notes
 
 
-def setup(args: argparse.Namespace) -> CfgNode:
-    """Checked config, plus the project's run setup (logs, config and environment dump, seeds)."""
+def detection_run_dir(cfg: CfgNode) -> RunDir:
+    """``OUTPUT_DIR`` as a :class:`~transfer.run_dir.RunDir`: finished when ``results.json`` is
+    there; ``--overwrite`` also deletes the COCO evaluator's ``inference/``."""
+    return RunDir(
+        cfg.OUTPUT_DIR, "OUTPUT_DIR", own=("inference",), may_change=RESUME_MAY_CHANGE,
+        resumable=True,
+    )  # fmt: skip
+
+
+def _check_before_writing(args: argparse.Namespace, cfg: CfgNode) -> RunAction:
+    """Every check of a run that reads only: the run directory (:mod:`transfer.run_dir`) and
+    the weights or checkpoint the run starts from, against a model built on the CPU."""
+    action = detection_run_dir(cfg).check(args.resume, args.overwrite, cfg)
+    if action is RunAction.DONE and not args.eval_only:
+        return action
+    cpu_cfg = cfg.clone()
+    cpu_cfg.defrost()
+    cpu_cfg.MODEL.DEVICE = "cpu"
+    model = DetectionTrainer.build_model(cpu_cfg)
+    resume = args.resume and action is not RunAction.OVERWRITE
+    if args.eval_only:
+        path = (last_checkpoint(cfg.OUTPUT_DIR) if resume else "") or cfg.MODEL.WEIGHTS
+        if not path:
+            raise DetectionSetupError("--eval-only needs MODEL.WEIGHTS (a trained model)")
+        check_weights_fit(model, path, required_prefix="")
+    else:
+        check_start_weights(cfg, model, resume)
+    return action
+
+
+def setup(args: argparse.Namespace) -> tuple[CfgNode, RunAction]:
+    """Checked config and run directory (nothing written yet), then the directory's lock and the
+    project's run setup (logs, config and environment dump, seeds). A finished run resumed
+    (:attr:`RunAction.DONE`) is left untouched."""
     cfg, notes = load_checked_config(args)
+    action = _check_before_writing(args, cfg)
+    if action is RunAction.DONE and not args.eval_only:
+        return cfg, action
+    if comm.is_main_process():
+        detection_run_dir(cfg).start(action)
+    comm.synchronize()  # the other ranks write their logs only after the main one cleared
     setup_run(cfg, args)
     for note in notes:
         logger.info(note)
-    return cfg
+    return cfg, action
+
+
+def _evaluate(args: argparse.Namespace, cfg: CfgNode) -> dict:
+    model = DetectionTrainer.build_model(cfg)
+    checkpointer = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
+    path = (last_checkpoint(cfg.OUTPUT_DIR) if args.resume else "") or cfg.MODEL.WEIGHTS
+    checkpointer.load(path, checkpointables=[])
+    return DetectionTrainer.test(cfg, model)
 
 
 def run(args: argparse.Namespace) -> dict:
     """Train (or with ``--eval-only`` evaluate) as ``args`` say.
 
     Returns the final COCO results ``{dataset: {task: {metric: value}}}`` as saved in
-    ``OUTPUT_DIR/results.json`` on the main process (``{}`` on the others)."""
-    cfg = setup(args)
-    results_path = os.path.join(cfg.OUTPUT_DIR, RESULTS_FILE)
-    if comm.is_main_process() and os.path.exists(results_path):
-        os.remove(results_path)  # never report a previous run's numbers
+    ``OUTPUT_DIR/results.json`` on the main process (``{}`` on the others, and when
+    ``DATASETS.TEST`` is empty: then no evaluation runs, and the run says so)."""
+    cfg, action = setup(args)
+    if action is RunAction.DONE and not args.eval_only:
+        print(f"{cfg.OUTPUT_DIR} holds a finished run ({RESULTS_FILE}): nothing left to do")
+        return read_results(cfg.OUTPUT_DIR) if comm.is_main_process() else {}
     if args.eval_only:
-        model = DetectionTrainer.build_model(cfg)
-        checkpointer = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
-        if args.resume and checkpointer.has_checkpoint():
-            path = checkpointer.get_checkpoint_file()
-        else:
-            path = cfg.MODEL.WEIGHTS
-        if not path:
-            raise DetectionSetupError("--eval-only needs MODEL.WEIGHTS (a trained model)")
-        check_weights_fit(model, path, required_prefix="")
-        checkpointer.load(path, checkpointables=[])
-        DetectionTrainer.test(cfg, model)
+        results = _evaluate(args, cfg)
     else:
         trainer = DetectionTrainer(cfg)
         trainer.resume_or_load(resume=args.resume)
         trainer.train()
+        results = trainer.last_results
     if not comm.is_main_process():
         return {}
-    with open(results_path) as f:
-        return json.load(f)["results"]
+    path = write_results(cfg.OUTPUT_DIR, cfg, results, list(cfg.DATASETS.TEST))
+    if not cfg.DATASETS.TEST:
+        print(f"DATASETS.TEST is empty: no evaluation ran; the model is in {cfg.OUTPUT_DIR}")
+        return {}
+    logger.info("Evaluation results written to %s", path)
+    return read_results(cfg.OUTPUT_DIR)

@@ -68,36 +68,39 @@ def _listing(keys: list[str], limit: int = 6) -> str:
     return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def read_model_weights(path: str) -> dict[str, tuple[int, ...]]:
+def read_model_weights(path: str, what: str = "MODEL.WEIGHTS") -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model weights in a detectron2 ``.pkl`` or torch ``.pth`` file."""
     local = PathManager.get_local_path(path)
     if not os.path.isfile(local):
-        raise DetectionSetupError(f"MODEL.WEIGHTS {path}: no such file")
+        raise DetectionSetupError(f"{what} {path}: no such file")
     if local.endswith(".pkl"):
         try:
             data = load_d2_pickle(local)
         except DetectionSetupError as e:
-            raise DetectionSetupError(f"MODEL.WEIGHTS {e}") from None
+            raise DetectionSetupError(f"{what} {e}") from None
     else:
         try:
             data = torch.load(local, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - pickle/torch raise many types on bad files
             raise DetectionSetupError(
-                f"MODEL.WEIGHTS {path}: not a readable weights file ({type(e).__name__})"
+                f"{what} {path}: not a readable weights file ({type(e).__name__})"
             ) from None
     if not isinstance(data, dict):
-        raise DetectionSetupError(f"MODEL.WEIGHTS {path}: expected a dict of weights")
+        raise DetectionSetupError(f"{what} {path}: expected a dict of weights")
     weights = data.get("model", data)
     if isinstance(weights, dict) and "blobs" in weights:
         raise DetectionSetupError(
-            f"MODEL.WEIGHTS {path}: Caffe2 'blobs' files need name heuristics; convert the "
+            f"{what} {path}: Caffe2 'blobs' files need name heuristics; convert the "
             "weights with tools/convert_to_d2.py instead"
         )
     return {k: tuple(getattr(v, "shape", ())) for k, v in weights.items() if hasattr(v, "shape")}
 
 
-def check_weights_fit(model: nn.Module, path: str, required_prefix: str | None = None) -> None:
-    """Raise :class:`DetectionSetupError` unless the weights in ``path`` fit ``model``.
+def check_weights_fit(
+    model: nn.Module, path: str, required_prefix: str | None = None, what: str = "MODEL.WEIGHTS"
+) -> None:
+    """Raise :class:`DetectionSetupError` unless the weights in ``path`` fit ``model``; ``what``
+    names the file in the message (``MODEL.WEIGHTS``, or the ``checkpoint`` a run resumes from).
 
     Every name in the file must exist in ``model`` with the same shape. Every model key starting
     with ``required_prefix`` must be in the file (``""``: all keys, for evaluating a trained
@@ -111,13 +114,20 @@ def check_weights_fit(model: nn.Module, path: str, required_prefix: str | None =
         for k, v in model.state_dict().items()
         if not any(token in k for token in _IGNORED)
     }
-    found = read_model_weights(path)
+    found = read_model_weights(path, what)
     if required_prefix is None:
         fpn = any(k.startswith("backbone.bottom_up.") for k in expected)
         required_prefix = "backbone.bottom_up." if fpn else "backbone."
     unexpected = sorted(k for k in found if k not in expected and not any(t in k for t in _IGNORED))
     wrong = sorted(k for k in found if k in expected and found[k] != expected[k])
     missing = sorted(k for k in expected if k.startswith(required_prefix) and k not in found)
+    if found and not any(k in expected for k in found):
+        # no name of a detectron2 model at all: a pretraining/torchvision/MoCo checkpoint
+        raise DetectionSetupError(
+            f"{what} {path} is not a detectron2 weights file (its keys, e.g. "
+            f"{_listing(sorted(found), 3)}, name no parameter of the model): convert it first, "
+            f"e.g. python tools/convert_to_d2.py {path} pretrained/backbone.pkl"
+        )
     if unexpected or wrong or missing:
         parts = []
         if wrong:
@@ -127,7 +137,12 @@ def check_weights_fit(model: nn.Module, path: str, required_prefix: str | None =
             parts.append(f"missing {_listing(missing)}")
         if unexpected:
             parts.append(f"not in the model {_listing(unexpected)}")
+        hint = (
+            "its run used another config"
+            if what == "checkpoint"
+            else "check MODEL.RESNETS.DEPTH and the converter's arch"
+        )
         raise DetectionSetupError(
-            f"MODEL.WEIGHTS {path} does not fit the model built from the config (check "
-            f"MODEL.RESNETS.DEPTH and the converter's arch): {'; '.join(parts)}"
+            f"{what} {path} does not fit the model built from the config ({hint}): "
+            f"{'; '.join(parts)}"
         )

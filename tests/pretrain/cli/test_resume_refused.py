@@ -38,3 +38,17 @@ def test_a_changed_key_is_refused_in_one_line_and_nothing_changes(tmp_path):
     again = _run(tiny_opts(data, out))
     assert again.returncode == 0 and "nothing left to train" in again.stderr + again.stdout
     assert (out / "model_final.pth").read_bytes() == before["model_final.pth"]
+
+
+def test_a_failed_rerun_changes_nothing(tmp_path):
+    """The same command after the data moved: the rerun fails (one error line naming the root)
+    and the finished run directory is byte for byte as it was (issue 34, acceptance)."""
+    data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
+    assert _run(tiny_opts(data, out)).returncode == 0
+    before = _files(out)
+    data.rename(tmp_path / "moved")
+    r = _run(tiny_opts(data, out))
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(data) in errors[0] and "Traceback" not in r.stderr
+    assert _files(out) == before

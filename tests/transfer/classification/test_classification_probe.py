@@ -180,12 +180,15 @@ def test_semi_supervised_tool_writes_table3(tmp_path):
         (row,) = list(csv.DictReader(f))
     assert row["Model"] == "rand" and row["10% Top-1"] and row["1% Top-1"] == ""
     with open(os.path.join(out, "semi_results.json")) as f:
-        assert json.load(f)["lrs"] == [0.5]
+        saved = json.load(f)
+    assert saved["results"]["lrs"] == [0.5] and saved["model"] == "rand"
+    assert saved["config"]["SOLVER"]["LRS"] == [0.5]
 
 
 def test_linear_probe_resume_continues_after_last_checkpoint(tmp_path):
     """Proves --resume restores the head, optimizer and scheduler from the run directory and
-    continues at the next iteration instead of starting over."""
+    continues at the next iteration instead of starting over (a run stopped after the checkpoint
+    of iteration 1: no model_final.pth, no results.json)."""
     data = make_imagenet(str(tmp_path / "imagenet"))
     out = str(tmp_path / "run")
     argv = [
@@ -198,11 +201,17 @@ def test_linear_probe_resume_continues_after_last_checkpoint(tmp_path):
         "--output-dir",
         out,
     ]
-    linear_probe.main([*argv, "SOLVER.MAX_ITER", "2"])
-    first = torch.load(os.path.join(out, "model_final.pth"), weights_only=True)
-    assert first["iteration"] == 1
-    linear_probe.main(["--resume", *argv, "SOLVER.MAX_ITER", "4"])
+    opts = ["SOLVER.MAX_ITER", "4", "SOLVER.CHECKPOINT_PERIOD", "2"]
+    linear_probe.main([*argv, *opts])
+    for name in ("model_final.pth", "results.json"):
+        os.unlink(os.path.join(out, name))
+    with open(os.path.join(out, "last_checkpoint"), "w") as f:
+        f.write("model_0000001.pth")
+    assert torch.load(os.path.join(out, "model_0000001.pth"), weights_only=True)["iteration"] == 1
+    logged = len(_jsonl(os.path.join(out, "metrics.json")))
+    linear_probe.main(["--resume", *argv, *opts])
     with open(os.path.join(out, "log.txt")) as f:
         assert "resuming from iteration 2" in f.read()
-    iters = [m["iteration"] for m in _jsonl(os.path.join(out, "metrics.json")) if "lr" in m]
-    assert iters == [0, 1, 2, 3]
+    again = _jsonl(os.path.join(out, "metrics.json"))[logged:]
+    assert [m["iteration"] for m in again if "lr" in m] == [2, 3]
+    assert os.path.isfile(os.path.join(out, "results.json"))

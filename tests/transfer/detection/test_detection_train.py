@@ -199,10 +199,11 @@ def test_results_table_from_instant_runs(runs, tmp_path):
     assert "resnet50" in Path(md).read_text()
 
 
-def test_eval_only_reloads_the_trained_model(runs, data):
-    """--eval-only loads model_final.pth strictly and reproduces the final evaluation."""
+def test_eval_only_reloads_the_trained_model(runs, data, tmp_path):
+    """--eval-only loads model_final.pth strictly and reproduces the final evaluation (into its
+    own OUTPUT_DIR: the finished run's is kept as it is)."""
     output_dir, results = runs["faster_rcnn"]
-    args = _instant_args("faster_rcnn", data, str(output_dir / "model_final.pth"), output_dir)
+    args = _instant_args("faster_rcnn", data, str(output_dir / "model_final.pth"), tmp_path)
     args.eval_only = True
     again = run(args)
     assert again["instant_shapes"]["bbox"]["AP"] == pytest.approx(

@@ -1,0 +1,180 @@
+"""One discipline for the run directory of every evaluation tool (detection, linear probe,
+linear transfer, semi-supervised fine-tuning, kNN, the nuclear-norm analysis).
+
+A directory *holds a run* when it has a run's ``config.yaml``, ``args.json`` or results file; the
+run is *finished* when its results file is there. A later run leaves such a directory as it is
+unless asked:
+
+* ``--resume`` continues an unfinished run with the same config (pretraining's check,
+  :func:`pretrain.config.resume.config_changes`: a changed key is refused, naming it with both
+  values); on a finished run it has nothing left to do;
+* ``--overwrite`` deletes the files a run writes there (:data:`RUN_FILES` and the tool's own),
+  then starts afresh;
+* otherwise the run is refused with one error line naming the ways out.
+
+:meth:`RunDir.check` only reads, so every refusal (and every check a tool makes before calling
+:meth:`RunDir.start`) leaves the directory byte for byte as it was. :meth:`RunDir.start` takes the
+directory's lock (pretraining's :class:`~pretrain.utils.locks.DirLock`: one live run per
+directory) and only then deletes anything. :meth:`RunDir.write_results` writes the results file
+atomically, together with the config and the model that produced the numbers, so that no table
+can pair them with another run's settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+import yaml
+from fvcore.common.config import CfgNode
+
+from pretrain.config.resume import config_changes
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.errors import LoracError
+from pretrain.utils.locks import DirLock
+from pretrain.utils.run_setup import ARGS_FILE, CONFIG_FILE, ENV_FILE
+
+__all__ = ["RESULTS_FILE", "RUN_FILES", "RunAction", "RunDir", "RunDirError", "add_run_dir_args"]
+
+RESULTS_FILE = "results.json"
+# What any tool's run leaves in its directory (detectron2's writers included): the files
+# ``--overwrite`` deletes before a fresh start, besides each tool's own (``RunDir.own``).
+RUN_FILES = (
+    CONFIG_FILE,
+    ENV_FILE,
+    ARGS_FILE,
+    RESULTS_FILE,
+    "last_checkpoint",
+    "model_*.pth",
+    "metrics.json",
+    "log.txt*",
+    "events.out.tfevents.*",
+)
+
+
+class RunDirError(LoracError):
+    """A run directory that holds another run (the message names it and the ways out)."""
+
+
+class RunAction(Enum):
+    FRESH = "fresh"  # nothing there: a new run
+    RESUME = "resume"  # an unfinished run with the same config: continue it
+    OVERWRITE = "overwrite"  # a previous run, replaced on request
+    DONE = "done"  # a finished run and --resume: nothing left to do
+
+
+def add_run_dir_args(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite``: the one way to replace the run an output directory holds."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run the output directory holds: its config, results, checkpoints and "
+        "logs are deleted first (without it, a directory holding a run is refused)",
+    )
+
+
+@dataclass
+class RunDir:
+    """The run directory ``path`` of one tool; ``what`` names it in messages (``OUTPUT_DIR``,
+    ``--output-dir``, ``--out``), ``results`` is the file a finished run leaves, ``own`` the
+    tool's other files and folders (globs) that ``--overwrite`` deletes, ``may_change`` the keys
+    a resume may change besides pretraining's (:data:`pretrain.config.resume.RESUME_MAY_CHANGE`).
+    ``resumable``: whether the tool has ``--resume``."""
+
+    path: str
+    what: str = "--output-dir"
+    results: str = RESULTS_FILE
+    own: tuple[str, ...] = ()
+    may_change: tuple[str, ...] = ()
+    resumable: bool = False
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def holds_run(self) -> bool:
+        return any(os.path.exists(self._file(n)) for n in (CONFIG_FILE, ARGS_FILE, self.results))
+
+    def finished(self) -> bool:
+        return os.path.isfile(self._file(self.results))
+
+    def _ways_out(self) -> str:
+        resume = "continue it with --resume (same config), " if self.resumable else ""
+        return f"{resume}replace it with --overwrite, or choose another {self.what}"
+
+    def check(
+        self, resume: bool = False, overwrite: bool = False, cfg: CfgNode | None = None
+    ) -> RunAction:
+        """What this run does with the directory (reads only). Raises :class:`RunDirError` when
+        it would touch another run unasked, or when ``--resume`` changes a key of ``cfg``
+        outside :data:`~pretrain.config.resume.RESUME_MAY_CHANGE` and ``may_change``."""
+        if resume and overwrite:
+            raise RunDirError("give --resume or --overwrite, not both")
+        if not self.holds_run():
+            return RunAction.FRESH
+        if overwrite:
+            return RunAction.OVERWRITE
+        state = "a finished run" if self.finished() else "an unfinished run"
+        if not resume:
+            raise RunDirError(
+                f"{self.what} {self.path} holds {state} ({self._present()}); {self._ways_out()}"
+            )
+        if cfg is not None:
+            self._check_same_config(cfg)
+        return RunAction.DONE if self.finished() else RunAction.RESUME
+
+    def _present(self) -> str:
+        names = [n for n in (self.results, CONFIG_FILE, ARGS_FILE) if os.path.exists(self._file(n))]
+        return ", ".join(names)
+
+    def _check_same_config(self, cfg: CfgNode) -> None:
+        saved_path = self._file(CONFIG_FILE)
+        if not os.path.isfile(saved_path):
+            return
+        with open(saved_path) as f:
+            saved = yaml.safe_load(f) or {}
+        changes = config_changes(saved, cfg, self.may_change)
+        if changes:
+            raise RunDirError(
+                f"{self.what} {self.path} holds a run trained with another config: "
+                + "; ".join(changes)
+                + f". Resume with the saved values ({saved_path}), replace the run with "
+                f"--overwrite, or choose another {self.what}"
+            )
+
+    def start(self, action: RunAction) -> DirLock:
+        """Take the directory's lock (held until the process ends) and, for
+        :attr:`RunAction.OVERWRITE`, delete the previous run's files. Main process only."""
+        lock = DirLock(self.path, self.what).acquire()
+        if action is RunAction.OVERWRITE:
+            for pattern in (*RUN_FILES, *self.own):
+                for path in glob.glob(self._file(pattern)):
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
+        return lock
+
+    def write_results(
+        self, results: Mapping, cfg: CfgNode | Mapping | None = None, **fields: object
+    ) -> str:
+        """Write the results file atomically: ``fields`` (e.g. the model's name and weights),
+        ``results`` and the full ``config``; returns its path."""
+        config = yaml.safe_load(cfg.dump()) if isinstance(cfg, CfgNode) else cfg
+        payload = {**fields, "results": dict(results), "config": config}
+        path = self._file(self.results)
+        os.makedirs(self.path, exist_ok=True)
+        text = json.dumps(payload, indent=2, default=_plain)
+        atomic_write_bytes(path, (text + "\n").encode())
+        return path
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return list(value)
+    return str(value)
