@@ -2,7 +2,8 @@
 
   python tools/submit_pretrain.py --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml \
       --nodes 4 --gpus-per-node 8 --partition gpu --timeout 4320 \
-      OUTPUT_DIR /checkpoints/lorac DATASETS.ROOT /data/imagenet/train
+      OUTPUT_DIR /checkpoints/lorac DATASETS.ROOT /data/imagenet/train \
+      TEST.KNN_ROOT /data/imagenet
   python tools/submit_pretrain.py ... --dry-run        # print the sbatch script and config
   python tools/submit_pretrain.py ... --local --gpus-per-node 0 --tasks-per-node 2   # here
   python tools/submit_pretrain.py --entry linear_probe --nodes 1 --gpus-per-node 8 \

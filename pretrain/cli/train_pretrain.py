@@ -1,7 +1,8 @@
 """Pretrain LORAC / MoCo-M / MoCo-v2 (one process per GPU, or CPU processes with gloo).
 
   python tools/train_pretrain.py --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml \
-      --num-gpus 8 OUTPUT_DIR output/lorac DATASETS.ROOT /data/imagenet/train
+      --num-gpus 8 OUTPUT_DIR output/lorac DATASETS.ROOT /data/imagenet/train \
+      TEST.KNN_ROOT /data/imagenet
 
 Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists. Ctrl-C saves a
 checkpoint after the current iteration and stops with status 130 (a second Ctrl-C stops at once,

@@ -7,15 +7,19 @@ detection. The strictness is fvcore/yacs's: a key the defaults do not have (unle
 was created with ``new_allowed``), a value of another type or an unreadable file is an error.
 This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`` into one
 :class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (following the
-``_BASE_`` chain), the key and, when the file holds it, the value.
+``_BASE_`` chain), the key and, when the file holds it, the value; a YAML syntax error names the
+file, line and column. One relaxation of yacs's types, as detectron2 users expect: an integer
+where the default is a float (``SOLVER.BASE_LR 1``) is taken as that float; never the reverse.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import yacs.config
 import yaml
 from fvcore.common.config import CfgNode
 
@@ -32,6 +36,42 @@ _MISSING = object()
 def _one_line(e: BaseException) -> str:
     text = str(e.args[0]) if e.args else type(e).__name__
     return " ".join(text.split())
+
+
+def _yaml_syntax(path: str, e: yaml.YAMLError) -> str:
+    """``file:line:column: problem (context)`` of a YAML syntax error, on one line (1-based, as
+    editors count). The file is the one whose text failed (a ``_BASE_`` file, say), not ``path``."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if mark is None:
+        return f"{path}: invalid YAML ({_one_line(e)})"
+    name = mark.name if os.path.isfile(str(mark.name)) else path
+    what = " ".join(str(getattr(e, "problem", "") or "invalid YAML").split())
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and at is not None and at is not mark:
+        what += f" ({' '.join(context.split())} at line {at.line + 1}, column {at.column + 1})"
+    return f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {what}"
+
+
+_yacs_check_type = yacs.config._check_and_coerce_cfg_value_type
+
+
+def _int_to_float_too(replacement: object, original: object, key: str, full_key: str) -> object:
+    if type(replacement) is int and type(original) is float:  # not bool (type(True) is bool)
+        return float(replacement)
+    return _yacs_check_type(replacement, original, key, full_key)
+
+
+@contextlib.contextmanager
+def _ints_as_floats() -> Iterator[None]:
+    """yacs refuses ``1`` for a float key (detectron2 users write ``SOLVER.BASE_LR 1``); while
+    merging, take it as ``1.0``. yacs has no hook for its type check: its merge functions look
+    the module-level checker up at each call, so it is wrapped here, and only here, for the
+    duration of a merge; every other mismatch (float -> int included) stays an error."""
+    yacs.config._check_and_coerce_cfg_value_type = _int_to_float_too
+    try:
+        yield
+    finally:
+        yacs.config._check_and_coerce_cfg_value_type = _yacs_check_type
 
 
 def _base_chain(path: str) -> list[str]:
@@ -93,14 +133,17 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
         if not os.path.isfile(path):
             raise ConfigError(f"{path}: no such config file")
         try:
-            cfg.merge_from_file(path)
+            with _ints_as_floats():
+                cfg.merge_from_file(path)
+        except yaml.YAMLError as e:
+            raise ConfigError(_yaml_syntax(path, e)) from None
         except (TypeError, AttributeError):
             # fvcore indexes the loaded YAML: an empty file or a list fails inside it
             bad = _not_a_mapping(path)
             if bad is None:
                 raise
             raise ConfigError(f"{bad}: expected a YAML mapping of config keys") from None
-        except (KeyError, ValueError, AssertionError, OSError, yaml.YAMLError) as e:
+        except (KeyError, ValueError, AssertionError, OSError) as e:
             msg = _one_line(e)
             m = _KEY_IN_MESSAGE.search(msg)
             where, value = _where(path, m.group(1)) if m else (path, _MISSING)
@@ -111,7 +154,8 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
         if len(opts) % 2:
             raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
         try:
-            cfg.merge_from_list(list(opts))
+            with _ints_as_floats():
+                cfg.merge_from_list(list(opts))
         except (KeyError, ValueError, AssertionError, TypeError) as e:
             msg = _one_line(e)
             m = _KEY_IN_MESSAGE.search(msg)

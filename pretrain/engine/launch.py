@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 from detectron2.engine import default_argument_parser
@@ -11,25 +12,68 @@ from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.config.resume import check_resume_config
+from pretrain.evaluation.knn_monitor import check_knn_root
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.distributed import maybe_init_distributed
+from pretrain.utils.errors import DatasetError
 from pretrain.utils.locks import DirLock
 from pretrain.utils.run_setup import setup_run
 
 __all__ = [
     "argument_parser",
     "check_cpu_bfloat16",
+    "check_data_root",
     "check_device",
     "load_args_config",
     "setup",
 ]
 
 
+_EPILOG = """examples:
+  one machine, 8 GPUs:
+    %(prog)s --config-file configs/pretrain/in1k_r50_lorac_200ep.yaml --num-gpus 8 \\
+        DATASETS.ROOT /data/imagenet/train TEST.KNN_ROOT /data/imagenet \\
+        OUTPUT_DIR output/lorac_in1k
+  overrides (any key of pretrain/config/defaults.py):
+    %(prog)s --config-file CFG SOLVER.BASE_LR 0.6 LOSS.BETA inf MODEL.DEVICE cpu
+  two machines:
+    (machine 0) %(prog)s --machine-rank 0 --num-machines 2 --dist-url tcp://HOST:PORT ...
+    (machine 1) %(prog)s --machine-rank 1 --num-machines 2 --dist-url tcp://HOST:PORT ...
+
+A run resumes from OUTPUT_DIR/last_checkpoint when there is one (no flag needed; a finished run
+is not trained again); use a new OUTPUT_DIR to start afresh. To evaluate a checkpoint, use
+tools/knn_eval.py or tools/linear_probe.py.
+"""
+
+
 def argument_parser(description: str) -> argparse.ArgumentParser:
-    """detectron2's parser: --config-file, --num-gpus, --num-machines, --machine-rank,
-    --dist-url, --resume, --eval-only, trailing KEY VALUE overrides."""
-    p = default_argument_parser()
-    p.description = description
+    """detectron2's launch options (--config-file, --num-gpus, --num-machines, --machine-rank,
+    --dist-url with its default) and trailing KEY VALUE overrides; not its --resume (a run
+    always resumes from OUTPUT_DIR/last_checkpoint) nor --eval-only (pretraining has nothing to
+    evaluate alone), which argparse refuses as unrecognised arguments."""
+    d2 = default_argument_parser()
+    p = argparse.ArgumentParser(
+        description=description,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config-file", default="", metavar="FILE", help="pretraining config (YAML)")
+    p.add_argument(
+        "--num-gpus", type=int, default=1, help="processes per machine (one per GPU; gloo on CPU)"
+    )
+    p.add_argument("--num-machines", type=int, default=1, help="number of machines")
+    p.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (0-based)")
+    p.add_argument(
+        "--dist-url",
+        default=d2.get_default("dist_url"),
+        help="torch.distributed init URL (default: detectron2's, a port derived from the uid)",
+    )
+    p.add_argument(
+        "opts",
+        default=None,
+        nargs=argparse.REMAINDER,
+        help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.6 OUTPUT_DIR out/x",
+    )
     return p
 
 
@@ -55,6 +99,14 @@ def check_device(device: str) -> None:
             "CUDA_VISIBLE_DEVICES hides them): run where a GPU is visible, or set MODEL.DEVICE "
             "cpu to train on the CPU"
         )
+
+
+def check_data_root(root: str) -> None:
+    """Refuse a ``DATASETS.ROOT`` that is no directory before OUTPUT_DIR is created: the trainer
+    reads the data only after the run directory, its lock, log and config are written (a wrong
+    path, the commonest mistake, would leave a run directory behind)."""
+    if not os.path.isdir(root):
+        raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
 
 
 def check_cpu_bfloat16(cfg: CfgNode) -> None:
@@ -97,6 +149,8 @@ def setup(args: argparse.Namespace) -> CfgNode:
     cfg = load_args_config(args)
     check_resume_config(cfg)  # before the first line goes to OUTPUT_DIR/log.txt
     check_device(cfg.MODEL.DEVICE)
+    check_data_root(cfg.DATASETS.ROOT)
+    check_knn_root(cfg)
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE, timeout_min=cfg.DIST.TIMEOUT_MINUTES)
     if comm.is_main_process():

@@ -33,11 +33,12 @@ from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
+from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.signals import default_stop_signals
 
-__all__ = ["MetricPrinter", "PretrainTrainer", "schedule_lengths"]
+__all__ = ["MetricPrinter", "NonFiniteLossError", "PretrainTrainer", "schedule_lengths"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,24 @@ def schedule_lengths(cfg: CfgNode, num_images: int) -> tuple[int, int, int]:
         )
     max_iter = cfg.SOLVER.MAX_ITER or int(round(cfg.SOLVER.EPOCHS * ipe))
     return ipe, max_iter, int(round(cfg.LOSS.BETA_INF_EPOCHS * ipe))
+
+
+class NonFiniteLossError(ConfigError, FloatingPointError):
+    """A loss that is not finite (a diverging learning rate, say): a user error, one line naming
+    the run's last checkpoint, or saying that none was written."""
+
+
+class _UserErrorWithoutTraceback(logging.Filter):
+    """detectron2's training loop logs every exception with its traceback before re-raising it;
+    a user error (:class:`~pretrain.utils.errors.LoracError`) is reported once, as one
+    ``error:`` line, by the tool (``pretrain.cli.user_errors``): keep its message, drop the
+    traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, LoracError):
+            record.msg, record.args, record.exc_info = str(error), (), None
+        return True
 
 
 class MetricPrinter(CommonMetricPrinter):
@@ -192,7 +211,13 @@ class PretrainTrainer(SimpleTrainer):
         self.reset_data_loader(
             lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source)
         )
-        super().train(self.start_iter, self.max_iter)
+        loop_logger = logging.getLogger("detectron2.engine.train_loop")
+        quiet = _UserErrorWithoutTraceback()
+        loop_logger.addFilter(quiet)
+        try:
+            super().train(self.start_iter, self.max_iter)
+        finally:
+            loop_logger.removeFilter(quiet)
 
     def after_train(self) -> None:
         # The workers go first, while StopOnSignal still ignores SIGCHLD (torch's handler would
@@ -306,15 +331,26 @@ class PretrainTrainer(SimpleTrainer):
         self._first_bad = torch.where(new_bad, self.iter, self._first_bad)
 
     def _raise_if_not_finite(self, first_bad: int | None = None) -> None:
-        """FloatingPointError naming the intact last checkpoint if a loss was not finite."""
+        """:class:`NonFiniteLossError` naming the run's real last checkpoint (or saying that none
+        was written) if a loss was not finite."""
         if first_bad is None:
             first_bad = -1 if self._first_bad is None else int(self._first_bad)
-        if first_bad >= 0:
-            raise FloatingPointError(
-                f"non-finite loss at iteration {first_bad}; stopping. The last good checkpoint "
-                f"in {self.cfg.OUTPUT_DIR} is intact (lower SOLVER.BASE_LR, raise LOSS.BETA or "
-                "disable SOLVER.AMP and resume)."
+        if first_bad < 0:
+            return
+        out = self.cfg.OUTPUT_DIR
+        if self.checkpointer.has_checkpoint():  # OUTPUT_DIR/last_checkpoint: the real last one
+            last = (
+                f"the last checkpoint, {self.checkpointer.get_checkpoint_file()}, is intact and "
+                "the same command resumes from it"
             )
+        else:
+            last = f"no checkpoint was written in {out}"
+        # a resume keeps the saved config (pretrain/config/resume.py): a fix is a new OUTPUT_DIR
+        raise NonFiniteLossError(
+            f"non-finite loss at iteration {first_bad}; stopped: {last}. To train with a lower "
+            "SOLVER.BASE_LR, a larger LOSS.BETA or SOLVER.AMP.ENABLED False, start afresh in "
+            "another OUTPUT_DIR"
+        )
 
     def _backward_and_step(self, total: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -74,7 +74,7 @@ from pretrain.evaluation.features import (
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 from pretrain.utils.signals import shield_data_worker
 
-__all__ = ["KNNHook", "build_knn_hook", "knn_sources"]
+__all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources"]
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +211,15 @@ def knn_sources(
     if cfg.DATASETS.TYPE == FASHION_MNIST:
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
         return labelled_splits(FASHION_MNIST, root)
+    check_knn_root(cfg)
+    return labelled_splits(cfg.DATASETS.TYPE, cfg.TEST.KNN_ROOT, cfg.DATASETS.CLASS_LIST)
+
+
+def check_knn_root(cfg: CfgNode) -> None:
+    """ConfigError unless an imagefolder run's TEST.KNN_ROOT has train/ and val/ folders (cheap:
+    nothing is listed; the command line checks it before anything is written)."""
+    if cfg.DATASETS.TYPE == FASHION_MNIST or cfg.TEST.KNN_PERIOD <= 0:
+        return
     root = cfg.TEST.KNN_ROOT
     if not root:
         raise ConfigError(
@@ -219,8 +228,11 @@ def knn_sources(
         )
     for sub in ("train", "val"):
         if not os.path.isdir(os.path.join(root, sub)):
-            raise ConfigError(f"TEST.KNN_ROOT = {root!r}: no {sub}/ folder of labelled images")
-    return labelled_splits(cfg.DATASETS.TYPE, root, cfg.DATASETS.CLASS_LIST)
+            raise ConfigError(
+                f"TEST.KNN_ROOT = {root!r}: no {sub}/ folder of labelled images for the kNN "
+                "monitor (TEST.KNN_PERIOD > 0): pass TEST.KNN_ROOT <root with train/ and val/ "
+                "class folders> (ImageNet's: the folder holding its train/), or TEST.KNN_PERIOD 0"
+            )
 
 
 def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:

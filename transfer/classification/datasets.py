@@ -81,14 +81,26 @@ def read_subset_file(path: str) -> list[str]:
 
 
 def subset_indices(dataset: ImageFolderSource, names: Sequence[str], source: str = "") -> list[int]:
-    """Indices in ``dataset.samples`` of the images named in ``names`` (matched by basename)."""
-    by_name: dict[str, int] = {}
+    """Indices in ``dataset.samples`` of the images named in ``names`` (matched by basename).
+
+    A listed name that several images share (``0001.png`` in every class folder) is an error
+    naming them: a file name must say which image it is, as ImageNet's do."""
+    by_name: dict[str, list[int]] = {}
     for i, (p, _) in enumerate(dataset.samples):
-        by_name.setdefault(os.path.basename(p), i)
+        by_name.setdefault(os.path.basename(p), []).append(i)
     missing = [n for n in names if n not in by_name]
     if missing:
         raise DatasetError(
             f"{source or 'label split'}: {len(missing)} of {len(names)} listed images are not in "
             f"{dataset.root}, e.g. {missing[:3]}"
         )
-    return sorted({by_name[n] for n in names})
+    shared = sorted({n for n in names if len(by_name[n]) > 1})
+    if shared:
+        where = [os.path.relpath(dataset.samples[i][0], dataset.root) for i in by_name[shared[0]]]
+        raise DatasetError(
+            f"{source or 'label split'}: {len(shared)} listed file names are shared by several "
+            f"images of {dataset.root}, e.g. {shared[0]!r} is {', '.join(where[:3])}"
+            + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+            + "; a split file names images by file name, which must be unique across classes"
+        )
+    return sorted({by_name[n][0] for n in names})

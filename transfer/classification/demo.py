@@ -22,17 +22,20 @@ from pretrain.data.datasets import (
     ImageFolderSource,
     TransformedDataset,
 )
-from pretrain.data.splits import labelled_splits
+from pretrain.data.splits import evenly_spaced, labelled_splits
 from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy, knn_top1
 from pretrain.losses.priors import PRIOR_REGISTRY
 from pretrain.modeling import build_model
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from pretrain.utils.errors import ConfigError, DatasetError
+from transfer.classification.datasets import labelled_sets
 
 __all__ = [
     "DEMO_CONFIG",
     "DemoResult",
     "centred_pixels",
+    "demo_folder_layout",
     "format_knn_report",
     "knn_features",
     "method_label",
@@ -74,6 +77,40 @@ def format_knn_report(res: DemoResult) -> str:
     return "\n".join([res.header] + [f"  {name:<15}{100 * acc:.2f} %" for name, acc in rows])
 
 
+SPLIT_ROOT, CLASS_ROOT = "train/ and val/", "class folders"  # demo_folder_layout's answers
+
+
+def demo_folder_layout(root: str) -> str:
+    """How the demo reads the image folder ``root``: :data:`SPLIT_ROOT` for ``root/train`` and
+    ``root/val`` class folders (the evaluation tools' ``--data-root``), :data:`CLASS_ROOT` for
+    class folders directly in ``root`` (pretraining's ``DATASETS.ROOT``).
+
+    Anything between the two (a ``train/`` without ``val/``, or ``train/`` and ``val/`` beside
+    other folders, which would be read as classes) is a :class:`DatasetError`: the demo would
+    otherwise train and report kNN on "classes" named train and val."""
+    if not os.path.isdir(root):
+        raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
+    folders = sorted(
+        d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and d[0] != "."
+    )
+    splits = [d for d in ("train", "val") if d in folders]
+    if not splits:
+        return CLASS_ROOT
+    others = [d for d in folders if d not in splits]
+    if len(splits) == 2 and not others:
+        return SPLIT_ROOT
+    problem = (
+        f"has {splits[0]}/ but no {'val' if splits[0] == 'train' else 'train'}/"
+        if len(splits) == 1
+        else f"has train/ and val/ beside other folders ({', '.join(others[:3])})"
+    )
+    raise DatasetError(
+        f"DATASETS.ROOT = {root!r}: {problem}; give a root holding only train/ and val/ class "
+        "folders (as the evaluation tools' --data-root), or a folder of class folders (every 5th "
+        "image is then held out for the kNN)"
+    )
+
+
 def _knn_splits(
     dataset_type: str,
     root: str,
@@ -85,9 +122,10 @@ def _knn_splits(
     """(reference, test) datasets of (tensor, label) for the demo's kNN.
 
     Fashion-MNIST: the first ``n_train`` training images are the references, the first
-    ``n_test`` test images the queries. An image folder has no test split: every 5th image is
-    held out as the test set. ``norm`` (default: ToTensor + ImageNet normalisation) is applied
-    after resizing to ``size``.
+    ``n_test`` test images the queries. An image folder (:func:`demo_folder_layout`): with
+    ``train/`` and ``val/``, ``n_train`` and ``n_test`` images evenly spaced over each (so every
+    class keeps images); with class folders only, every 5th image is held out as the test set.
+    ``norm`` (default: ToTensor + ImageNet normalisation) is applied after resizing to ``size``.
     """
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
@@ -98,8 +136,14 @@ def _knn_splits(
         return labelled_splits(
             FASHION_MNIST, root, limits=(n_train, n_test), image_size=size, transform=tf
         )
-    ds = ImageFolderSource(root, extensions=IMG_EXTENSIONS, allow_empty=False)
     tf = T.Compose([T.Resize(size), T.CenterCrop(size), *norm])
+    if demo_folder_layout(root) == SPLIT_ROOT:
+        train_ds, test_ds, _ = labelled_sets(dataset_type, root)
+        return (
+            TransformedDataset(train_ds, tf, evenly_spaced(len(train_ds), n_train)),
+            TransformedDataset(test_ds, tf, evenly_spaced(len(test_ds), n_test)),
+        )
+    ds = ImageFolderSource(root, extensions=IMG_EXTENSIONS, allow_empty=False)
     test = list(range(0, len(ds), 5))[:n_test]
     train = [i for i in range(len(ds)) if i % 5][:n_train]
     return TransformedDataset(ds, tf, train), TransformedDataset(ds, tf, test)
@@ -152,25 +196,46 @@ def raw_pixel_top1(
     return knn_accuracy(f_train, y_train, f_test, y_test)
 
 
-def _header(dataset_type: str, root: str, n_train: int, n_test: int, n_found: int) -> str:
+def _header(dataset_type: str, root: str, n_train: int, n_test: int) -> str:
+    """The report's first line, with the numbers of images the kNN really used."""
     if dataset_type == FASHION_MNIST:
         where = "the Fashion-MNIST test split"
-        if n_found < 10000:
-            where = f"the first {n_found:,} images of the Fashion-MNIST test split"
+        if n_test < 10000:
+            where = f"the first {n_test:,} images of the Fashion-MNIST test split"
+    elif demo_folder_layout(root) == SPLIT_ROOT:
+        where = f"{n_test:,} images of {os.path.join(root, 'val')}"
     else:
-        where = f"{n_found:,} held-out images of {root}"
+        where = f"{n_test:,} held-out images of {root}"
     return f"kNN top-1 on {where} (k = {KNN_K}, T = {KNN_T}, {n_train:,} references):"
+
+
+def _demo_config(output_dir: str, opts: Sequence[str]) -> tuple[CfgNode, str]:
+    """The demo config with ``opts`` and the root of its labelled images: ``DATASETS.ROOT``,
+    whose ``train/`` is what pretraining reads when it has ``train/`` and ``val/``."""
+    base = ["OUTPUT_DIR", output_dir, *opts]
+    cfg = load_config(DEMO_CONFIG, base)
+    root = cfg.DATASETS.ROOT
+    if cfg.DATASETS.TYPE != FASHION_MNIST and demo_folder_layout(root) == SPLIT_ROOT:
+        # pretraining never sees val/ (the kNN's queries); config.yaml says what it read
+        cfg = load_config(DEMO_CONFIG, [*base, "DATASETS.ROOT", os.path.join(root, "train")])
+    return cfg, root
 
 
 def run_demo(
     output_dir: str, opts: list[str] | None = None, n_train: int = 10000, n_test: int = 10000
 ) -> DemoResult:
-    """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate."""
+    """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate.
+
+    The data are checked (both kNN sets opened) before anything is written."""
     from detectron2.utils.logger import setup_logger
 
     from pretrain.engine.run import run_pretraining
 
-    cfg = load_config(DEMO_CONFIG, ["OUTPUT_DIR", output_dir] + list(opts or []))
+    if n_train < 1 or n_test < 1:
+        raise ConfigError(f"--knn-train and --knn-test must be >= 1, got {n_train} and {n_test}")
+    cfg, root = _demo_config(output_dir, list(opts or []))
+    kind, size = cfg.DATASETS.TYPE, cfg.INPUT.LARGE_SIZE
+    train, test = _knn_splits(kind, root, size, n_train, n_test)
     os.makedirs(output_dir, exist_ok=True)
     setup_logger(output_dir, name="pretrain")
     setup_logger(output_dir, name="detectron2")
@@ -181,10 +246,7 @@ def run_demo(
     weights = load_backbone(ckpt)
     pretrained = build_torchvision_backbone(weights)
     random_init = build_model(cfg).encoder_q.backbone  # same seed: the run's starting point
-    size = cfg.INPUT.LARGE_SIZE
-    root, kind = cfg.DATASETS.ROOT, cfg.DATASETS.TYPE
     raw_size = 28 if kind == FASHION_MNIST else size
-    train, test = _knn_splits(kind, root, size, n_train, n_test)
     return DemoResult(
         checkpoint=ckpt,
         knn_pretrained=knn_top1(pretrained, train, test),
@@ -194,5 +256,5 @@ def run_demo(
         knn_raw_pixels=raw_pixel_top1(root, n_train, n_test, kind, raw_size),
         stem=weights.stem,
         iterations=trainer.max_iter,
-        header=_header(kind, root, n_train, n_test, len(test)),
+        header=_header(kind, root, len(train), len(test)),
     )

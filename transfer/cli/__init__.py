@@ -6,3 +6,7 @@ them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that ca
 ``main``. User errors end every tool the same way
 (:func:`pretrain.cli.user_errors.exit_on_user_error`).
 """
+
+# before any tool module imports detectron2: pretrain.cli filters torch.jit.script's deprecation
+# warning, which importing detectron2.engine (fvcore.nn) prints twice
+import pretrain.cli  # noqa: F401

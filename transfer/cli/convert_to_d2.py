@@ -2,8 +2,9 @@
 
 Accepts every checkpoint layout of docs/checkpoints.md (this project's, MoCo/LORAC, torchvision,
 SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, detectron2). Heads, key/momentum encoders
-and queues are dropped on purpose and listed. The output (.pkl or .pth) loads into the configs
-in configs/ with exact names (no matching heuristics):
+and queues are dropped on purpose: counted, with a few names (all of them with --verbose). The
+output (.pkl or .pth) loads into the configs in configs/ with exact names (no matching
+heuristics):
 
     python tools/convert_to_d2.py output/pretrain/model_final.pth pretrained/lorac_r50.pkl
 """
@@ -29,17 +30,31 @@ def main(argv: list[str] | None = None) -> int:
         help=f"name prefix of the ResNet inside the detectron2 model (default {FPN_PREFIX!r}, "
         "the ResNet-FPN backbones of configs/)",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every key dropped on purpose (by default: how many, and a few names)",
+    )
     args = parser.parse_args(argv)
     try:
         report = convert_checkpoint(args.input, args.output, prefix=args.prefix)
     except OSError as e:  # an output path that cannot be written
         raise ConversionError(str(e)) from e
     print(f"read {report.input_path}: {report.source_format} layout, {report.arch}")
-    print(f"dropped {len(report.dropped)} keys on purpose (not part of the backbone):")
-    for key in report.dropped:
-        print(f"  {key}")
+    dropped = report.dropped
+    if dropped:  # heads, key encoders, queues: hundreds of keys in a MoCo-style checkpoint
+        shown = dropped if args.verbose else dropped[:_SHOWN]
+        more = "" if len(shown) == len(dropped) else ", ... (all of them with --verbose)"
+        print(
+            f"dropped {len(dropped)} keys on purpose (not part of the backbone): "
+            f"{', '.join(shown)}{more}"
+        )
     print(f"wrote {report.num_converted} tensors as {report.prefix}* to {report.output_path}")
     return 0
+
+
+_SHOWN = 5  # dropped keys named without --verbose
 
 
 if __name__ == "__main__":

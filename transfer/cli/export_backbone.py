@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = export_backbone(args.input, args.output, args.format, safetensors=args.safetensors)
     print(f"read {report.input_path}: {report.layout} layout, {report.arch}")
-    print(f"dropped {len(report.dropped)} keys on purpose (not part of the backbone)")
+    if report.dropped:
+        print(f"dropped {len(report.dropped)} keys on purpose (not part of the backbone)")
     print(
         f"wrote {report.num_tensors} tensors ({report.format} {report.arch}, fc dropped) to "
         f"{report.output_path}"

@@ -26,6 +26,7 @@ import torchvision
 from pretrain.checkpoint.reader import BackboneWeights, load_backbone
 from pretrain.checkpoint.resnet_names import torchvision_to_d2_name
 from pretrain.utils.errors import LoracError
+from transfer.export.backbone import is_same_file
 
 __all__ = [
     "FPN_PREFIX",
@@ -113,6 +114,11 @@ def convert_checkpoint(
     ext = os.path.splitext(output_path)[1]
     if ext not in (".pkl", ".pth"):
         raise ConversionError(f"{output_path}: output must end in .pkl or .pth, not {ext!r}")
+    if is_same_file(input_path, output_path):
+        raise ConversionError(
+            f"{output_path}: is the input checkpoint {input_path}; write the detectron2 weights "
+            "to another file"
+        )
     weights = load_backbone(input_path)
     model = convert_to_d2(weights, prefix=prefix)
     if os.path.dirname(output_path):

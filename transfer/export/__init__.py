@@ -10,6 +10,7 @@ from transfer.export.backbone import (
     export_backbone,
     export_metadata,
     export_state_dict,
+    is_same_file,
     read_backbone,
 )
 

@@ -51,6 +51,7 @@ __all__ = [
     "export_backbone",
     "export_metadata",
     "export_state_dict",
+    "is_same_file",
     "read_backbone",
 ]
 
@@ -196,6 +197,14 @@ def export_metadata(weights: BackboneWeights, progress: dict[str, str], fmt: str
     }
 
 
+def is_same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name the same file (through links, ``..`` and relative
+    paths alike); a path that does not exist is the same as another only by its real path."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def export_backbone(
     input_path: str, output_path: str, fmt: str = "torchvision", safetensors: bool = False
 ) -> ExportReport:
@@ -216,6 +225,13 @@ def export_backbone(
                 "torch pickle)"
             )
         )
+    sidecar = output_path + SIDECAR_SUFFIX
+    for out in [output_path] if safetensors else [output_path, sidecar]:
+        if is_same_file(input_path, out):
+            # the input is the export's provenance (its metadata names it): never replace it
+            raise ExportError(
+                f"{out}: is the input checkpoint {input_path}; write the export to another file"
+            )
     weights, progress = read_backbone(input_path)
     state = export_state_dict(weights, fmt)
     meta = export_metadata(weights, progress, fmt)
@@ -230,7 +246,7 @@ def export_backbone(
         else:
             buffer = io.BytesIO()
             torch.save(state, buffer)
-            meta_path = output_path + SIDECAR_SUFFIX
+            meta_path = sidecar
             atomic_write_bytes(output_path, buffer.getvalue())
             try:
                 atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode())

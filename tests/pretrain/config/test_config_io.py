@@ -54,7 +54,7 @@ def test_unknown_key_names_the_base_file_key_and_value(tmp_path):
     "body, opts, match",
     [
         ("SOLVER:\n  BASE_LR: fast\n", [], r"leaf\.yaml: Type mismatch .*SOLVER\.BASE_LR"),
-        ("SOLVER: [1, 2\n", [], r"leaf\.yaml: "),
+        ("SOLVER: [1, 2\n", [], r"leaf\.yaml:2:1: invalid YAML: "),
         ("", [], r"leaf\.yaml: expected a YAML mapping"),
         ("{}", ["SOLVER.BASE_LRR", "1"], r"command-line override: .*BASE_LRR \(value '1'\)"),
         ("{}", ["SOLVER.BASE_LR"], "KEY VALUE pairs"),

@@ -1,0 +1,60 @@
+"""``tools/train_pretrain.py`` as a user meets it (issue 34): its ``-h`` offers only what it does
+(finding 8), and a diverging learning rate ends in one ``error:`` line, exit 2, naming the real
+last checkpoint or saying that none was written (finding 4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pretrain.config import load_config
+from pretrain.engine.trainer import NonFiniteLossError, PretrainTrainer
+from pretrain.utils.errors import LoracError
+from tests.helpers import make_image_folder, tiny_opts
+from tests.helpers.mistakes import run_tool
+from transfer.classification.demo import DEMO_CONFIG
+
+TOOL = "tools/train_pretrain.py"
+
+
+def test_help_offers_only_what_the_tool_does():
+    r = run_tool([TOOL, "-h"])
+    assert r.returncode == 0, r.output
+    for absent in ("--eval-only", "--resume", "MODEL.WEIGHTS", "jit.script"):
+        assert absent not in r.output, absent
+    for present in ("--config-file", "--num-gpus", "--dist-url", "OUTPUT_DIR/last_checkpoint"):
+        assert present in r.output, present
+
+
+def test_eval_only_is_refused_and_nothing_trains(tmp_path):
+    data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
+    r = run_tool([TOOL, "--eval-only", "--config-file", DEMO_CONFIG, *tiny_opts(data, out)],
+                 CUDA_VISIBLE_DEVICES="")  # fmt: skip
+    assert r.returncode == 2 and "unrecognized arguments: --eval-only" in r.stderr, r.output
+    assert not out.exists()
+
+
+def test_a_diverging_lr_is_one_error_line_saying_no_checkpoint_was_written(tmp_path):
+    data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
+    opts = tiny_opts(data, out, **{"SOLVER.BASE_LR": 1e30})
+    r = run_tool([TOOL, "--config-file", DEMO_CONFIG, *opts], CUDA_VISIBLE_DEVICES="")
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1, r.output
+    assert "Traceback" not in r.output, r.output
+    assert errors[0].startswith("error: non-finite loss at iteration ")
+    assert f"no checkpoint was written in {out}" in errors[0]
+    assert "intact" not in errors[0]
+    assert not list(out.glob("*.pth")) and not (out / "last_checkpoint").exists()
+
+
+def test_a_non_finite_loss_names_the_real_last_checkpoint(tmp_path):
+    data = make_image_folder(tmp_path / "data")
+    trainer = PretrainTrainer(load_config(DEMO_CONFIG, tiny_opts(data, tmp_path / "run")))
+    trainer.checkpointer.save("model_0000002")
+    trainer._first_bad = torch.tensor(4)  # what run_step records when iteration 4's loss is NaN
+    with pytest.raises(NonFiniteLossError) as e:
+        trainer._raise_if_not_finite()
+    assert isinstance(e.value, LoracError) and isinstance(e.value, FloatingPointError)
+    last = tmp_path / "run" / "model_0000002.pth"
+    assert str(e.value).startswith("non-finite loss at iteration 4; ")
+    assert f"the last checkpoint, {last}, is intact" in str(e.value)
