@@ -275,3 +275,31 @@ def test_the_may_import_check_can_fail(tmp_path):
         "pretrain/engine/trainer.py:4: imports transfer.study (pretrain.engine may not)",
         "pretrain/utils/bad.py:2: imports pretrain.data.loader (pretrain.utils may not)",
     ]
+
+
+# -- function length (issue 36: no function in pretrain/ or transfer/ over 80 lines) ---------
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``file:line name (N lines)`` of every function under ``root`` longer than ``limit``
+    (decorators excluded, docstring included)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    out.append(f"{path}:{node.lineno} {node.name} ({lines} lines)")
+    return out
+
+
+def test_no_function_over_80_lines():
+    assert long_functions(ROOT / "pretrain") + long_functions(ROOT / "transfer") == []
+
+
+def test_the_length_check_can_fail(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(f"def f():\n{body}\n")
+    assert long_functions(tmp_path) == [f"{tmp_path / 'm.py'}:1 f (81 lines)"]
