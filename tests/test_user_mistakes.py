@@ -76,6 +76,21 @@ ROWS = {
     "export-safetensors-name": ([EXPORT, "--safetensors", "{ckpt}", "{tmp}/o.pth"], ".safetensors"),
     # SLURM submission, checked without a cluster
     "submit-no-nodes": ([*SUBMIT[:2], "--nodes", "0", *SUBMIT[2:]], "--nodes must be >= 1"),
+    # a real submission (no --dry-run): its data checked before a job waits in a queue
+    "submit-missing-data": (
+        [
+            "tools/submit_pretrain.py",
+            "--config-file",
+            DEMO_CONFIG,
+            "--gpus-per-node",
+            "0",
+            "OUTPUT_DIR",
+            "{tmp}/run",
+            "DATASETS.ROOT",
+            "{tmp}/nowhere",
+        ],  # fmt: skip
+        "DATASETS.ROOT",
+    ),
     "submit-missing-config": (
         ["tools/submit_pretrain.py", "--dry-run", "--config-file", "{tmp}/nowhere.yaml"],
         "nowhere.yaml",

@@ -45,6 +45,7 @@ __all__ = [
     "JobRequest",
     "SubmitError",
     "build_job",
+    "check_pretrain_data",
     "dry_run_text",
     "node_cpus_per_task",
     "slurm_parameters",
@@ -323,10 +324,22 @@ def _check_local_gpus(req: JobRequest) -> None:
         )
 
 
+def check_pretrain_data(req: JobRequest) -> None:
+    """Refuse a pretraining job whose data is not there before it is submitted (it would fail
+    on a node after its wait in the queue). The submitting machine sees the cluster's shared
+    file system, as the job's paths do."""
+    if req.entry != "pretrain":
+        return
+    from pretrain.engine.launch import check_data
+
+    check_data(resolve_pretrain_config(req)[0])
+
+
 def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
     req.check(local)
     built = build_job(req)
+    check_pretrain_data(req)
     folder = os.path.join(built.folder, "%j")
     if local:
         _check_local_gpus(req)

@@ -22,6 +22,7 @@ from pretrain.utils.run_setup import setup_run
 __all__ = [
     "argument_parser",
     "check_cpu_bfloat16",
+    "check_data",
     "check_data_root",
     "check_device",
     "load_args_config",
@@ -109,6 +110,14 @@ def check_data_root(root: str) -> None:
         raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
 
 
+def check_data(cfg: CfgNode) -> None:
+    """The data a run reads is there: ``DATASETS.ROOT`` and, with the kNN monitor on, the
+    ``train/`` and ``val/`` of ``TEST.KNN_ROOT`` (the launch, and ``submit_pretrain`` before a
+    job waits in the queue)."""
+    check_data_root(cfg.DATASETS.ROOT)
+    check_knn_root(cfg)
+
+
 def check_cpu_bfloat16(cfg: CfgNode) -> None:
     """Refuse bfloat16 autocast on the CPU where a strided 3x3 conv would see 1 px maps.
 
@@ -149,8 +158,7 @@ def setup(args: argparse.Namespace) -> CfgNode:
     cfg = load_args_config(args)
     check_resume_config(cfg)  # before the first line goes to OUTPUT_DIR/log.txt
     check_device(cfg.MODEL.DEVICE)
-    check_data_root(cfg.DATASETS.ROOT)
-    check_knn_root(cfg)
+    check_data(cfg)
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE, timeout_min=cfg.DIST.TIMEOUT_MINUTES)
     if comm.is_main_process():

@@ -27,7 +27,14 @@ from dataclasses import dataclass
 
 from fvcore.common.config import CfgNode
 
-from pretrain.cluster.submit import FUNCTION_ENTRY, JobRequest, build_job, dry_run_text, submit
+from pretrain.cluster.submit import (
+    FUNCTION_ENTRY,
+    JobRequest,
+    build_job,
+    check_pretrain_data,
+    dry_run_text,
+    submit,
+)
 from transfer.analysis.study_records import read_json, write_json
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
@@ -282,6 +289,7 @@ def check_requests(planned: Sequence[PlannedRun]) -> None:
     for p in planned:
         p.pretrain.check()
         build_job(p.pretrain)
+        check_pretrain_data(p.pretrain)
         p.evaluate.check()
 
 

@@ -33,6 +33,7 @@ def _refused(argv: list[str]) -> None:
 
 
 def _opts(tmp_path: Path, **extra) -> list[str]:
+    (tmp_path / "data").mkdir(exist_ok=True)  # a submission checks DATASETS.ROOT is there
     return tiny_opts(tmp_path / "data", tmp_path / "out", **extra)
 
 
