@@ -339,10 +339,11 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
     req.check(local)
     built = build_job(req)
+    if local:
+        _check_local_gpus(req)
     check_pretrain_data(req)
     folder = os.path.join(built.folder, "%j")
     if local:
-        _check_local_gpus(req)
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(
             timeout_min=req.timeout_min,
