@@ -9,6 +9,9 @@ import torch
 
 from tests.helpers import make_image_folder
 
+# the SLURM tests' `cluster` fixture (tests/slurm/fixtures.py), for every module that asks
+pytest_plugins = ["tests.slurm.fixtures"]
+
 # One thread: the test models are tiny, and spare threads only spin on a shared CI machine.
 torch.set_num_threads(1)
 

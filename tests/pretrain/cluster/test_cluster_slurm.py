@@ -7,37 +7,21 @@ when no test cluster is reachable. Jobs go through the same library call as
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
-import cloudpickle
 import pytest
 import torch
 
 from pretrain.cluster.submit import JobRequest, SubmitError, submit
 from tests.helpers import make_image_folder, tiny_opts
-from tests.slurm import jobtools
 from tests.slurm.jobtools import SleepEveryStep, job_field, wait_for_iteration, wait_for_job
 from transfer.classification.demo import DEMO_CONFIG
 
 pytestmark = pytest.mark.slurm
 MAX_ITER = 10
 WORKERS = 1
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if jobtools.cluster_conf() is None:
-        why = "no SLURM test cluster reachable (SLURM_CONF with nodes n1, n2 up)"
-        if os.environ.get("LORAC_REQUIRE_SLURM"):  # make test-slurm: never pass by skipping
-            pytest.fail(why)
-        pytest.skip(f"{why}: run `make test-slurm`")
-    cloudpickle.register_pickle_by_value(jobtools)  # the nodes need not import tests/
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OMP_NUM_THREADS", "1")  # sbatch exports this environment to the job
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ finished page and records equal those of a local run of the same experiment."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -18,7 +17,6 @@ import pytest
 
 from tests.helpers import tiny_opts
 from tests.helpers.analysis import exit_status, make_fashion_mnist
-from tests.slurm import jobtools
 from tests.slurm.jobtools import wait_for_job
 from transfer.cli.study import main as study_main
 from transfer.study.slurm import LEDGER
@@ -26,18 +24,6 @@ from transfer.study.slurm import LEDGER
 pytestmark = pytest.mark.slurm
 METHODS = ["lorac_beta1", "lorac_beta2"]
 NUMBERS = ("knn_top1", "linear_top1", "nuclear_mean", "max_iter", "train_images", "probe_lr")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if jobtools.cluster_conf() is None:
-        why = "no SLURM test cluster reachable (SLURM_CONF with nodes n1, n2 up)"
-        if os.environ.get("LORAC_REQUIRE_SLURM"):  # make test-slurm: never pass by skipping
-            pytest.fail(why)
-        pytest.skip(f"{why}: run `make test-slurm`")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OMP_NUM_THREADS", "1")  # sbatch exports this environment to the job
-        yield
 
 
 def _argv(data: Path, out: Path, *extra: str) -> list[str]:
