@@ -7,14 +7,16 @@ detection. The strictness is fvcore/yacs's: a key the defaults do not have (unle
 was created with ``new_allowed``), a value of another type or an unreadable file is an error.
 This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`` into one
 :class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (following the
-``_BASE_`` chain), the key and, when the file holds it, the value; a YAML syntax error names the
-file, line and column. One relaxation of yacs's types, as detectron2 users expect: an integer
+``_BASE_`` chain), the key and, when the file holds it, the value; an unknown key is followed by
+the closest known one (``did you mean SOLVER.BASE_LR?``); a YAML syntax error names the file,
+line and column. One relaxation of yacs's types, as detectron2 users expect: an integer
 where the default is a float (``SOLVER.BASE_LR 1``) is taken as that float; never the reverse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -30,7 +32,34 @@ __all__ = ["load_strict"]
 # yacs/detectron2 messages end with the full key: "Non-existent config key: A.B",
 # "Non-existent key: A.B" (opts), "Type mismatch (...) for config key: A.B".
 _KEY_IN_MESSAGE = re.compile(r"(?:config key|key|Key):? ([A-Za-z0-9_.]+)")
+_UNKNOWN_KEY = re.compile(r"^Non-existent (?:config )?key: ([A-Za-z0-9_.]+)")
 _MISSING = object()
+
+
+def _dotted_keys(node: CfgNode, prefix: str = "") -> list[str]:
+    """Every key of ``node`` as a full dotted name, sections too (``SOLVER``, ``SOLVER.BASE_LR``):
+    yacs names a whole unknown section of a file (``SOLVR``) by itself."""
+    keys = []
+    for name, value in node.items():
+        keys.append(f"{prefix}{name}")
+        if isinstance(value, CfgNode):
+            keys += _dotted_keys(value, f"{prefix}{name}.")
+    return keys
+
+
+def _unknown_key(msg: str, cfg: CfgNode) -> str:
+    """yacs's ``Non-existent config key: A.B ...`` as ``unknown config key A.B ...``, followed
+    by the closest key of ``cfg`` where one is close: difflib over the full dotted names,
+    ignoring case, so that a misspelt section is found as well as a misspelt key. Any other
+    message is returned as it is."""
+    m = _UNKNOWN_KEY.match(msg)
+    if not m:
+        return msg
+    key = m.group(1)
+    msg = f"unknown config key {key}{msg[m.end() :]}"
+    known = {k.upper(): k for k in _dotted_keys(cfg)}
+    close = difflib.get_close_matches(key.upper(), known, n=1, cutoff=0.8)
+    return msg + (f"; did you mean {known[close[0]]}?" if close else "")
 
 
 def _one_line(e: BaseException) -> str:
@@ -149,7 +178,7 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
             where, value = _where(path, m.group(1)) if m else (path, _MISSING)
             if value is not _MISSING and "Type mismatch" not in msg:  # that one shows the value
                 msg += f" (value {value!r})"
-            raise ConfigError(f"{where}: {msg}") from None
+            raise ConfigError(f"{where}: {_unknown_key(msg, cfg)}") from None
     if opts:
         if len(opts) % 2:
             raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
@@ -162,5 +191,5 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
             given = dict(zip(opts[::2], opts[1::2], strict=True))
             if m and m.group(1) in given and "Type mismatch" not in msg:
                 msg += f" (value {given[m.group(1)]!r})"
-            raise ConfigError(f"command-line override: {msg}") from None
+            raise ConfigError(f"command-line override: {_unknown_key(msg, cfg)}") from None
     return cfg

@@ -90,3 +90,50 @@ def test_every_loader_raises_the_same_error(tmp_path, load, base, section):
     with pytest.raises(ConfigError) as e:
         load(str(leaf))
     assert str(e.value).startswith(f"{leaf}: ") and f"{section}.TYPOO (value 7)" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "load, base, typo, meant",
+    [
+        (pretrain.config.load_config, DEMO_CONFIG, "SOLVER.BASE_LRR", "SOLVER.BASE_LR"),
+        (
+            lambda p, opts=(): classification.load_config(
+                classification.linear_probe_defaults(), p, opts
+            ),
+            REPO / "configs" / "eval" / "linear_lorac_in1k.yaml",
+            "SOLVER.MAXITER",
+            "SOLVER.MAX_ITER",
+        ),
+        (
+            detection.load_config,
+            REPO / "configs" / "Base-RCNN-FPN-SyncBN.yaml",
+            "MODEL.RESNETS.DEPHT",
+            "MODEL.RESNETS.DEPTH",
+        ),
+    ],
+    ids=["pretrain", "classification", "detection"],
+)
+def test_an_unknown_key_names_the_closest_known_one(tmp_path, load, base, typo, meant):
+    """Issue 42: a typo'd key gets a suggestion, in a YAML file and on the command line, for
+    every loader (detectron2's own config included): difflib over the full dotted names."""
+    section, key = typo.rsplit(".", 1)
+    body = "".join(f"{'  ' * i}{part}:\n" for i, part in enumerate(section.split(".")))
+    leaf = tmp_path / "typo.yaml"
+    leaf.write_text(f'_BASE_: "{base}"\n{body}{"  " * (section.count(".") + 1)}{key}: 7\n')
+    with pytest.raises(ConfigError) as e:
+        load(str(leaf))
+    assert str(e.value) == f"{leaf}: unknown config key {typo} (value 7); did you mean {meant}?"
+    with pytest.raises(ConfigError) as e:
+        load(str(base), [typo, "7"])
+    assert str(e.value).endswith(f"unknown config key {typo} (value '7'); did you mean {meant}?")
+
+
+def test_a_misspelt_section_and_no_suggestion_when_nothing_is_close(tmp_path):
+    leaf = _chain(tmp_path, "SOLVR:\n  BASE_LR: 0.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_strict(_defaults(), str(leaf))  # yacs names the whole unknown section
+    assert str(e.value).endswith("unknown config key SOLVR (value {'BASE_LR': 0.5}); did you mean "
+                                 "SOLVER?")  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        load_strict(_defaults(), "", ["LOSS.TYPOO", "7"])
+    assert str(e.value) == "command-line override: unknown config key LOSS.TYPOO (value '7')"
