@@ -21,7 +21,9 @@ __all__ = [
     "DATASET_TYPES",
     "DEVICES",
     "FASHION_MNIST",
+    "IMAGEFILES",
     "IMAGEFOLDER",
+    "LABELLED_DATASET_TYPES",
     "NORMS",
     "OPTIMIZERS",
     "STEMS",
@@ -40,8 +42,9 @@ NORMS = ("auto", "SyncBN", "NaiveSyncBN", "BN")  # MODEL.NORM
 DEVICES = ("cpu", "cuda")  # MODEL.DEVICE
 OPTIMIZERS = ("LARS", "SGD")  # SOLVER.OPTIMIZER
 AMP_PRECISIONS = ("bfloat16", "float16")  # SOLVER.AMP.PRECISION
-IMAGEFOLDER, FASHION_MNIST = "imagefolder", "fashion_mnist"
-DATASET_TYPES = (IMAGEFOLDER, FASHION_MNIST)  # DATASETS.TYPE
+IMAGEFOLDER, FASHION_MNIST, IMAGEFILES = "imagefolder", "fashion_mnist", "imagefiles"
+LABELLED_DATASET_TYPES = (IMAGEFOLDER, FASHION_MNIST)  # datasets with labels (the evaluations')
+DATASET_TYPES = (*LABELLED_DATASET_TYPES, IMAGEFILES)  # DATASETS.TYPE
 
 _C = CN()
 _C.VERSION = 1
@@ -114,10 +117,13 @@ _C.INPUT.BLUR_PROB = 0.5
 _C.INPUT.COLOR_ON_DEVICE = True
 
 _C.DATASETS = CN()
-_C.DATASETS.TYPE = "imagefolder"  # "imagefolder" or "fashion_mnist"
-_C.DATASETS.ROOT = ""  # ImageFolder root (e.g. .../imagenet/train) or the Fashion-MNIST folder
+# "imagefolder" (<ROOT>/<class>/<image>), "fashion_mnist" (its IDX files) or "imagefiles": every
+# image file (torchvision's extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp, any case)
+# under ROOT at any depth, in any folders, no labels (one's own photos); sorted by path.
+_C.DATASETS.TYPE = "imagefolder"
+_C.DATASETS.ROOT = ""  # ImageFolder root (e.g. .../imagenet/train), the Fashion-MNIST folder, ...
 # Optional class list (one WordNet id per line) restricting an ImageFolder root; "imagenet100"
-# selects the shipped CMC ImageNet-100 list.
+# selects the shipped CMC ImageNet-100 list. Not with imagefiles (no classes).
 _C.DATASETS.CLASS_LIST = ""
 _C.DATASETS.MAX_IMAGES = 0  # use only the first N images (0 = all); for smoke runs
 
@@ -157,8 +163,8 @@ _C.TEST.KNN_T = 0.07
 _C.TEST.KNN_TRAIN_IMAGES = 10000  # subset sizes for the periodic kNN
 _C.TEST.KNN_TEST_IMAGES = 2000
 # Labelled images for the kNN monitor. fashion_mnist: "" = DATASETS.ROOT (train split as the
-# references, test split as the queries). imagefolder: required, a root with train/ and val/
-# class folders (ImageNet's layout; DATASETS.CLASS_LIST applies).
+# references, test split as the queries). imagefolder and imagefiles: required, a root with
+# train/ and val/ class folders (ImageNet's layout; DATASETS.CLASS_LIST applies).
 _C.TEST.KNN_ROOT = ""
 _C.TEST.KNN_BATCH_SIZE = 256
 
@@ -278,13 +284,15 @@ def check_world_size(cfg: CN, world_size: int) -> None:
 def _check_datasets(data: CN) -> None:
     _one_of(data, "TYPE", "DATASETS", DATASET_TYPES)
     _need(bool(data.ROOT), "DATASETS.ROOT", data.ROOT, "must name a dataset root")
+    _need(data.TYPE != IMAGEFILES or not data.CLASS_LIST, "DATASETS.CLASS_LIST", data.CLASS_LIST,
+          f"DATASETS.TYPE {IMAGEFILES} has no classes to restrict (use imagefolder)")  # fmt: skip
 
 
 def _check_test(test: CN, dataset_type: str) -> None:
     if test.KNN_PERIOD <= 0:
         return
-    _need(dataset_type != IMAGEFOLDER or bool(test.KNN_ROOT), "TEST.KNN_ROOT", test.KNN_ROOT,
-          "the kNN monitor (TEST.KNN_PERIOD > 0) of an imagefolder run needs a labelled root "
-          "with train/ and val/ class folders")  # fmt: skip
+    _need(dataset_type == FASHION_MNIST or bool(test.KNN_ROOT), "TEST.KNN_ROOT", test.KNN_ROOT,
+          f"the kNN monitor (TEST.KNN_PERIOD > 0) of an {dataset_type} run needs a labelled root "
+          "with train/ and val/ class folders (or TEST.KNN_PERIOD 0)")  # fmt: skip
     for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE"):
         _need(test[key] > 0, f"TEST.{key}", test[key], "must be > 0")

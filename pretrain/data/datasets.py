@@ -1,4 +1,5 @@
-"""Image datasets shared by pretraining and the evaluations: image folders and Fashion-MNIST.
+"""Image datasets shared by pretraining and the evaluations: image folders and Fashion-MNIST, and
+for pretraining alone, every image file under a folder (no labels).
 
 Each is a torch ``Dataset`` of ``(image, label)`` pairs (RGB PIL images, ``transform`` applied
 when given) and also a *source* for pretraining: ``load(i)`` decodes image ``i`` to RGB,
@@ -22,6 +23,7 @@ import logging
 import os
 import struct
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from importlib import resources
 
@@ -31,8 +33,15 @@ from fvcore.common.config import CfgNode
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import DatasetFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from pretrain.config.defaults import DATASET_TYPES, FASHION_MNIST, IMAGEFOLDER
+from pretrain.config.defaults import (
+    DATASET_TYPES,
+    FASHION_MNIST,
+    IMAGEFILES,
+    IMAGEFOLDER,
+    LABELLED_DATASET_TYPES,
+)
 from pretrain.utils.errors import DatasetError  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -41,11 +50,14 @@ __all__ = [
     "DATASET_TYPES",
     "FASHION_MNIST",
     "FASHION_MNIST_CLASSES",
+    "IMAGEFILES",
     "IMAGEFOLDER",
     "BadImageError",
     "DatasetError",
     "FashionMNISTSource",
+    "ImageFilesSource",
     "ImageFolderSource",
+    "NoClassFoldersError",
     "TransformedDataset",
     "build_source",
     "dataset_type",
@@ -58,17 +70,18 @@ __all__ = [
     "to_rgb",
 ]
 
-# DATASETS.TYPE's values (FASHION_MNIST, IMAGEFOLDER, DATASET_TYPES) come from the config's table.
-# The evaluation tools' --dataset and the linear probe's DATA.NAME spell it "fashion-mnist";
-# existing commands and configs keep working through this one mapping.
+# DATASETS.TYPE's values (FASHION_MNIST, IMAGEFOLDER, IMAGEFILES, DATASET_TYPES) come from the
+# config's table. The evaluation tools' --dataset and the linear probe's DATA.NAME spell it
+# "fashion-mnist"; existing commands and configs keep working through this one mapping.
 _ALIASES = {"fashion-mnist": FASHION_MNIST}
 
 
 def dataset_type(name: str) -> str:
-    """The code's spelling (:data:`DATASET_TYPES`) of a user-given dataset type."""
+    """The code's spelling (:data:`LABELLED_DATASET_TYPES`) of a user-given labelled dataset's
+    type (the evaluations need labels: ``imagefiles`` is pretraining's alone)."""
     kind = _ALIASES.get(name, name)
-    if kind not in DATASET_TYPES:
-        raise DatasetError(f"dataset {name!r}: expected one of {', '.join(DATASET_TYPES)}")
+    if kind not in LABELLED_DATASET_TYPES:
+        raise DatasetError(f"dataset {name!r}: expected one of {', '.join(LABELLED_DATASET_TYPES)}")
     return kind
 
 
@@ -230,6 +243,10 @@ def _visible(name: str) -> bool:
     return not name.startswith(".")
 
 
+class NoClassFoldersError(DatasetError):
+    """An image-folder root without class folders (pretraining then suggests ``imagefiles``)."""
+
+
 class ImageFolderSource(DatasetFolder):
     """``root/<class>/.../<file>`` images through torchvision's ``DatasetFolder``.
 
@@ -282,7 +299,7 @@ class ImageFolderSource(DatasetFolder):
     def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
         classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and _visible(e.name))
         if not classes:
-            raise DatasetError(
+            raise NoClassFoldersError(
                 f"{directory!r}: not an image folder: no class folders "
                 "(expected <root>/<class>/<image>)"
             )
@@ -316,6 +333,93 @@ class ImageFolderSource(DatasetFolder):
     def load_rgb(self, index: int) -> torch.Tensor:
         """Image ``index`` as a uint8 (H, W, 3) tensor: :meth:`load`'s pixels (:func:`load_rgb`)."""
         return load_rgb(self.samples[index][0])
+
+
+def _image_files(root: str, extensions: tuple[str, ...]) -> tuple[list[str], Counter]:
+    """The visible files under ``root`` whose names end in ``extensions`` (any case), sorted
+    by their path's folders and name; and how many other visible files there are, by suffix.
+
+    Walked in sorted order, following links to folders (as torchvision's ``DatasetFolder``), each
+    real folder once: a link back up the tree ends there instead of looping.
+    """
+    found: list[str] = []
+    others: Counter = Counter()
+    seen: set[str] = set()
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        subfolders[:] = sorted(d for d in subfolders if _visible(d))
+        for name in sorted(filter(_visible, names)):
+            if name.lower().endswith(extensions):
+                found.append(os.path.join(folder, name))
+            else:
+                others[os.path.splitext(name)[1].lower() or name] += 1
+    found.sort(key=lambda path: os.path.relpath(path, root).split(os.sep))
+    return found, others
+
+
+class ImageFilesSource(Dataset):
+    """Every image file under ``root``, at any depth and in any folders, without labels
+    (``DATASETS.TYPE imagefiles``: pretraining on one's own photos).
+
+    Image files are the visible ones (not hidden, not in hidden folders) whose names end in
+    ``extensions`` (torchvision's ``IMG_EXTENSIONS``, as the evaluations read, in any case);
+    other files (sidecars, videos, notes) are left out and counted in one log line. The images
+    are sorted by path, so that the data order depends only on (SEED, iteration), whatever order
+    the file system lists them in. ``max_images`` keeps the first N. A file with an image suffix
+    that does not decode raises :class:`BadImageError` on :meth:`load`, as in the other sources
+    (pretraining skips and counts it). Labels are -1 and ``classes`` is empty.
+    """
+
+    classes: list[str] = []
+
+    def __init__(
+        self,
+        root: str,
+        max_images: int = 0,
+        *,
+        transform: Callable | None = None,
+        extensions: tuple[str, ...] = IMG_EXTENSIONS,
+    ) -> None:
+        if not root or not os.path.isdir(root):
+            raise DatasetError(f"{root!r}: folder of images does not exist")
+        paths, others = _image_files(root, extensions)
+        if others:
+            logger.info(
+                f"{root}: {sum(others.values())} files without an image suffix left out ("
+                + ", ".join(f"{n} {suffix}" for suffix, n in others.most_common(5))
+                + ")"
+            )
+        if not paths:
+            raise DatasetError(
+                f"{root!r}: no image files in it or its subfolders (suffixes "
+                f"{' '.join(extensions)})"
+            )
+        self.root, self.transform = root, transform
+        self.samples = paths[:max_images] if max_images else paths
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[object, int]:
+        img = self.load(index)
+        return (img if self.transform is None else self.transform(img)), self.label(index)
+
+    def describe(self, index: int) -> str:
+        return self.samples[index]
+
+    def label(self, index: int) -> int:
+        return -1
+
+    def load(self, index: int) -> Image.Image:
+        return load_image(self.samples[index])
+
+    def load_rgb(self, index: int) -> torch.Tensor:
+        """Image ``index`` as a uint8 (H, W, 3) tensor: :meth:`load`'s pixels (:func:`load_rgb`)."""
+        return load_rgb(self.samples[index])
 
 
 _IDX_DTYPES = {
@@ -488,4 +592,12 @@ def build_source(cfg: CfgNode, split: str = "train") -> Dataset:
     d = cfg.DATASETS
     if d.TYPE == FASHION_MNIST:
         return FashionMNISTSource(d.ROOT, split, d.MAX_IMAGES)
-    return ImageFolderSource(d.ROOT, d.CLASS_LIST, d.MAX_IMAGES)
+    if d.TYPE == IMAGEFILES:
+        return ImageFilesSource(d.ROOT, d.MAX_IMAGES)
+    try:
+        return ImageFolderSource(d.ROOT, d.CLASS_LIST, d.MAX_IMAGES)
+    except NoClassFoldersError as e:
+        raise DatasetError(
+            f"{e}; to pretrain on every image file under it (any folders, no labels), set "
+            f"DATASETS.TYPE {IMAGEFILES}"
+        ) from None

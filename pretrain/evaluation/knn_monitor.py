@@ -10,8 +10,9 @@ same step.
 
 Images: Fashion-MNIST's train split (references) and test split (queries) under TEST.KNN_ROOT
 (default DATASETS.ROOT); an ImageFolder run names a labelled root with ``train/`` and ``val/`` in
-TEST.KNN_ROOT (DATASETS.CLASS_LIST applies). Subsets are evenly spaced over each split so that a
-class-sorted folder keeps every class.
+TEST.KNN_ROOT (DATASETS.CLASS_LIST applies), and so does a run on unlabelled image files
+(``imagefiles``), whose own images have no labels to evaluate with. Subsets are evenly spaced
+over each split so that a class-sorted folder keeps every class.
 
 Every process works: each embeds its share of both subsets (whole batches of
 TEST.KNN_BATCH_SIZE, a contiguous run of them per process, :func:`.features.batch_shards`),
@@ -59,6 +60,7 @@ from torchvision.transforms import v2 as T
 from pretrain.config.defaults import ConfigError
 from pretrain.data.datasets import (
     FASHION_MNIST,
+    IMAGEFOLDER,
     FashionMNISTSource,
     ImageFolderSource,
     TransformedDataset,
@@ -211,20 +213,20 @@ def knn_sources(
     if cfg.DATASETS.TYPE == FASHION_MNIST:
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
         return labelled_splits(FASHION_MNIST, root)
-    check_knn_root(cfg)
-    return labelled_splits(cfg.DATASETS.TYPE, cfg.TEST.KNN_ROOT, cfg.DATASETS.CLASS_LIST)
+    check_knn_root(cfg)  # imagefolder or imagefiles: labelled image folders in train/ and val/
+    return labelled_splits(IMAGEFOLDER, cfg.TEST.KNN_ROOT, cfg.DATASETS.CLASS_LIST)
 
 
 def check_knn_root(cfg: CfgNode) -> None:
-    """ConfigError unless an imagefolder run's TEST.KNN_ROOT has train/ and val/ folders (cheap:
-    nothing is listed; the command line checks it before anything is written)."""
+    """ConfigError unless an imagefolder or imagefiles run's TEST.KNN_ROOT has train/ and val/
+    folders (cheap: nothing is listed; the command line checks it before anything is written)."""
     if cfg.DATASETS.TYPE == FASHION_MNIST or cfg.TEST.KNN_PERIOD <= 0:
         return
     root = cfg.TEST.KNN_ROOT
     if not root:
         raise ConfigError(
-            "TEST.KNN_ROOT = '': the kNN monitor of an imagefolder run needs a labelled root "
-            "with train/ and val/ class folders"
+            f"TEST.KNN_ROOT = '': the kNN monitor of an {cfg.DATASETS.TYPE} run needs a labelled "
+            "root with train/ and val/ class folders (or TEST.KNN_PERIOD 0)"
         )
     for sub in ("train", "val"):
         if not os.path.isdir(os.path.join(root, sub)):

@@ -10,22 +10,28 @@ import pytest
 import torch
 from PIL import Image
 
+from pretrain.config.defaults import ConfigError, load_config
 from pretrain.data.datasets import (
     FASHION_MNIST,
+    IMAGEFILES,
     IMAGEFOLDER,
+    BadImageError,
     DatasetError,
     FashionMNISTSource,
+    ImageFilesSource,
     ImageFolderSource,
     TransformedDataset,
+    build_source,
     dataset_type,
     decodes,
     load_image,
     read_class_list,
     to_rgb,
 )
-from tests.helpers import make_image_folder
+from tests.helpers import make_image_folder, tiny_opts
 from tests.helpers.classification import make_knn_fashion_mnist
 from transfer.classification.datasets import build_image_folder
+from transfer.classification.demo import DEMO_CONFIG
 from transfer.classification.transforms import ToRGB
 
 
@@ -157,3 +163,74 @@ def test_fashion_mnist_source_is_a_dataset_and_a_pretraining_source(tmp_path):
     assert x.shape == (32, 32, 3) and (y, y1) == (5, 1) and len(tf) == 2
     with pytest.raises(DatasetError, match="split must be train or test"):
         FashionMNISTSource(root, "val")
+
+
+def _photos(root: Path, names: list[str]) -> Path:
+    """JPEG/PNG files at the given relative paths (folders created), each a distinct colour."""
+    for i, name in enumerate(names):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (20, 16), (10 * i, 255 - 10 * i, 128)).save(path)
+    return root
+
+
+def test_image_files_finds_images_at_any_depth_sorted_without_labels(tmp_path):
+    """Issue 42: a folder of unlabelled photos (files at the top, in nested folders of any name,
+    any suffix case) is a pretraining source; hidden files/folders and other files are left out;
+    the order is the paths' sorted order whatever order the files were created in."""
+    names = ["z.jpg", "2019/summer/b.PNG", "a.jpeg", "2019/a.JPG", "2020/x.webp", "2019/z.png"]
+    root = _photos(tmp_path / "photos", names)
+    (root / "2019" / "notes.txt").write_text("a sidecar")
+    (root / "2020" / "x.webp.json").write_text("{}")
+    _photos(root, [".hidden.jpg", ".thumbnails/t.jpg", "2020/.cache/c.png"])
+    src = ImageFilesSource(str(root))
+    rel = [str(Path(src.describe(i)).relative_to(root)) for i in range(len(src))]
+    assert rel == [
+        "2019/a.JPG", "2019/summer/b.PNG", "2019/z.png", "2020/x.webp", "a.jpeg", "z.jpg",
+    ]  # fmt: skip
+    assert src.classes == [] and src.label(0) == -1
+    img, label = src[1]
+    assert img.mode == "RGB" and img.size == (20, 16) and label == -1
+    assert torch.equal(src.load_rgb(1), torch.from_numpy(np.asarray(src.load(1))))
+    again = _photos(tmp_path / "copy", list(reversed(names)))  # created in the other order
+    assert [Path(p).relative_to(again) for p in ImageFilesSource(str(again)).samples] == [
+        Path(p).relative_to(root) for p in src.samples
+    ]
+    assert len(ImageFilesSource(str(root), max_images=2)) == 2
+
+
+def test_image_files_unreadable_empty_missing_and_a_link_loop(tmp_path):
+    root = _photos(tmp_path / "photos", ["a/good.jpg"])
+    (root / "a" / "broken.jpg").write_bytes(b"not a jpeg")
+    (root / "a" / "loop").symlink_to(root, target_is_directory=True)  # walked once, no loop
+    src = ImageFilesSource(str(root))
+    assert [Path(p).name for p in src.samples] == ["broken.jpg", "good.jpg"]
+    with pytest.raises(BadImageError, match="broken.jpg"):  # skipped and counted in training
+        src.load(0)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "readme.txt").write_text("no images here")
+    with pytest.raises(DatasetError, match=r"docs'?: no image files in it or its subfolders"):
+        ImageFilesSource(str(tmp_path / "docs"))
+    with pytest.raises(DatasetError, match="does not exist"):
+        ImageFilesSource(str(tmp_path / "absent"))
+
+
+def test_a_flat_folder_as_imagefolder_says_to_use_imagefiles(tmp_path):
+    root = _photos(tmp_path / "photos", ["a.jpg", "b.jpg"])
+    cfg = load_config(DEMO_CONFIG, tiny_opts(root, tmp_path / "out"))
+    with pytest.raises(DatasetError, match="no class folders.*set DATASETS.TYPE imagefiles"):
+        build_source(cfg)
+    flat = load_config(
+        DEMO_CONFIG, tiny_opts(root, tmp_path / "out", **{"DATASETS.TYPE": IMAGEFILES})
+    )
+    assert isinstance(build_source(flat), ImageFilesSource) and len(build_source(flat)) == 2
+
+
+def test_imagefiles_is_for_pretraining_only_and_has_no_classes(tmp_path):
+    with pytest.raises(DatasetError, match="'imagefiles': expected one of imagefolder"):
+        dataset_type(IMAGEFILES)  # the evaluations need labels
+    opts = tiny_opts(tmp_path, tmp_path / "out", **{"DATASETS.TYPE": IMAGEFILES})
+    with pytest.raises(ConfigError, match="DATASETS.CLASS_LIST = 'imagenet100': DATASETS.TYPE"):
+        load_config(DEMO_CONFIG, [*opts, "DATASETS.CLASS_LIST", "imagenet100"])
+    with pytest.raises(ConfigError, match="TEST.KNN_ROOT = '': the kNN monitor .* imagefiles run"):
+        load_config(DEMO_CONFIG, [*opts, "TEST.KNN_PERIOD", "5"])
