@@ -8,7 +8,10 @@ and are read back strictly: a hand-edited or half-written table shifted by one c
 wrong numbers into a report, so every row must have exactly the header's fields.
 
 Results tables (one row per model, :func:`update_table`) are a CSV file with a Markdown twin;
-running a tool again for another model adds or updates that model's row.
+running a tool again for another model adds a row, for the same model updates its row. A row
+keyed by its model (:class:`RowOwner`: a ``weights sha256`` cell) is never updated with another
+model's results: a row of the same name holding other weights, or written before rows were keyed,
+is a :class:`RowClashError` (nothing written) unless the caller asks to replace it.
 
 No torch here: ``tools/collect_detection_results.py`` writes tables without importing it.
 """
@@ -26,8 +29,13 @@ from tabulate import DataRow, TableFormat, tabulate
 from pretrain.utils.errors import ResultsError
 
 __all__ = [
+    "METHOD_COLUMN",
     "MISSING",
+    "WEIGHTS_COLUMN",
     "CsvTable",
+    "RowClashError",
+    "RowOwner",
+    "check_row",
     "markdown_table",
     "parse_number",
     "read_csv",
@@ -41,6 +49,11 @@ __all__ = [
 MISSING = {"", "-", "–", "/", "nan", "NaN"}
 
 Row = Mapping[str, object] | Sequence[object]
+# The cells of a results row that say whose it is (RowOwner): the pretraining method its run's
+# config names and a short hash of the weights evaluated, which keys the row.
+METHOD_COLUMN = "config method"
+WEIGHTS_COLUMN = "weights sha256"
+CLASH_HINT = "name this model's row differently, or replace that row"
 _SEPARATOR = {"left": ":---", "right": "---:", "center": ":---:", None: "---"}
 
 
@@ -180,13 +193,86 @@ def read_csv(path: str) -> CsvTable:
     return CsvTable(path, header, rows)
 
 
+class RowClashError(ResultsError):
+    """A results row of the same name that holds, or may hold, another model's results."""
+
+
+@dataclass(frozen=True)
+class RowOwner:
+    """The model a results row belongs to: the row's name, the pretraining method its run's
+    config names (``""``: not known) and the short hash of its weights (``""``: the row is not
+    keyed, and any row of the same name is updated as before rows were keyed)."""
+
+    name: str
+    method: str = ""
+    weights: str = ""
+
+    def cells(self, key: str, name: str | None = None) -> dict[str, str]:
+        """The row's identifying cells: ``key`` (the table's name column) holds ``name`` (default:
+        :attr:`name`), then the method and the weights hash when keyed."""
+        out = {key: self.name if name is None else name}
+        if self.weights:
+            out |= {METHOD_COLUMN: self.method, WEIGHTS_COLUMN: self.weights}
+        return out
+
+
+def _clash(
+    path: str, key: str, rows: Sequence[Mapping[str, str]], new: Mapping[str, object], hint: str
+) -> tuple[int, RowClashError | None]:
+    """The index of ``new``'s row among ``rows`` (-1: none) and, when that row may hold another
+    model's results, the error saying so."""
+    name, mine = str(new[key]), str(new.get(WEIGHTS_COLUMN) or "")
+    for i, r in enumerate(rows):
+        if r.get(key) != name:
+            continue
+        theirs = r.get(WEIGHTS_COLUMN, "")
+        if not mine or theirs == mine:
+            return i, None
+        held = (
+            f"holds another model's results ({WEIGHTS_COLUMN} {theirs}, this model's {mine})"
+            if theirs
+            else f"was written without a {WEIGHTS_COLUMN} and may hold another model's results "
+            f"(this model's is {mine})"
+        )
+        return i, RowClashError(f"{path}: row {name!r} {held}; {hint}")
+    return -1, None
+
+
+def check_row(
+    csv_path: str,
+    key: str,
+    row: Mapping[str, object],
+    *,
+    replace: bool = False,
+    hint: str = CLASH_HINT,
+) -> None:
+    """Raise :class:`RowClashError` if :func:`update_table` would refuse ``row`` (named by its
+    ``key`` column) in ``csv_path``: run before the work whose results go there. A table that
+    cannot be read raises :class:`ResultsError` here too."""
+    if replace or not os.path.isfile(csv_path):
+        return
+    _, error = _clash(csv_path, key, read_csv(csv_path).rows, row, hint)
+    if error:
+        raise error
+
+
 def update_table(
-    csv_path: str, columns: Sequence[str], row: Mapping[str, object], title: str = ""
+    csv_path: str,
+    columns: Sequence[str],
+    row: Mapping[str, object],
+    title: str = "",
+    *,
+    replace: bool = False,
+    hint: str = CLASH_HINT,
 ) -> list[dict[str, str]]:
     """Merge ``row`` into the row of ``csv_path`` with the same first-column value (or append
     it), rewrite the CSV and its Markdown twin ``<same name>.md`` (first column left-aligned,
     the others right, empty cells "-"); columns beyond ``columns`` found in the file or the row
-    are kept. Returns the rows."""
+    are kept. Returns the rows.
+
+    A row with a :data:`WEIGHTS_COLUMN` cell is keyed by it: a row of that name holding another
+    hash, or none, raises :class:`RowClashError` (``hint`` says how to resolve it) and nothing is
+    written; with ``replace`` that row is replaced, none of its cells kept."""
     key = columns[0]
     if key not in row:
         raise ValueError(f"row needs the key column {key!r}")
@@ -196,12 +282,15 @@ def update_table(
     cols += [c for c in old.columns if c not in cols]
     cols += [c for c in row if c not in cols]
     new = {k: "" if v is None else str(v) for k, v in row.items()}
-    for r in rows:
-        if r.get(key) == new[key]:
-            r.update({k: v for k, v in new.items() if v != ""})
-            break
-    else:
+    index, clash = _clash(csv_path, key, rows, new, hint)
+    if clash and not replace:
+        raise clash
+    if index < 0:
         rows.append(new)
+    elif clash:
+        rows[index] = new
+    else:
+        rows[index].update({k: v for k, v in new.items() if v != ""})
     write_csv(csv_path, cols, rows)
     aligns = ["left"] + ["right"] * (len(cols) - 1)
     md_path = os.path.splitext(csv_path)[0] + ".md"

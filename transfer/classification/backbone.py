@@ -4,7 +4,9 @@ Checkpoints go through :func:`pretrain.checkpoint.reader.load_backbone`, so ever
 ``docs/checkpoints.md`` works (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn,
 VISSL, converted SimCLR/BYOL, detectron2) and a file without a backbone in a known layout raises
 ``CheckpointError`` naming it. ``identity`` (the SHA-256 of the
-checkpoint file, or ``random-init:<arch>:seed<seed>``) keys the feature cache.
+checkpoint file, or ``random-init:<arch>:seed<seed>``) keys the feature cache; ``weights`` (a short
+hash of the tensors evaluated, :func:`pretrain.checkpoint.digest.weights_digest`) keys the model's
+rows in the results tables.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 import torchvision
 from torch import nn
 
+from pretrain.checkpoint.digest import weights_digest
 from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
 
 __all__ = ["ARCHS", "EvalBackbone", "file_sha256", "load_eval_backbone"]
@@ -33,6 +36,7 @@ class EvalBackbone:
     feature_dim: int
     identity: str  # content hash of the checkpoint or the random-init recipe; keys the cache
     description: str  # for logs and tables
+    weights: str = ""  # short hash of the weights evaluated; keys the model's table rows
 
     @property
     def num_params(self) -> int:
@@ -68,6 +72,7 @@ def load_eval_backbone(
             ARCHS[random_init],
             f"random-init:{random_init}:seed{seed}",
             f"random-init {random_init} (seed {seed})",
+            weights_digest(model.state_dict()),
         )
     weights = load_backbone(checkpoint)  # raises CheckpointError naming the file
     model = build_torchvision_backbone(weights)
@@ -77,4 +82,5 @@ def load_eval_backbone(
         ARCHS[weights.arch],
         f"sha256:{file_sha256(checkpoint)}",
         f"{checkpoint} ({weights.source_format} layout, {weights.arch})",
+        weights_digest(model.state_dict()),
     )

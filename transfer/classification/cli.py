@@ -12,8 +12,12 @@ import torch
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
+from pretrain.checkpoint.provenance import checkpoint_method, run_label
+from pretrain.config.strict import check_override_pairs
+from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import setup_run
-from transfer.run_dir import RESULTS_FILE, RunAction, RunDir, add_run_dir_args
+from pretrain.utils.tables import RowOwner, check_row, update_table
+from transfer.run_dir import RESULTS_FILE, RunAction, RunDir, RunDirError, add_run_dir_args
 
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
 from .config import load_config
@@ -26,14 +30,21 @@ __all__ = [
     "model_name",
     "reject_eval_only",
     "RESUME_MAY_CHANGE",
+    "ROW_CLASH_HINT",
+    "row_owner",
     "RunStart",
+    "check_table_row",
     "start_run",
     "table_dir",
+    "write_table_row",
 ]
 
 # What a resumed classification run may change besides pretraining's list: how it is run and
 # watched (device, loader workers, logging and evaluation periods), not what it computes.
 RESUME_MAY_CHANGE = ("DEVICE", "DATA.NUM_WORKERS", "LOG_PERIOD", "TEST.EVAL_PERIOD")
+# How a table row of the same name holding another model's results is resolved (the tables'
+# RowClashError ends with it).
+ROW_CLASH_HINT = "give this model another --name, or pass --replace-row to replace that row"
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +58,14 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     which.add_argument("--random-init", choices=list(ARCHS), help="random baseline of this arch")
     parser.add_argument("--init-seed", type=int, default=0, help="seed of --random-init")
-    parser.add_argument("--name", default="", help="row name in the tables (default: derived)")
+    parser.add_argument(
+        "--name", default="", help="row name in the tables (default: the checkpoint's run "
+        "directory for a run's model_*.pth, else its file name)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--replace-row", action="store_true", help="replace a table row of the same name that "
+        "holds another model's results (rows are keyed by a hash of the weights)",
+    )  # fmt: skip
     parser.add_argument(
         "--output-dir", required=True, help="run directory (logs, config, results.json); one "
         "run each: a directory holding a run is refused (see --overwrite)",
@@ -76,15 +94,51 @@ def model_from_args(args: argparse.Namespace) -> EvalBackbone:
 
 
 def model_name(args: argparse.Namespace) -> str:
+    """``--name``, else ``random-init <arch>`` or the checkpoint's
+    :func:`~pretrain.checkpoint.provenance.run_label` (the run directory of a
+    ``model_final.pth``)."""
     if args.name:
         return args.name
     if args.random_init:
         return f"random-init {args.random_init}"
-    return os.path.splitext(os.path.basename(args.checkpoint))[0]
+    return run_label(args.checkpoint)
+
+
+def row_owner(args: argparse.Namespace, backbone: EvalBackbone) -> RowOwner:
+    """Whose results rows are: :func:`model_name`, the method its run's config names and the hash
+    of the weights evaluated, which keys the rows."""
+    method = checkpoint_method(args.checkpoint) if args.checkpoint else ""
+    return RowOwner(model_name(args), method, backbone.weights)
 
 
 def table_dir(args: argparse.Namespace) -> str:
     return args.table_dir or args.output_dir
+
+
+def check_table_row(
+    args: argparse.Namespace, owner: RowOwner, file: str, key: str, name: str | None = None
+) -> None:
+    """Refuse, before any work, a run whose row (``name``, default ``owner.name``) in the table
+    ``file`` of the table dir would meet a row of that name holding another model's results."""
+    path = os.path.join(table_dir(args), file)
+    cells = owner.cells(key, name)
+    check_row(path, key, cells, replace=args.replace_row, hint=ROW_CLASH_HINT)
+
+
+def write_table_row(
+    args: argparse.Namespace,
+    owner: RowOwner,
+    file: str,
+    columns: Sequence[str],
+    cells: dict[str, object],
+    title: str,
+) -> str:
+    """Add or update ``owner``'s row (``cells`` and its identifying cells) in the table ``file``
+    of the table dir (:func:`pretrain.utils.tables.update_table`); returns the CSV path."""
+    path = os.path.join(table_dir(args), file)
+    row = {**cells, **owner.cells(columns[0])}
+    update_table(path, columns, row, title, replace=args.replace_row, hint=ROW_CLASH_HINT)
+    return path
 
 
 def reject_eval_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -98,7 +152,8 @@ def reject_eval_only(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 class RunStart:
     """What :func:`start_run` set up: the config, the device, the run directory and what the run
     does with it (``action`` :attr:`RunAction.DONE`: nothing left to do, and then neither
-    ``backbone`` nor ``data`` is read), the backbone and the tool's data."""
+    ``backbone`` nor ``data`` is read), the backbone, the tool's data and whose table rows the
+    results are (:func:`row_owner`)."""
 
     cfg: CfgNode
     device: torch.device
@@ -106,6 +161,7 @@ class RunStart:
     action: RunAction
     backbone: EvalBackbone | None = None
     data: Any = None
+    owner: RowOwner | None = None
 
     @property
     def done(self) -> bool:
@@ -126,15 +182,18 @@ def start_run(
     own: Sequence[str] = (),
     results: str = RESULTS_FILE,
     prepare: Callable[[CfgNode], Any] | None = None,
+    check: Callable[[RunStart], None] | None = None,
 ) -> RunStart:
     """The start every classification tool shares: the config (``--config-file``, the tool's own
     overrides ``extra_opts``, then ``OUTPUT_DIR`` and ``--device``), the device, the run
     directory (:mod:`transfer.run_dir`; ``own``: the tool's files ``--overwrite`` deletes,
     ``results``: its results file), the data (``prepare(cfg)``, kept as :attr:`RunStart.data`)
-    and the backbone are all read before anything is written, so a mistake leaves no run
+    and the backbone are all read, and ``check(start)`` run (the tool's table rows:
+    :func:`check_table_row`), before anything is written, so a mistake leaves no run
     directory behind and a directory holding a run as it was. Then
     the directory's lock and the run setup (logs, config.yaml, env.txt); nothing of it when a
     finished run is resumed (:attr:`RunStart.done`)."""
+    check_override_pairs(args.opts)  # before the tool's own: the message lists the user's only
     opts = [*args.opts, *extra_opts, "OUTPUT_DIR", args.output_dir]
     if args.device:
         opts += ["DEVICE", args.device]
@@ -146,11 +205,15 @@ def start_run(
         resumable=hasattr(args, "resume"),
     )  # fmt: skip
     action = run_dir.check(resume, args.overwrite, cfg)
+    check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
     start = RunStart(cfg, device, run_dir, action)
     if start.done:
         return _done(start)
     start.data = prepare(cfg) if prepare else None
     start.backbone = model_from_args(args)
+    start.owner = row_owner(args, start.backbone)
+    if check:
+        check(start)
     if comm.is_main_process():
         run_dir.start(action)
     comm.synchronize()

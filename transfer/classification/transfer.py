@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
-from pretrain.utils.tables import update_table
+from pretrain.utils.tables import CLASH_HINT, RowOwner, check_row, update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
@@ -52,6 +52,7 @@ from .transforms import eval_transform
 __all__ = [
     "DatasetResult",
     "build_transfer_datasets",
+    "check_tables",
     "dataset_root",
     "run_transfer",
     "table_row_name",
@@ -275,33 +276,68 @@ def run_transfer(
     return [transfer_dataset(d, backbone, cfg, cache, device) for d in datas]
 
 
+TABLE2 = "table2_transfer.csv"  # in the table dir, with its Markdown twin and bar chart
+
+
 def table_row_name(model_name: str, protocol: str) -> str:
     """The Table 2 row of a model: its name for the default protocol, ``name (protocol)``
     otherwise, so both protocols of one model sit side by side."""
     return model_name if protocol == "cached_features" else f"{model_name} ({protocol})"
 
 
-def write_tables(output_dir: str, model_name: str, results: list[DatasetResult]) -> str:
+def _owner(model: str | RowOwner) -> RowOwner:
+    return model if isinstance(model, RowOwner) else RowOwner(model)
+
+
+def check_tables(
+    output_dir: str,
+    model: str | RowOwner,
+    protocol: str,
+    *,
+    replace: bool = False,
+    hint: str = CLASH_HINT,
+) -> None:
+    """Raise :class:`~pretrain.utils.tables.RowClashError` before any work if
+    :func:`write_tables` would refuse ``model``'s Table 2 row for ``protocol``."""
+    owner = _owner(model)
+    row = owner.cells("Model", table_row_name(owner.name, protocol))
+    check_row(os.path.join(output_dir, TABLE2), "Model", row, replace=replace, hint=hint)
+
+
+def write_tables(
+    output_dir: str,
+    model: str | RowOwner,
+    results: list[DatasetResult],
+    *,
+    replace: bool = False,
+    hint: str = CLASH_HINT,
+) -> str:
     """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`, with a Protocol
-    column) and write the details CSV. Returns the Markdown table path.
+    column) and write the details CSV, rows keyed by ``model``'s weights when it is a
+    :class:`~pretrain.utils.tables.RowOwner` (``replace``, ``hint``:
+    :func:`~pretrain.utils.tables.update_table`'s). Returns the Markdown table path.
     """
     protocols = sorted({r.protocol for r in results})
     if len(protocols) != 1:
         raise ValueError(f"results must come from one protocol, got {protocols}")
-    name = table_row_name(model_name, protocols[0])
+    owner = _owner(model)
+    name = table_row_name(owner.name, protocols[0])
     names = list(DATASET_NAMES.values())
-    row: dict[str, object] = {"Model": name, "Protocol": protocols[0]}
+    row: dict[str, object] = {"Protocol": protocols[0]}
     row.update({r.name: pct(r.test_score) for r in results})
-    csv_path = os.path.join(output_dir, "table2_transfer.csv")
+    csv_path = os.path.join(output_dir, TABLE2)
+    keyed = {"replace": replace, "hint": hint}
     # Average over the datasets present in the (merged) row; the count says how many.
-    rows = update_table(csv_path, transfer_columns(names), row)
+    rows = update_table(
+        csv_path, transfer_columns(names), row | owner.cells("Model", name), **keyed
+    )
     mine = next(r for r in rows if r["Model"] == name)
     present = [float(mine[n]) for n in names if mine.get(n)]
     avg = {"Average": f"{sum(present) / len(present):.2f}", "n_datasets": str(len(present))}
     rows = update_table(
         csv_path,
         transfer_columns(names),
-        {"Model": name, **avg},
+        avg | owner.cells("Model", name),
         title="Linear classification on other tasks (paper Table 2)",
     )
     plot_transfer_bars(os.path.join(output_dir, "table2_transfer.png"), rows, names)
@@ -311,5 +347,6 @@ def write_tables(output_dir: str, model_name: str, results: list[DatasetResult])
         d["lrs"] = " ".join(f"{x:.4g}" for x in r.lrs)
         d["val_scores"] = " ".join(pct(x) for x in r.val_scores)
         d["test_score"] = pct(r.test_score)
-        update_table(details, ["run", *d], {"run": f"{name}/{r.key}", **d})
+        run = owner.cells("run", f"{name}/{r.key}")
+        update_table(details, ["run", *d], d | run, **keyed)
     return os.path.splitext(csv_path)[0] + ".md"

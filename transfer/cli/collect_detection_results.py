@@ -4,8 +4,10 @@
     python tools/collect_detection_results.py lorac=output/coco/mask_lorac \
         supervised=output/coco/mask_sup --out table
 
-Each RUN_DIR is an OUTPUT_DIR of tools/train_net.py; its row is named after the weights file
-(`random` without one) unless given as LABEL=RUN_DIR. Writes PREFIX.md and PREFIX.csv.
+Each RUN_DIR is an OUTPUT_DIR of tools/train_net.py; its row is named after the weights (their
+run directory for a run's model_final.*, else the file's name; `random` without weights) unless
+given as LABEL=RUN_DIR. Runs from different weights under one name are refused: label them apart.
+Writes PREFIX.md and PREFIX.csv.
 """
 
 from __future__ import annotations

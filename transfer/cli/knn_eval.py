@@ -11,15 +11,19 @@ See docs/evaluation.md.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import asdict
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.data.datasets import dataset_type
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.run_setup import dump_run_info
-from pretrain.utils.tables import update_table
-from transfer.classification.cli import add_model_args, model_from_args, model_name, table_dir
+from transfer.classification.cli import (
+    add_model_args,
+    check_table_row,
+    model_from_args,
+    row_owner,
+    write_table_row,
+)
 from transfer.classification.datasets import labelled_sets
 from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
@@ -28,7 +32,9 @@ from transfer.classification.report import pct
 from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
 from transfer.run_dir import RunDir
 
-__all__ = ["main", "parse_args"]
+__all__ = ["TABLE", "main", "parse_args"]
+
+TABLE = "knn.csv"  # in --table-dir, with its Markdown twin
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         image_size=args.image_size,
     )
     model = model_from_args(args)
+    owner = row_owner(args, model)
+    check_table_row(args, owner, TABLE, "Model")
     run_dir.start(action)
     dump_run_info(args.output_dir, args=args)
     res = run_knn(
@@ -92,18 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         num_workers=args.num_workers,
     )
-    run_dir.write_results(asdict(res), None, model=model_name(args), args=vars(args))
+    run_dir.write_results(
+        asdict(res), None, model=owner.name, weights_sha256=owner.weights, args=vars(args)
+    )
     column = f"{args.dataset} kNN top-1"
     row = {
-        "Model": model_name(args),
         column: pct(res.top1),
         "k": res.k,
         "T": res.temperature,
         "train/test": f"{res.num_train}/{res.num_test}",
         "input": f"{crop}px",
     }
-    csv_path = os.path.join(table_dir(args), "knn.csv")
-    update_table(csv_path, ["Model", column, "k", "T"], row, "Weighted kNN classification")
+    title = "Weighted kNN classification"
+    csv_path = write_table_row(args, owner, TABLE, ["Model", column, "k", "T"], row, title)
     print(f"kNN (k={res.k}, T={res.temperature}) top-1 {pct(res.top1)} -> {csv_path}")
     return 0
 

@@ -10,19 +10,19 @@ See docs/evaluation.md for recipes, layouts and the tables it writes.
 from __future__ import annotations
 
 import argparse
-import os
 
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.utils.tables import update_table
-from transfer.classification.cli import key_value, model_name, start_run, table_dir
+from transfer.classification.cli import check_table_row, key_value, start_run, write_table_row
 from transfer.classification.config import linear_probe_defaults
 from transfer.classification.probe import build_classification_sets, run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
-__all__ = ["main", "parse_args", "probe"]
+__all__ = ["TABLE", "main", "parse_args", "probe"]
+
+TABLE = "table1_linear.csv"  # in --table-dir, with its Markdown twin
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +52,7 @@ def probe(args: argparse.Namespace) -> None:
         linear_probe_defaults(),
         args,
         prepare=lambda c: build_classification_sets(c, args.data_root),
+        check=lambda s: check_table_row(args, s.owner, TABLE, LINEAR_COLUMNS[0]),
     )
     if start.done:
         return
@@ -61,12 +62,12 @@ def probe(args: argparse.Namespace) -> None:
         start.run_dir.write_results(
             {"top1": result.top1, "top5": result.top5, "max_iter": result.max_iter},
             cfg,
-            model=model_name(args),
+            model=start.owner.name,
+            weights_sha256=start.owner.weights,
             checkpoint=args.checkpoint or "",
         )
         epochs = cfg.SOLVER.EPOCHS if not cfg.SOLVER.MAX_ITER else f"{result.max_iter} it"
         row = {
-            "Method": model_name(args),
             "arch.": backbone.arch,
             "pars. (M)": f"{backbone.num_params / 1e6:.1f}",
             "batchsize": cfg.SOLVER.BATCH_SIZE,
@@ -75,8 +76,8 @@ def probe(args: argparse.Namespace) -> None:
             "Top-5": pct(result.top5),
             **dict(args.meta),
         }
-        csv_path = os.path.join(table_dir(args), "table1_linear.csv")
-        update_table(csv_path, LINEAR_COLUMNS, row, "Linear classification (paper Table 1)")
+        title = "Linear classification (paper Table 1)"
+        csv_path = write_table_row(args, start.owner, TABLE, LINEAR_COLUMNS, row, title)
         print(f"top-1 {pct(result.top1)}  top-5 {pct(result.top5)}  -> {csv_path}")
 
 

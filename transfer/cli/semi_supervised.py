@@ -12,22 +12,21 @@ See docs/evaluation.md.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import asdict
 
 from detectron2.utils import comm
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.utils.tables import update_table
-from transfer.classification.cli import model_name, start_run, table_dir
+from transfer.classification.cli import check_table_row, start_run, write_table_row
 from transfer.classification.config import semi_supervised_defaults
 from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import run_semi_supervised, semi_data
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
 
-__all__ = ["RESULTS", "fine_tune", "main", "parse_args"]
+__all__ = ["RESULTS", "TABLE", "fine_tune", "main", "parse_args"]
 
 RESULTS = "semi_results.json"  # every lr's held-out and val scores, with the config
+TABLE = "table3_semi.csv"  # in --table-dir, with its Markdown twin
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,19 +44,25 @@ def fine_tune(args: argparse.Namespace) -> None:
     start = start_run(
         semi_supervised_defaults(), args, split, own=("lr_*",), results=RESULTS,
         prepare=lambda c: semi_data(c, args.data_root),
+        check=lambda s: check_table_row(args, s.owner, TABLE, SEMI_COLUMNS[0]),
     )  # fmt: skip
     if start.done:
         return
     cfg = start.cfg
     res = run_semi_supervised(cfg, start.backbone, args.data_root, start.device, start.data)
     if comm.is_main_process():
+        owner = start.owner
         start.run_dir.write_results(
-            asdict(res), cfg, model=model_name(args), checkpoint=args.checkpoint or ""
+            asdict(res),
+            cfg,
+            model=owner.name,
+            weights_sha256=owner.weights,
+            checkpoint=args.checkpoint or "",
         )
         p = f"{res.percent}%"
-        row = {"Model": model_name(args), f"{p} Top-1": pct(res.top1), f"{p} Top-5": pct(res.top5)}
-        csv_path = os.path.join(table_dir(args), "table3_semi.csv")
-        update_table(csv_path, SEMI_COLUMNS, row, "Semi-supervised learning (paper Table 3)")
+        row = {f"{p} Top-1": pct(res.top1), f"{p} Top-5": pct(res.top5)}
+        title = "Semi-supervised learning (paper Table 3)"
+        csv_path = write_table_row(args, owner, TABLE, SEMI_COLUMNS, row, title)
         print(
             f"{p} labels: best lr {res.best_lr:.4g}: top-1 {pct(res.top1)} top-5 "
             f"{pct(res.top5)} -> {csv_path}"

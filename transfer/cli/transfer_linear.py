@@ -19,10 +19,16 @@ import argparse
 import os
 from dataclasses import asdict
 
+from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_user_error
-from transfer.classification.cli import add_model_args, model_name, start_run, table_dir
+from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
 from transfer.classification.config import transfer_defaults
-from transfer.classification.transfer import build_transfer_datasets, run_transfer, write_tables
+from transfer.classification.transfer import (
+    build_transfer_datasets,
+    check_tables,
+    run_transfer,
+    write_tables,
+)
 from transfer.cli.common import add_device_arg, tool_parser
 
 __all__ = ["main", "parse_args"]
@@ -37,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
     add_device_arg(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parser.parse_args(argv)
+    return parse_args_and_overrides(parser, argv)
 
 
 @exit_on_user_error
@@ -50,17 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         opts += ["TRANSFER.DATASETS", str([d.strip() for d in args.datasets.split(",")])]
     if args.cache_dir:
         opts += ["FEATURES.CACHE_DIR", args.cache_dir]
+    keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT}
     start = start_run(
-        transfer_defaults(), args, opts, own=("augmented",), prepare=build_transfer_datasets
-    )
+        transfer_defaults(), args, opts, own=("augmented",), prepare=build_transfer_datasets,
+        check=lambda s: check_tables(table_dir(args), s.owner, s.cfg.TRANSFER.PROTOCOL, **keyed),
+    )  # fmt: skip
     results = run_transfer(start.cfg, start.backbone, start.device, start.data)
     start.run_dir.write_results(
         {r.key: asdict(r) for r in results},
         start.cfg,
-        model=model_name(args),
+        model=start.owner.name,
+        weights_sha256=start.owner.weights,
         checkpoint=args.checkpoint or "",
     )
-    md = write_tables(table_dir(args), model_name(args), results)
+    md = write_tables(table_dir(args), start.owner, results, **keyed)
     with open(md) as f:
         print(f.read())
     details = os.path.join(table_dir(args), "transfer_details.csv")

@@ -7,13 +7,17 @@ numbers) or, as a fallback for a run that ended before it, detectron2's ``config
 last evaluation its ``EvalHook`` logged to ``metrics.json`` (keys such as ``bbox/AP``); a later
 run never replaces either unasked (:mod:`transfer.run_dir`).
 
-Rows are pretrainings (the weights file's name, ``random`` without weights, or a label given as
-``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of masks from Mask
-R-CNN and of keypoints from Keypoint R-CNN, as in Table 4.
+Rows are pretrainings (the weights' run directory for a run's ``model_final.*``, else the weights
+file's name, :func:`pretrain.checkpoint.provenance.run_label`; ``random`` without weights; or a
+label given as ``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of
+masks from Mask R-CNN and of keypoints from Keypoint R-CNN, as in Table 4. A row is keyed by the
+weights its runs started from (the sha256 of the file that ``results.json`` records, else
+``MODEL.WEIGHTS``): runs from different weights under one label are refused, never one row.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from pretrain.checkpoint.provenance import run_label
 from pretrain.utils.errors import ResultsError  # noqa: F401 (re-exported)
 from pretrain.utils.tables import write_csv, write_markdown
 from transfer.metrics_json import read_metrics_json
@@ -60,13 +65,27 @@ class RunResult:
     pretraining: str
     detector: str
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    weights: str = ""  # MODEL.WEIGHTS, normalised ("": random initialisation)
+    weights_sha256: str = ""  # of that file, when results.json recorded it
+
+    def same_weights(self, other: RunResult) -> bool:
+        """Whether both runs started from the same weights: the same file hash where both
+        recorded one, else the same path."""
+        if self.weights_sha256 and other.weights_sha256:
+            return self.weights_sha256 == other.weights_sha256
+        return self.weights == other.weights
+
+    def weights_name(self) -> str:
+        """The weights for a message: the path, with the hash's first 8 digits when recorded."""
+        name = self.weights or "random initialisation"
+        return f"{name} (sha256 {self.weights_sha256[:8]})" if self.weights_sha256 else name
 
 
 def describe_run(cfg: Mapping) -> tuple[str, str]:
     """``(pretraining, detector)`` of a detectron2 config given as a CfgNode or plain dict."""
     model = cfg["MODEL"]
     weights = model.get("WEIGHTS", "")
-    pretraining = os.path.splitext(os.path.basename(weights))[0] if weights else "random"
+    pretraining = run_label(weights) if weights else "random"
     if model.get("KEYPOINT_ON"):
         detector = "keypoint_rcnn"
     elif model.get("MASK_ON"):
@@ -74,6 +93,22 @@ def describe_run(cfg: Mapping) -> tuple[str, str]:
     else:
         detector = "faster_rcnn"
     return pretraining, detector
+
+
+def _file_sha256(path: str) -> str:
+    """The sha256 of a local weights file, ``""`` for anything else (a ``detectron2://`` URL)."""
+    if not os.path.isfile(path):
+        return ""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _weights_path(cfg: Mapping) -> str:
+    path = str(cfg.get("MODEL", {}).get("WEIGHTS", "") or "")
+    return os.path.normpath(path) if path else ""
 
 
 def write_results(
@@ -104,6 +139,7 @@ def write_results(
         pretraining=pretraining,
         detector=detector,
         weights=cfg["MODEL"].get("WEIGHTS", ""),
+        weights_sha256=_file_sha256(cfg["MODEL"].get("WEIGHTS", "")),
         max_iter=cfg["SOLVER"]["MAX_ITER"],
     )
 
@@ -149,25 +185,45 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         name = dataset or next(iter(per_dataset))
         if name not in per_dataset:
             raise ResultsError(f"{run_dir}: no results for dataset {name!r}")
-        return RunResult(run_dir, label or data["pretraining"], data["detector"], per_dataset[name])
+        # the label from the config's weights, not the one recorded: results written before
+        # rows were named after the weights' run directory recorded the file name
+        cfg = data.get("config") or {"MODEL": {"WEIGHTS": data.get("weights", "")}}
+        pretraining = label or describe_run(cfg)[0]
+        return RunResult(
+            run_dir,
+            pretraining,
+            data["detector"],
+            per_dataset[name],
+            _weights_path(cfg),
+            str(data.get("weights_sha256") or ""),
+        )
     config_path, metrics_path = (os.path.join(run_dir, n) for n in ("config.yaml", "metrics.json"))
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
         raise ResultsError(f"{run_dir}: neither {RESULTS_FILE} nor config.yaml + metrics.json")
     with open(config_path) as f:
-        pretraining, detector = describe_run(yaml.safe_load(f))
+        cfg = yaml.safe_load(f)
+    pretraining, detector = describe_run(cfg)
     metrics = _from_metrics_json(metrics_path)
     if not metrics:
         raise ResultsError(f"{run_dir}: metrics.json holds no evaluation results")
-    return RunResult(run_dir, label or pretraining, detector, metrics)
+    return RunResult(run_dir, label or pretraining, detector, metrics, _weights_path(cfg))
 
 
 def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float | None]]]:
     """Row labels (pretrainings, in order of appearance) and Table 4 values (``None``: no run)."""
     labels: list[str] = []
     cells: dict[tuple[str, str], RunResult] = {}
+    first: dict[str, RunResult] = {}  # label -> its first run: the weights its row is keyed by
     for run in runs:
         if run.pretraining not in labels:
             labels.append(run.pretraining)
+        other = first.setdefault(run.pretraining, run)
+        if not run.same_weights(other):
+            raise ResultsError(
+                f"{other.run_dir} and {run.run_dir} are both labelled {run.pretraining!r} but "
+                f"started from different weights ({other.weights_name()} and "
+                f"{run.weights_name()}); label them apart with LABEL=RUN_DIR"
+            )
         key = (run.pretraining, run.detector)
         if key in cells:
             raise ResultsError(
