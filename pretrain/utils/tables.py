@@ -291,6 +291,7 @@ def update_table(
         rows[index] = new
     else:
         rows[index].update({k: v for k, v in new.items() if v != ""})
+    rows = [{c: r.get(c, "") for c in cols} for r in rows]  # every column in every row
     write_csv(csv_path, cols, rows)
     aligns = ["left"] + ["right"] * (len(cols) - 1)
     md_path = os.path.splitext(csv_path)[0] + ".md"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -75,3 +76,55 @@ def test_metrics_json_merges_repeated_iterations_and_names_bad_lines(tmp_path):
     path.write_text('{"total_loss": 1.0}\n')
     with pytest.raises(ResultsError, match="line 1 is not an object with an 'iteration'"):
         read_metrics_json(str(path))
+
+
+def test_keyed_rows_update_only_their_own_model(tmp_path):
+    """Proves: rows carrying a weights hash (RowOwner) merge only with the row of the same name
+    and hash; a row of the same name holding another hash, or none (a table written before rows
+    were keyed), is a RowClashError naming both and the hint, with nothing written; check_row
+    says so up front; replace swaps the whole row; an unkeyed row updates as before."""
+    from pretrain.utils.tables import (
+        WEIGHTS_COLUMN,
+        RowClashError,
+        RowOwner,
+        check_row,
+    )
+
+    path = tmp_path / "table.csv"
+    cols = ["Model", "Top-1", "Top-5"]
+    a, b = RowOwner("run", "LORAC", "aaaa0000"), RowOwner("run", "MoCo-M", "bbbb1111")
+    update_table(str(path), cols, {"Top-1": "1.00", **a.cells("Model")})
+    rows = update_table(str(path), cols, {"Top-5": "5.00", **a.cells("Model")})
+    assert [(r["Top-1"], r["Top-5"], r["config method"]) for r in rows] == [
+        ("1.00", "5.00", "LORAC")
+    ]
+    before = (path.read_bytes(), (tmp_path / "table.md").read_bytes())
+    clash = (
+        "table.csv: row 'run' holds another model's results (weights sha256 aaaa0000, this "
+        "model's bbbb1111); use X"
+    )
+    with pytest.raises(RowClashError, match=re.escape(clash)):
+        check_row(str(path), "Model", b.cells("Model"), hint="use X")
+    with pytest.raises(RowClashError, match="holds another model's"):
+        update_table(str(path), cols, {"Top-1": "9.00", **b.cells("Model")})
+    assert (path.read_bytes(), (tmp_path / "table.md").read_bytes()) == before
+    check_row(str(path), "Model", b.cells("Model"), replace=True)
+    check_row(str(path), "Model", b.cells("Model", "run 2"))
+    check_row(str(tmp_path / "none.csv"), "Model", b.cells("Model"))
+    rows = update_table(str(path), cols, {"Top-1": "9.00", **b.cells("Model")}, replace=True)
+    assert [(r["Top-1"], r["Top-5"], r[WEIGHTS_COLUMN]) for r in rows] == [("9.00", "", "bbbb1111")]
+    rows = update_table(str(path), cols, {"Model": "run", "Top-5": "7.00"})  # not keyed
+    assert [(r["Top-1"], r["Top-5"], r[WEIGHTS_COLUMN]) for r in rows] == [
+        ("9.00", "7.00", "bbbb1111")
+    ]
+
+    old = tmp_path / "old.csv"
+    old.write_text("Model,Top-1\nrun,90.48\nother,1.00\n")
+    with pytest.raises(RowClashError, match=f"row 'run' was written without a {WEIGHTS_COLUMN}"):
+        update_table(str(old), cols, {"Top-1": "2.00", **a.cells("Model")})
+    rows = update_table(str(old), cols, {"Top-1": "2.00", **a.cells("Model", "new")})
+    assert [(r["Model"], r["Top-1"], r[WEIGHTS_COLUMN]) for r in rows] == [
+        ("run", "90.48", ""),
+        ("other", "1.00", ""),
+        ("new", "2.00", "aaaa0000"),
+    ]

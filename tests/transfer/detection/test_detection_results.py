@@ -11,7 +11,13 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
-from transfer.detection.results import ResultsError, read_run, write_results, write_table
+from transfer.detection.results import (
+    ResultsError,
+    build_table,
+    read_run,
+    write_results,
+    write_table,
+)
 
 REPO = ROOT
 
@@ -117,3 +123,59 @@ def test_cli_writes_both_tables(runs, tmp_path):
     assert (
         bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
     )
+
+
+def _detection_run(root: Path, name: str, weights: str, mask: bool = False) -> str:
+    metrics = {"bbox": _metrics(40.0)} | ({"segm": _metrics(35.0)} if mask else {})
+    write_results(str(root / name), _cfg(weights, mask=mask), metrics, ["coco_2017_val"])
+    return str(root / name)
+
+
+def test_rows_are_named_after_the_weights_run_and_keyed_by_them(tmp_path):
+    """Proves: detection runs from two pretraining runs' model_final.pkl leave two rows named
+    after those runs (not one "model_final" row mixing both models' columns), also for a
+    results.json written before rows were named so; runs from different weights under one
+    label are refused, naming both runs, until labelled apart."""
+    for run in ("lorac_run", "mocom_run", "other/lorac_run"):
+        (tmp_path / "pre" / run).mkdir(parents=True)
+        (tmp_path / "pre" / run / "model_final.pkl").write_bytes(run.encode())
+    lorac, mocom, namesake = (
+        str(tmp_path / "pre" / r / "model_final.pkl")
+        for r in ("lorac_run", "mocom_run", "other/lorac_run")
+    )
+    faster = _detection_run(tmp_path, "faster", lorac)
+    mask = _detection_run(tmp_path, "mask", mocom, mask=True)
+    labels, values = build_table([read_run(faster), read_run(mask)])
+    assert labels == ["lorac_run", "mocom_run"]
+    assert values[0][:4] == [40.0, 60.0, 42.0, None] and values[1][3] == 35.0
+    results = json.loads((tmp_path / "mask" / "results.json").read_text())
+    assert len(results["weights_sha256"]) == 64
+    del results["weights_sha256"]
+    results["pretraining"] = "model_final"  # as written before
+    (tmp_path / "mask" / "results.json").write_text(json.dumps(results))
+    assert build_table([read_run(faster), read_run(mask)])[0] == labels
+
+    other = _detection_run(tmp_path, "other_mask", namesake, mask=True)
+    with pytest.raises(ResultsError, match=r"both labelled 'lorac_run' but started from diff"):
+        build_table([read_run(faster), read_run(other)])
+    assert build_table([read_run(faster), read_run(other, label="seed 2")])[0] == [
+        "lorac_run",
+        "seed 2",
+    ]
+
+
+def test_the_same_weights_under_two_paths_are_one_row(tmp_path):
+    """Proves runs recording the same weights file hash share a row although their
+    MODEL.WEIGHTS differ (a relative and an absolute path); without recorded hashes the path
+    decides."""
+    (tmp_path / "pre").mkdir()
+    (tmp_path / "pre" / "lorac.pkl").write_bytes(b"weights")
+    faster = _detection_run(tmp_path, "faster", str(tmp_path / "pre" / "lorac.pkl"))
+    link = tmp_path / "link.pkl"
+    link.symlink_to(tmp_path / "pre" / "lorac.pkl")
+    mask = _detection_run(tmp_path, "mask", str(link), mask=True)
+    first, second = read_run(faster, label="lorac"), read_run(mask, label="lorac")
+    assert build_table([first, second])[0] == ["lorac"]
+    second.weights_sha256 = ""
+    with pytest.raises(ResultsError, match="different weights"):
+        build_table([first, second])
