@@ -16,6 +16,7 @@ import torch
 from fvcore.common.config import CfgNode
 
 from pretrain.checkpoint.layouts import find_matches
+from pretrain.checkpoint.provenance import run_label
 from pretrain.checkpoint.reader import load_checkpoint_file
 from pretrain.config.defaults import load_config
 from transfer.analysis import AnalysisError
@@ -75,13 +76,9 @@ def resolve_run(path: str) -> tuple[str, str]:
 
 
 def default_label(path: str) -> str:
-    """The run directory's name, plus the checkpoint's stem unless it is the final one."""
-    path = os.path.abspath(path)
-    if os.path.isdir(path):
-        return os.path.basename(path.rstrip(os.sep))
-    stem = os.path.splitext(os.path.basename(path))[0]
-    run = os.path.basename(os.path.dirname(path))
-    return run if stem == "model_final" else f"{run}/{stem}"
+    """:func:`pretrain.checkpoint.provenance.run_label`: the run directory's name, plus the
+    checkpoint's stem for a periodic one; the results tables name the model's rows so too."""
+    return run_label(path)
 
 
 def load_pretrained(path: str, label: str = "", device: str = "cpu") -> PretrainedModel:
