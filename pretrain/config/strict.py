@@ -27,7 +27,7 @@ from fvcore.common.config import CfgNode
 
 from pretrain.utils.errors import ConfigError
 
-__all__ = ["load_strict"]
+__all__ = ["check_override_pairs", "load_strict"]
 
 # yacs/detectron2 messages end with the full key: "Non-existent config key: A.B",
 # "Non-existent key: A.B" (opts), "Type mismatch (...) for config key: A.B".
@@ -103,21 +103,56 @@ def _ints_as_floats() -> Iterator[None]:
         yacs.config._check_and_coerce_cfg_value_type = _yacs_check_type
 
 
+def _read_base(file: str) -> str | None:
+    """The ``_BASE_`` that ``file`` names (None: none, or unreadable YAML)."""
+    try:
+        with open(file) as f:
+            data = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    base = data.get("_BASE_") if isinstance(data, dict) else None
+    return base if isinstance(base, str) else None
+
+
+def _resolve_base(file: str, base: str) -> str:
+    """Where fvcore/detectron2 look for ``file``'s ``_BASE_``: ``~`` expanded, a relative path
+    relative to ``file``'s folder."""
+    base = os.path.expanduser(base)
+    return base if os.path.isabs(base) else os.path.join(os.path.dirname(file), base)
+
+
 def _base_chain(path: str) -> list[str]:
     """``path`` followed by its ``_BASE_`` files, nearest first (unreadable ones skipped)."""
     chain, current = [], path
     while current and os.path.isfile(current) and current not in chain:
         chain.append(current)
-        try:
-            with open(current) as f:
-                data = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError):
+        base = _read_base(current)
+        if base is None:
             break
-        base = data.get("_BASE_") if isinstance(data, dict) else None
-        if not isinstance(base, str):
-            break
-        current = base if os.path.isabs(base) else os.path.join(os.path.dirname(current), base)
+        current = _resolve_base(current, base)
     return chain
+
+
+def _missing_base(path: str) -> str | None:
+    """The error naming the first file of ``path``'s ``_BASE_`` chain that asks for a base file
+    that is not there, and that base; None when every base is there. (fvcore's own error is a
+    bare ``FileNotFoundError`` whose first argument is the errno, 2.)"""
+    last = _base_chain(path)[-1]
+    base = _read_base(last)
+    if base is None or base.startswith(("http://", "https://")):
+        return None
+    resolved = _resolve_base(last, base)
+    if os.path.isfile(resolved):
+        return None  # a loop of bases; fvcore reports it
+    return f"{last}: _BASE_ {base!r}: no such config file ({resolved})"
+
+
+def check_override_pairs(opts: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``opts`` are ``KEY VALUE`` pairs. A tool that adds
+    overrides of its own (``OUTPUT_DIR`` from ``--output-dir``) checks the user's first, so that
+    the message lists only what the user typed."""
+    if len(opts) % 2:
+        raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
 
 
 def _not_a_mapping(path: str) -> str | None:
@@ -161,6 +196,9 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
     if path:
         if not os.path.isfile(path):
             raise ConfigError(f"{path}: no such config file")
+        missing = _missing_base(path)
+        if missing:
+            raise ConfigError(missing)
         try:
             with _ints_as_floats():
                 cfg.merge_from_file(path)
@@ -180,8 +218,7 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
                 msg += f" (value {value!r})"
             raise ConfigError(f"{where}: {_unknown_key(msg, cfg)}") from None
     if opts:
-        if len(opts) % 2:
-            raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
+        check_override_pairs(opts)
         try:
             with _ints_as_floats():
                 cfg.merge_from_list(list(opts))
