@@ -1,32 +1,188 @@
-"""Pretraining throughput on synthetic data: images per second of the whole training step.
+"""Pretraining throughput against a plain ResNet-50 training step: images/s, TFLOP/s, their ratio.
 
-The step of ``PretrainTrainer.run_step`` without the data loader: random uint8 views already on
-the device (the loader's output), colour augmentation on the device, the model (both encoders,
-ShuffleBN, queues, loss) under the config's autocast, backward, the optimiser and the momentum
-update. Default: the shipped IN-1K LORAC config (ResNet-50, 3x224 + 5x96, bfloat16,
-channels_last) at 64 images per GPU, one process. ``make gpu-check`` runs it on a GPU and writes
-its JSON; ``docs/performance.md`` explains the fields.
+Measures, in one process, the project's training step for each shipped IN-1K config at each
+``--batch`` (images per GPU) and a plain torchvision ResNet-50 supervised step (cross-entropy,
+SGD, batch 256), eager and under ``torch.compile``, with the configs' precision (bfloat16
+autocast) and layout (channels_last), cudnn.benchmark on CUDA. For each step:
 
-Run: .venv/bin/python -m benchmarks.bench_throughput [--device cuda] [--batch 64] [--json OUT]
+* **FLOPs of one step**, counted with ``torch.utils.flop_counter.FlopCounterMode`` over a whole
+  iteration (forward and backward of everything it runs: for the project, both encoders, the
+  loss and the hooks; the optimiser and the momentum update count no FLOPs there). The project's
+  count is taken on its first (warm-up) iteration, which must dispatch its ops (an eager one);
+  the plain step's on the eager model, which the compiled row shares (the same maths);
+* **images/s**: ``--windows`` windows of ``--iters`` iterations after ``--warmup`` iterations,
+  each timed with CUDA events (perf_counter on the CPU); the median window gives the figure.
+  With the shipped ``SOLVER.LOG_PERIOD`` 20 and the default 20 iterations, every window holds one
+  logging iteration (its one host read), as a run does;
+* **TFLOP/s** (FLOPs x steps per second) and **the ratio** of that to the plain eager step's.
+
+The project's step is ``PretrainTrainer.run_step`` inside ``PretrainTrainer.train`` with every
+hook (the kNN monitor off), fed from a few batches of the real loader (``build_pretrain_loader``
+over a folder of tiny generated images, pinned on CUDA as the loader pins them) that are
+replayed: no decoding in the timed iterations, so the figure is the step's. The prior is on from
+the first iteration (``LOSS.BETA_INF_EPOCHS 0``, the costlier phase). ``--opts KEY VALUE ...``
+go to every project config after these (a switch of the step, or the prior's phase, can be
+measured with and without it). ``make gpu-check`` runs it for 32 and 64 images per GPU;
+docs/performance.md says how to read it. ``--device cpu --tiny`` runs every step at toy sizes
+(a test checks it), with ``--no-compile`` leaving out the compiled plain step.
+
+Run: .venv/bin/python -m benchmarks.bench_throughput [--device cuda] [--batch 32 64]
+    [--configs C ...] [--opts KEY VALUE ...] [--json OUT] [--device cpu --tiny --no-compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
+import math
+import statistics
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+import torchvision
+from detectron2.engine import HookBase
+from fvcore.common.config import CfgNode
+from torch.utils.flop_counter import FlopCounterMode
 
+import pretrain.engine.trainer as trainer_module
+from benchmarks.bench_step import make_images
 from benchmarks.common import report_json
+from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.config import load_config
-from pretrain.data.color import sample_color_params
-from pretrain.data.loader import augment_views_on_device, build_batch_augment
-from pretrain.modeling import build_model
-from pretrain.solver import build_optimizer
+from pretrain.data.loader import build_pretrain_loader, shuffle_seeds
+from pretrain.engine.trainer import PretrainTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = "configs/pretrain/in1k_r50_lorac_200ep.yaml"
+CONFIGS = [
+    "configs/pretrain/in1k_r50_lorac_200ep.yaml",
+    "configs/pretrain/in1k_r50_mocom_200ep.yaml",
+    "configs/pretrain/in1k_r50_mocov2_200ep.yaml",
+]
+CONFIG = CONFIGS[0]
+POOL = 2  # distinct loader batches replayed in turn
+# --tiny: toy sizes for a CPU (a test runs them); 32 and 24 px as bench_step (not 16: see there)
+TINY = {"batch": [8], "plain_batch": 8, "plain_arch": "resnet18", "plain_size": 32,
+        "sizes": (32, 24), "queue_batches": 16, "warmup": 1, "windows": 2, "iters": 1}  # fmt: skip
+FULL = {"batch": [32, 64], "plain_batch": 256, "plain_arch": "resnet50", "plain_size": 224,
+        "sizes": None, "queue_batches": None, "warmup": 5, "windows": 3, "iters": 20}  # fmt: skip
+
+
+class _Clock:
+    """Marks on the device's timeline (CUDA events) or the host's; windows between marks."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device == "cuda"
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def windows(self) -> list[float]:
+        """Seconds between consecutive marks (waits for the device first)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(self.marks)]
+        return [b - a for a, b in itertools.pairwise(self.marks)]
+
+
+def _figures(flops: int, batch: int, windows: list[float], iters: int) -> dict:
+    """What a table row shows, from the FLOPs of one step and the timed windows."""
+    seconds = statistics.median(windows) / iters
+    return {
+        "flops_per_step": flops,
+        "gflop_per_image": flops / batch / 1e9,
+        "window_seconds": windows,
+        "iterations_per_window": iters,
+        "seconds_per_iteration": seconds,
+        "images_per_second": batch / seconds,
+        "tflops": flops / seconds / 1e12,
+    }
+
+
+class _Probe(HookBase):
+    """Counts the FLOPs of iteration 0 and marks the clock after the iterations ``marks``.
+
+    Registered last: its ``after_step`` follows every other hook's, so a window holds whole
+    iterations, hooks included."""
+
+    def __init__(self, clock: _Clock, marks: set[int]) -> None:
+        self.clock, self.marks = clock, marks
+        self.counter = FlopCounterMode(display=False)
+        self.counting = False
+
+    def before_step(self) -> None:
+        if self.trainer.iter == 0:
+            self.counter.__enter__()
+            self.counting = True
+
+    def after_step(self) -> None:
+        if self.trainer.iter == 0:
+            self.stop_counting()
+        if self.trainer.iter in self.marks:
+            self.clock.mark()
+
+    def stop_counting(self) -> None:
+        """Leave the counting mode (also when iteration 0 raised: it must not outlive it)."""
+        if self.counting:
+            self.counting = False
+            self.counter.__exit__(None, None, None)
+
+
+def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]:
+    """A stand-in for ``build_pretrain_loader``: the real loader's first :data:`POOL` batches,
+    replayed with each iteration's number and ShuffleBN seeds."""
+    loader = iter(build_pretrain_loader(cfg, 0, 1, 0, source, procs_on_machine=1))
+    pool = [next(loader) for _ in range(POOL)]
+    del loader
+
+    def build(cfg: CfgNode, rank: int, world: int, start_iter: int, source: Any) -> Iterator:
+        def batches() -> Iterator[dict]:
+            for it in range(start_iter, 1 << 62):
+                seeds = shuffle_seeds(cfg.SEED, it, cfg.INPUT.KEY_CROPS)
+                yield {**pool[it % POOL], "iteration": it, "shuffle_seeds": seeds}
+
+        return batches()
+
+    return build
+
+
+def _project_cfg(
+    config: str, device: str, batch: int, total_iters: int, tmp: Path, data: Path | None = None,
+    sizes: tuple[int, int] | None = None, queue: int | None = None, opts: tuple | list = (),
+) -> CfgNode:  # fmt: skip
+    """``config`` for one process of ``batch`` images over the images in ``data`` (default: a
+    path never read, to check the overrides), writing under ``tmp``. The final checkpoint
+    (detectron2 writes one at MAX_ITER) comes one iteration after the last timed one."""
+    ours = {
+        "MODEL.DEVICE": device,
+        "DATASETS.TYPE": "imagefolder",
+        "DATASETS.ROOT": data or tmp / "data",
+        "DATASETS.CLASS_LIST": "",
+        "OUTPUT_DIR": tmp / "out",
+        "SOLVER.IMS_PER_BATCH": batch,
+        "SOLVER.MAX_ITER": total_iters + 1,
+        "SOLVER.CHECKPOINT_PERIOD": total_iters + 1,
+        "DATALOADER.NUM_WORKERS": 0,  # the loader only fills the replayed pool
+        "LOSS.BETA_INF_EPOCHS": 0.0,
+        "TEST.KNN_PERIOD": 0,
+    }
+    if queue is not None:
+        ours["MODEL.QUEUE_SIZE"] = queue
+    if sizes is not None:
+        ours["INPUT.LARGE_SIZE"], ours["INPUT.SMALL_SIZE"] = sizes
+    flat = [str(x) for kv in ours.items() for x in kv] + [str(o) for o in opts]
+    return load_config(str(ROOT / config), flat)
 
 
 def measure(
@@ -37,98 +193,228 @@ def measure(
     warmup: int = 5,
     sizes: tuple[int, int] | None = None,
     queue: int | None = None,
+    *,
+    windows: int = 1,
+    opts: list[str] | tuple[str, ...] = (),
 ) -> dict:
-    """Figures of ``iters`` timed steps after ``warmup``; ``queue``: MODEL.QUEUE_SIZE (default:
-    the config's, 65,536 for the shipped configs, so that the memory figure is the real one)."""
-    opts = ["MODEL.DEVICE", device, "DATASETS.ROOT", "/synthetic", "SOLVER.IMS_PER_BATCH", batch]
-    if queue is not None:
-        opts += ["MODEL.QUEUE_SIZE", queue]
-    if sizes is not None:
-        opts += ["INPUT.LARGE_SIZE", sizes[0], "INPUT.SMALL_SIZE", sizes[1]]
-    cfg = load_config(str(ROOT / config), [str(o) for o in opts])
-    torch.backends.cudnn.benchmark = bool(cfg.CUDNN_BENCHMARK)
-    model = build_model(cfg).to(device).train()
-    optimizer = build_optimizer(cfg, model)
-    color = build_batch_augment(cfg)
-    amp = cfg.SOLVER.AMP
-    dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
-    scaler = torch.amp.GradScaler(device) if dtype == torch.float16 else None
-    g = torch.Generator().manual_seed(0)
-    views = [
-        torch.randint(0, 256, (batch, 3, s, s), dtype=torch.uint8, generator=g).to(device)
-        for s in model.view_sizes
-    ]
-    spec = color.color
-
-    def step(i: int) -> None:
-        data = {
-            "views": views,
-            "seeds": torch.arange(batch) + i * batch,
-            "shuffle_seeds": [i * 10 + j for j in range(cfg.INPUT.KEY_CROPS)],
-            "color_params": [sample_color_params(batch, spec, g) for _ in views],
-        }
-        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            data = augment_views_on_device(data, color, device, apply_color=True)
-            out = model(data)
-        loss = sum(v for k, v in out.items() if k.startswith("loss"))
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        model.momentum_update()
-
-    def sync() -> None:
+    """Figures of the project's step: ``windows`` windows of ``iters`` iterations after
+    ``warmup`` (at least 1: iteration 0 counts the FLOPs). ``sizes``: large and small view
+    sizes; ``queue``: MODEL.QUEUE_SIZE (default: the config's, 65,536 for the shipped configs,
+    so that the memory figure is the real one); ``opts``: more KEY VALUE overrides."""
+    if warmup < 1 or windows < 1 or iters < 1:
+        raise ValueError("warmup, windows and iters must be >= 1")
+    total = warmup + windows * iters
+    with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
+        data = make_images(Path(tmp) / "data", per_class=max(16, math.ceil(batch / 2)))
+        cfg = _project_cfg(config, device, batch, total, Path(tmp), data, sizes, queue, list(opts))
+        torch.backends.cudnn.benchmark = bool(cfg.CUDNN_BENCHMARK)
         if device == "cuda":
-            torch.cuda.synchronize()
-
-    for i in range(warmup):
-        step(i)
-    sync()
-    start = time.perf_counter()
-    for i in range(iters):
-        step(warmup + i)
-    sync()
-    seconds = time.perf_counter() - start
+            torch.cuda.reset_peak_memory_stats()
+        trainer = PretrainTrainer(cfg)
+        replay = _replayed_loader(cfg, trainer.source)
+        clock = _Clock(device)
+        probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)})
+        trainer.register_hooks([probe])
+        real, trainer_module.build_pretrain_loader = trainer_module.build_pretrain_loader, replay
+        try:
+            trainer.train()
+        finally:
+            trainer_module.build_pretrain_loader = real
+            probe.stop_counting()
+        del trainer
+        _release(device)  # before its OUTPUT_DIR goes
+    flops = probe.counter.get_total_flops()
+    if flops == 0:
+        raise RuntimeError(f"{config}: no FLOPs counted in iteration 0 (a replayed graph?)")
+    amp = cfg.SOLVER.AMP
     result = {
         "config": config,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "batch_per_process": batch,
         "queue_size": int(cfg.MODEL.QUEUE_SIZE),
-        "view_sizes": list(model.view_sizes),
+        "view_sizes": [cfg.INPUT.LARGE_SIZE] * cfg.INPUT.LARGE_CROPS
+        + [cfg.INPUT.SMALL_SIZE] * cfg.INPUT.SMALL_CROPS,
         "amp": amp.PRECISION if amp.ENABLED else "float32",
         "channels_last": bool(cfg.MODEL.CHANNELS_LAST),
         "cudnn_benchmark": bool(cfg.CUDNN_BENCHMARK),
-        "iterations": iters,
-        "seconds_per_iteration": seconds / iters,
-        "images_per_second": batch * iters / seconds,
+        "opts": [str(o) for o in opts],
+        "warmup": warmup,
+        "iterations": windows * iters,
+        **_figures(flops, batch, clock.windows(), iters),
     }
     if device == "cuda":
         result["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return result
 
 
-def main() -> None:
+def _release(device: str) -> None:
+    """Free the last step's memory before the next one is built (one process measures all)."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_plain(
+    device: str,
+    batch: int = 256,
+    arch: str = "resnet50",
+    size: int = 224,
+    compiled: bool = False,
+    amp: str | None = "bfloat16",
+    channels_last: bool = True,
+    warmup: int = 5,
+    windows: int = 3,
+    iters: int = 20,
+) -> dict:
+    """A plain torchvision ``arch`` supervised step (cross-entropy over 1,000 classes, SGD with
+    momentum and weight decay) on one fixed random batch already on the device, eager or under
+    ``torch.compile`` (the model; backward through AOTAutograd). ``amp``: autocast dtype (None:
+    float32). Its FLOPs are counted on one eager step (the compiled step does the same maths)."""
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = device == "cuda"
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model = torchvision.models.get_model(arch, num_classes=1000).to(device, memory_format=layout)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=layout)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    dtype = getattr(torch, amp) if amp else None
+
+    def step(net: torch.nn.Module) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+
+    with FlopCounterMode(display=False) as counter:
+        step(model)
+    net = torch.compile(model) if compiled else model
+    for _ in range(warmup):
+        step(net)
+    clock = _Clock(device)
+    clock.mark()
+    for _ in range(windows):
+        for _ in range(iters):
+            step(net)
+        clock.mark()
+    return {
+        "step": f"torchvision {arch}, supervised, {'torch.compile' if compiled else 'eager'}",
+        "arch": arch,
+        "compiled": compiled,
+        "batch_per_process": batch,
+        "image_size": size,
+        "amp": amp or "float32",
+        "channels_last": channels_last,
+        "warmup": warmup,
+        **_figures(counter.get_total_flops(), batch, clock.windows(), iters),
+    }
+
+
+def ratio_report(
+    device: str,
+    configs: list[str],
+    opts: list[str],
+    compile_plain: bool = True,
+    tiny: bool = False,
+    **overrides: Any,
+) -> dict:
+    """Every step of the table in one process: the plain step (eager, then compiled), then each
+    config at each batch; each row's ``ratio`` is its TFLOP/s over the plain eager step's.
+    ``overrides``: values of :data:`FULL` (or :data:`TINY` with ``tiny``) to change (None:
+    keep)."""
+    p = {**(TINY if tiny else FULL), **{k: v for k, v in overrides.items() if v is not None}}
+    first = _check_configs(device, configs, opts, p)
+    amp = first.SOLVER.AMP.PRECISION if first.SOLVER.AMP.ENABLED else None
+    timing = {k: p[k] for k in ("warmup", "windows", "iters")}
+    plain = {
+        "device": device, "batch": p["plain_batch"], "arch": p["plain_arch"],
+        "size": p["plain_size"], "amp": amp, "channels_last": bool(first.MODEL.CHANNELS_LAST),
+        **timing,
+    }  # fmt: skip
+    rows = [measure_plain(**plain)]
+    _release(device)
+    if compile_plain:
+        rows.append(measure_plain(**plain, compiled=True))
+        torch._dynamo.reset()  # its compiled graphs hold memory the next steps need
+        _release(device)
+    reference = rows[0]["tflops"]
+    for config in configs:
+        for batch in p["batch"]:
+            queue = _queue(batch, p)
+            m = measure(config, device, batch, p["iters"], p["warmup"], p["sizes"], queue,
+                        windows=p["windows"], opts=opts)  # fmt: skip
+            rows.append({"step": Path(config).stem, **m})
+    for row in rows:
+        row["ratio"] = row["tflops"] / reference
+    return {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "reference": rows[0]["step"],
+        "opts": [str(o) for o in opts],
+        "rows": rows,
+    }
+
+
+def _check_configs(device: str, configs: list[str], opts: list[str], p: dict) -> CfgNode:
+    """Every config at every batch with every override, before anything is measured: a mistake
+    ends the run in one line, not after minutes of measuring. Returns the first one."""
+    with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
+        cfgs = [
+            _project_cfg(c, device, b, 1, Path(tmp), None, p["sizes"], _queue(b, p), opts)
+            for c in configs
+            for b in p["batch"]
+        ]
+    return cfgs[0]
+
+
+def _queue(batch: int, p: dict) -> int | None:
+    """MODEL.QUEUE_SIZE: the config's (65,536, the real memory figure) at full size."""
+    return p["queue_batches"] * batch if p["queue_batches"] else None
+
+
+def table(report: dict) -> str:
+    """The rows as a Markdown table (as issue 41's)."""
+    lines = [
+        f"device: {report['device']}, torch {report['torch']}"
+        + (f", opts: {' '.join(report['opts'])}" if report["opts"] else ""),
+        "",
+        "| step | images/GPU | img/s | GFLOP/img | TFLOP/s | of the plain eager step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['step']} | {r['batch_per_process']} | {r['images_per_second']:,.4g} | "
+            f"{r['gflop_per_image']:.4g} | {r['tflops']:.4g} | {r['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--batch", type=int, default=64, help="images per process")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--sizes", type=int, nargs=2, help="large and small view sizes")
-    parser.add_argument("--queue", type=int, help="MODEL.QUEUE_SIZE (default: the config's)")
+    parser.add_argument("--configs", "--config", nargs="+", default=CONFIGS)
+    parser.add_argument("--batch", type=int, nargs="+", help="images per GPU (32 64; tiny: 8)")
+    parser.add_argument("--opts", nargs="*", default=[], help="KEY VALUE for every config")
+    parser.add_argument("--plain-batch", type=int, help="the plain step's batch (256; tiny: 8)")
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile plain step")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes (a CPU test runs them)")
+    parser.add_argument("--warmup", type=int, help="untimed iterations (5; tiny: 1)")
+    parser.add_argument("--windows", type=int, help="timed windows, median taken (3; tiny: 2)")
+    parser.add_argument("--iters", type=int, help="iterations per window (20; tiny: 1)")
     parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if len(args.opts) % 2:
+        parser.error("--opts takes KEY VALUE pairs")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but no CUDA device is visible (use --device cpu)")
-    result = measure(
-        args.config, args.device, args.batch, args.iters, args.warmup,
-        tuple(args.sizes) if args.sizes else None, args.queue,
+        parser.exit(2, "error: --device cuda but no CUDA device is visible (use --device cpu)\n")
+    report = ratio_report(
+        args.device, args.configs, args.opts, not args.no_compile, args.tiny,
+        batch=args.batch, plain_batch=args.plain_batch, warmup=args.warmup,
+        windows=args.windows, iters=args.iters,
     )  # fmt: skip
-    report_json(result, args.json)
+    report_json(report, args.json)
+    print(table(report))
 
 
 if __name__ == "__main__":

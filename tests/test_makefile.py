@@ -25,7 +25,9 @@ if [ "$1" = -c ]; then
   exit 0
 fi
 if [ "$1" = -m ] && [ "$2" = pytest ]; then echo "fake pytest ran"; exit "${FAKE_PYTEST_RC:-0}"; fi
-if [ "$1" = -m ]; then echo "{\\"bench\\": \\"$2\\"}"; exit "${FAKE_BENCH_RC:-0}"; fi
+if [ "$1" = -m ]; then
+  echo "{\\"bench\\": \\"$2\\", \\"args\\": \\"${*:3}\\"}"; exit "${FAKE_BENCH_RC:-0}"
+fi
 exit 0
 """
 
@@ -46,6 +48,9 @@ def test_device_check_passes_when_everything_passes(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fake pytest ran" in (tmp_path / "gpu_check" / "tests.txt").read_text()
     assert (tmp_path / "gpu_check" / "costs.txt").exists()
+    # the throughput ratio: one process for both batches (the stand-in echoes the module it ran)
+    ratio = (tmp_path / "gpu_check" / "throughput.txt").read_text()
+    assert ratio.count("benchmarks.bench_throughput") == 1 and "--batch 32 64 " in ratio
 
 
 @pytest.mark.parametrize("failing", ["FAKE_PYTEST_RC", "FAKE_BENCH_RC"])
