@@ -4,7 +4,10 @@
       --num-gpus 8 OUTPUT_DIR output/lorac DATASETS.ROOT /data/imagenet/train \
       TEST.KNN_ROOT /data/imagenet
 
-Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists. Ctrl-C saves a
+Runs resume automatically from OUTPUT_DIR/last_checkpoint when it exists; with
+--resume-with-changes the resume may change SOLVER.BASE_LR, SOLVER.FINAL_LR, SOLVER.MAX_ITER and
+SOLVER.EPOCHS (a lower lr after a divergence, a longer schedule, a finished run extended), each
+change recorded in OUTPUT_DIR/config_changes.json and metrics.json. Ctrl-C saves a
 checkpoint after the current iteration and stops with status 130 (a second Ctrl-C stops at once,
 without one); the same command resumes.
 """
@@ -19,6 +22,7 @@ from datetime import timedelta
 from detectron2.engine import launch
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.config.resume import RESUME_FLAG, RESUME_FLAG_HELP
 from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
 from pretrain.engine.run import run_pretraining
 from pretrain.utils.distributed import set_fail_fast_env
@@ -29,12 +33,15 @@ __all__ = ["main", "train"]
 @exit_on_user_error
 def train(args: argparse.Namespace) -> None:
     """Set up, resume and train in one process (what ``launch`` runs in each worker)."""
-    run_pretraining(setup(args), stop_on_interrupt=True)
+    changes = args.resume_with_changes
+    run_pretraining(setup(args, changes), stop_on_interrupt=True, resume_with_changes=changes)
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = argument_parser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = argument_parser(__doc__.splitlines()[0])
+    parser.add_argument(RESUME_FLAG, action="store_true", help=RESUME_FLAG_HELP)
+    args = parser.parse_args(argv)
     # the process-group timeout is launch's to pass; the workers load the config again in setup()
     cfg = load_args_config(args)
     check_device(cfg.MODEL.DEVICE)  # once, before launch starts --num-gpus workers

@@ -1,10 +1,16 @@
-"""What a resumed run may change: the keys that alter neither the trained state nor the data order.
+"""What a resumed run may change: the keys that alter neither the trained state nor the data order,
+and, when asked for explicitly, the learning rate and the schedule's length.
 
 A run resumes from ``OUTPUT_DIR/last_checkpoint``; its ``config.yaml`` is the config that trained
-it. Resuming with another value of any other key (a queue size, a learning rate, a seed, the
-number of iterations, the data) would continue a different run from this one's state, and
-fvcore would only log a skipped tensor: :func:`check_resume_config` refuses it, naming each key
-with both values.
+it. Resuming with another value of any other key (a queue size, a seed, the data) would continue
+a different run from this one's state, and fvcore would only log a skipped tensor:
+:func:`check_resume_config` refuses it, naming each key with both values.
+
+The keys of :data:`RESUME_WITH_CHANGES` (a lower learning rate after a divergence, a longer or
+shorter schedule, a finished run extended) may change with ``--resume-with-changes``
+(``tools/train_pretrain.py``) only; the trainer then records each change
+(:mod:`pretrain.engine.config_changes`). Without the flag such a resume is refused as any other,
+in one line that names the flag.
 """
 
 from __future__ import annotations
@@ -18,7 +24,16 @@ from fvcore.common.config import CfgNode
 from pretrain.utils.errors import ConfigError
 from pretrain.utils.run_setup import CONFIG_FILE
 
-__all__ = ["RESUME_MAY_CHANGE", "check_resume_config", "config_changes"]
+__all__ = [
+    "RESUME_FLAG",
+    "RESUME_FLAG_HELP",
+    "RESUME_MAY_CHANGE",
+    "RESUME_WITH_CHANGES",
+    "changed_values",
+    "check_resume_config",
+    "config_changes",
+    "read_saved_config",
+]
 
 # Logging, checkpointing, loading speed, monitoring, timeouts: how a run is watched, not what it
 # computes (docs/layout.md lists them).
@@ -37,6 +52,17 @@ RESUME_MAY_CHANGE = (
     "TEST.KNN_ROOT",
 )
 
+# What a resume may change when asked to with RESUME_FLAG: the learning rate's scale and end, and
+# the schedule's length (docs/layout.md and README say what the schedule then is).
+RESUME_WITH_CHANGES = ("SOLVER.BASE_LR", "SOLVER.FINAL_LR", "SOLVER.MAX_ITER", "SOLVER.EPOCHS")
+RESUME_FLAG = "--resume-with-changes"
+RESUME_FLAG_HELP = (
+    f"resume although {', '.join(RESUME_WITH_CHANGES)} changed (a lower lr after a divergence, "
+    "a longer or shorter schedule, a finished run extended); the schedule is then the new "
+    "config's from the resume iteration on, and each change is recorded in the run "
+    "(config_changes.json, metrics.json, the previous config.yaml kept)"
+)
+
 
 def _flat(node: dict, prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
@@ -49,35 +75,74 @@ def _flat(node: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def changed_values(
+    saved: dict, cfg: CfgNode, may_change: Collection[str] = frozenset()
+) -> dict[str, tuple[object, object]]:
+    """``{KEY: (saved value, value now)}`` for every key whose value differs (keys of either
+    side; ``"<absent>"`` for a missing one), except :data:`RESUME_MAY_CHANGE` and
+    ``may_change``."""
+    old, new = _flat(saved), _flat(yaml.safe_load(cfg.dump()))
+    changes = {}
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if key not in RESUME_MAY_CHANGE and key not in may_change and was != now:
+            changes[key] = (was, now)
+    return changes
+
+
 def config_changes(
     saved: dict, cfg: CfgNode, may_change: Collection[str] = frozenset()
 ) -> list[str]:
     """``"KEY: saved X, now Y"`` for every key whose value differs (keys of either side),
     except :data:`RESUME_MAY_CHANGE` and a tool's own ``may_change``."""
-    old, new = _flat(saved), _flat(yaml.safe_load(cfg.dump()))
-    changes = []
-    for key in sorted(old.keys() | new.keys()):
-        was, now = old.get(key, "<absent>"), new.get(key, "<absent>")
-        if key not in RESUME_MAY_CHANGE and key not in may_change and was != now:
-            changes.append(f"{key}: saved {was!r}, now {now!r}")
-    return changes
+    return [
+        f"{key}: saved {was!r}, now {now!r}"
+        for key, (was, now) in changed_values(saved, cfg, may_change).items()
+    ]
 
 
-def check_resume_config(cfg: CfgNode, config_file: str = CONFIG_FILE) -> None:
-    """Raise :class:`ConfigError` when ``cfg.OUTPUT_DIR`` holds a checkpoint to resume from and
-    ``cfg`` differs from the saved ``config.yaml`` in a key outside :data:`RESUME_MAY_CHANGE`.
-    Nothing is checked (nor written) when there is no checkpoint or no saved config."""
-    out = cfg.OUTPUT_DIR
-    saved_path = os.path.join(out, config_file)
-    if not (os.path.isfile(os.path.join(out, "last_checkpoint")) and os.path.isfile(saved_path)):
-        return
+def read_saved_config(output_dir: str, config_file: str = CONFIG_FILE) -> dict | None:
+    """The saved ``config.yaml`` of a run to resume (a checkpoint and the file are there), as a
+    dict; ``None`` when there is nothing to resume."""
+    saved_path = os.path.join(output_dir, config_file)
+    if not (
+        os.path.isfile(os.path.join(output_dir, "last_checkpoint")) and os.path.isfile(saved_path)
+    ):
+        return None
     with open(saved_path) as f:
-        saved = yaml.safe_load(f) or {}
-    changes = config_changes(saved, cfg)
-    if changes:
+        return yaml.safe_load(f) or {}
+
+
+def check_resume_config(
+    cfg: CfgNode, with_changes: bool = False, config_file: str = CONFIG_FILE
+) -> dict[str, tuple[object, object]]:
+    """Raise :class:`ConfigError` when ``cfg.OUTPUT_DIR`` holds a checkpoint to resume from and
+    ``cfg`` differs from the saved ``config.yaml`` in a key outside :data:`RESUME_MAY_CHANGE`,
+    unless every such key is one of :data:`RESUME_WITH_CHANGES` and ``with_changes`` (the
+    command line's :data:`RESUME_FLAG`) allows them. Returns the changes allowed,
+    ``{KEY: (saved, now)}``, empty when nothing changed or there is nothing to resume. Reads
+    only: nothing is written."""
+    out = cfg.OUTPUT_DIR
+    saved = read_saved_config(out, config_file)
+    if saved is None:
+        return {}
+    changes = changed_values(saved, cfg)
+    allowed = {k: v for k, v in changes.items() if k in RESUME_WITH_CHANGES}
+    if changes and (not with_changes or len(allowed) < len(changes)):
+        saved_path = os.path.join(out, config_file)
+        listed = "; ".join(f"{k}: saved {was!r}, now {now!r}" for k, (was, now) in changes.items())
+        if len(allowed) == len(changes):
+            how = (
+                f"To resume with the new values pass {RESUME_FLAG} (each change is recorded in "
+                f"the run), or resume with the saved values (they are in {saved_path})"
+            )
+        else:
+            how = (
+                f"Resume with the saved values (they are in {saved_path}) or start afresh with "
+                f"another OUTPUT_DIR; {RESUME_FLAG} allows changes of "
+                f"{', '.join(RESUME_WITH_CHANGES)} only"
+            )
         raise ConfigError(
-            f"{out} holds a run to resume, trained with another config: "
-            + "; ".join(changes)
-            + ". Resume with the saved values (they are in "
-            + f"{saved_path}) or start afresh with another OUTPUT_DIR"
+            f"{out} holds a run to resume, trained with another config: {listed}. {how}"
         )
+    return allowed

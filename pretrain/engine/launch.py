@@ -152,11 +152,12 @@ def check_cpu_bfloat16(cfg: CfgNode) -> None:
         )
 
 
-def setup(args: argparse.Namespace) -> CfgNode:
+def setup(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
     """Load and validate the config, refuse CUDA where none is visible, join the process group,
-    hold OUTPUT_DIR (main process), set up logs and seeds."""
+    hold OUTPUT_DIR (main process), set up logs and seeds. ``resume_with_changes``: a resume may
+    change the keys of :data:`pretrain.config.resume.RESUME_WITH_CHANGES`."""
     cfg = load_args_config(args)
-    check_resume_config(cfg)  # before the first line goes to OUTPUT_DIR/log.txt
+    check_resume_config(cfg, resume_with_changes)  # before the first line goes to log.txt
     check_device(cfg.MODEL.DEVICE)
     check_data(cfg)
     # under torchrun or srun (one process per task): join the process group from their variables

@@ -23,15 +23,20 @@ logger = logging.getLogger(__name__)
 
 
 def run_pretraining(
-    cfg: CfgNode, extra_hooks: Sequence[HookBase] = (), stop_on_interrupt: bool = False
+    cfg: CfgNode,
+    extra_hooks: Sequence[HookBase] = (),
+    stop_on_interrupt: bool = False,
+    resume_with_changes: bool = False,
 ) -> PretrainTrainer:
     """Build the trainer of ``cfg`` (and ``extra_hooks``; ``stop_on_interrupt``: Ctrl-C saves a
     checkpoint and stops, as SIGTERM does), resume from
     ``OUTPUT_DIR/last_checkpoint`` when there is one, and train the iterations left; a run whose
-    last checkpoint is final is not trained again. Returns the trainer: ``start_iter`` (where
+    last checkpoint is final is not trained again. ``resume_with_changes``: the resume may change
+    the learning rate or the schedule's length (``--resume-with-changes``,
+    :mod:`pretrain.engine.config_changes`). Returns the trainer: ``start_iter`` (where
     this call started), ``max_iter``, and ``train_seconds`` (the time spent in ``train()``,
     0.0 when nothing was left)."""
-    trainer = PretrainTrainer(cfg, stop_on_interrupt)
+    trainer = PretrainTrainer(cfg, stop_on_interrupt, resume_with_changes)
     trainer.register_hooks(list(extra_hooks))
     trainer.resume()
     if trainer.start_iter >= trainer.max_iter:

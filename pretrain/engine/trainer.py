@@ -19,7 +19,7 @@ from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
 from pretrain.config.defaults import ConfigError, check_world_size
-from pretrain.config.resume import check_resume_config
+from pretrain.config.resume import RESUME_FLAG, check_resume_config
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -28,6 +28,7 @@ from pretrain.data.loader import (
     check_shared_memory,
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
+from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.evaluation.knn_monitor import build_knn_hook
@@ -105,7 +106,9 @@ class PretrainTrainer(SimpleTrainer):
     stopped.
     """
 
-    def __init__(self, cfg: CfgNode, stop_on_interrupt: bool = False) -> None:
+    def __init__(
+        self, cfg: CfgNode, stop_on_interrupt: bool = False, resume_with_changes: bool = False
+    ) -> None:
         world = comm.get_world_size()
         check_world_size(cfg, world)  # the rest was validated by load_config
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
@@ -114,16 +117,20 @@ class PretrainTrainer(SimpleTrainer):
         self.cfg = cfg
         # before anything is written: a resume with another config is refused (every rank; the
         # tools' setup() checked already, before its log file: this is for the library's users)
-        check_resume_config(cfg)
+        # resume_with_changes: a changed lr or schedule length is allowed, and recorded in resume()
+        self.config_changes = check_resume_config(cfg, resume_with_changes)
         self.train_seconds = 0.0  # time spent in train() by pretrain.engine.run.run_pretraining
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
             self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)
-            dump_run_info(cfg.OUTPUT_DIR, cfg)
+            # with changes, config.yaml is replaced when they are recorded (resume())
+            dump_run_info(cfg.OUTPUT_DIR, None if self.config_changes else cfg)
         self.source = build_source(cfg, "train")  # scanned once: ImageNet has 1.28M files
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
             cfg, len(self.source)
         )
+        if self.config_changes:  # before the hooks create their files
+            check_changed_schedule(cfg.OUTPUT_DIR, max_iter)
         model = build_model(cfg, world)
         optimizer = build_optimizer(cfg, model)
         if world > 1:
@@ -198,6 +205,8 @@ class PretrainTrainer(SimpleTrainer):
         if resumed:
             self.checkpointer.resume_or_load("", resume=True)
             self.start_iter = self.iter + 1
+            if self.config_changes:
+                apply_config_changes(self, self.config_changes)
             logger.info(
                 f"resumed from {self.checkpointer.get_checkpoint_file()}, "
                 f"continuing at iteration {self.start_iter}"
@@ -338,18 +347,20 @@ class PretrainTrainer(SimpleTrainer):
         if first_bad < 0:
             return
         out = self.cfg.OUTPUT_DIR
+        fix = "a lower SOLVER.BASE_LR, a larger LOSS.BETA or SOLVER.AMP.ENABLED False"
         if self.checkpointer.has_checkpoint():  # OUTPUT_DIR/last_checkpoint: the real last one
             last = (
                 f"the last checkpoint, {self.checkpointer.get_checkpoint_file()}, is intact and "
-                "the same command resumes from it"
+                f"the same command resumes from it (with {RESUME_FLAG} SOLVER.BASE_LR <lower>: "
+                "at a lower learning rate)"
             )
+            fix = "a larger LOSS.BETA or SOLVER.AMP.ENABLED False"
         else:
             last = f"no checkpoint was written in {out}"
-        # a resume keeps the saved config (pretrain/config/resume.py): a fix is a new OUTPUT_DIR
+        # a resume keeps the saved config but for RESUME_WITH_CHANGES (pretrain/config/resume.py)
         raise NonFiniteLossError(
-            f"non-finite loss at iteration {first_bad}; stopped: {last}. To train with a lower "
-            "SOLVER.BASE_LR, a larger LOSS.BETA or SOLVER.AMP.ENABLED False, start afresh in "
-            "another OUTPUT_DIR"
+            f"non-finite loss at iteration {first_bad}; stopped: {last}. To train with {fix}, "
+            "start afresh in another OUTPUT_DIR"
         )
 
     def _backward_and_step(self, total: torch.Tensor) -> None:

@@ -3,6 +3,7 @@ exit 2, no traceback, and the run directory byte for byte as it was (issue 34, f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,16 @@ def test_a_changed_key_is_refused_in_one_line_and_nothing_changes(tmp_path):
     again = _run(tiny_opts(data, out))
     assert again.returncode == 0 and "nothing left to train" in again.stderr + again.stdout
     assert (out / "model_final.pth").read_bytes() == before["model_final.pth"]
+    # issue 42: with --resume-with-changes a lower lr and a longer schedule extend the finished
+    # run, recorded (refused without the flag: tests/pretrain/engine/test_resume_with_changes.py)
+    longer = tiny_opts(data, out, **{"SOLVER.MAX_ITER": 8, "SOLVER.BASE_LR": 0.01})
+    r = _run(["--resume-with-changes", *longer])
+    assert r.returncode == 0, r.stderr[-2000:]
+    [entry] = json.loads((out / "config_changes.json").read_text())
+    assert entry["iteration"] == 6 and entry["max_iter"] == {"from": 6, "to": 8}
+    assert entry["changes"]["SOLVER.BASE_LR"]["to"] == 0.01
+    assert (out / "model_0000005.pth").read_bytes() == before["model_final.pth"]
+    assert (out / "config.before_change_1.yaml").read_bytes() == before["config.yaml"]
 
 
 def test_a_failed_rerun_changes_nothing(tmp_path):

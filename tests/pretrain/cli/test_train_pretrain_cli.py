@@ -4,6 +4,8 @@ last checkpoint or saying that none was written (finding 4)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -20,8 +22,10 @@ TOOL = "tools/train_pretrain.py"
 def test_help_offers_only_what_the_tool_does():
     r = run_tool([TOOL, "-h"])
     assert r.returncode == 0, r.output
-    for absent in ("--eval-only", "--resume", "MODEL.WEIGHTS", "jit.script"):
+    for absent in ("--eval-only", "MODEL.WEIGHTS", "jit.script"):
         assert absent not in r.output, absent
+    # detectron2's --resume: runs always resume (--resume-with-changes is another option)
+    assert not re.search(r"--resume(?![-\w])", r.output), r.output
     for present in ("--config-file", "--num-gpus", "--dist-url", "OUTPUT_DIR/last_checkpoint"):
         assert present in r.output, present
 
@@ -58,3 +62,7 @@ def test_a_non_finite_loss_names_the_real_last_checkpoint(tmp_path):
     last = tmp_path / "run" / "model_0000002.pth"
     assert str(e.value).startswith("non-finite loss at iteration 4; ")
     assert f"the last checkpoint, {last}, is intact" in str(e.value)
+    # issue 42: a lower lr need not start afresh: the message says how to resume with one
+    assert "the same command resumes from it (with --resume-with-changes SOLVER.BASE_LR" in str(
+        e.value
+    )
