@@ -5,11 +5,15 @@ counted as in the other sources."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 
 from pretrain.config.defaults import load_config
+from pretrain.data.datasets import build_source
+from pretrain.engine.launch import argument_parser, load_args_config
 from pretrain.engine.run import run_pretraining
-from tests.helpers import make_image_folder, tiny_opts
+from tests.helpers import ROOT, make_image_folder, tiny_opts
 from transfer.classification.demo import DEMO_CONFIG
 
 
@@ -33,3 +37,16 @@ def test_a_flat_folder_with_nested_subfolders_pretrains(tmp_path):
     metrics = [json.loads(line) for line in (out / "metrics.json").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == [0, 1]
     assert metrics[-1]["data/skipped_files"] == 2.0  # broken.jpg and zero.png, not the sidecar
+
+
+def test_the_readme_photos_command_loads_and_finds_the_photos(tmp_path):
+    """README's "Your own photos" command, parsed as the tool parses it, with ~/Pictures moved
+    to a generated folder: a valid config whose source lists the photos."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    [line] = [ln for ln in re.findall(r"^python tools/train_pretrain\.py .*$", text, flags=re.M)
+              if "DATASETS.TYPE imagefiles" in ln]  # fmt: skip
+    photos = make_image_folder(tmp_path / "Pictures", classes=2, per_class=2)
+    argv = [str(ROOT / a) if a.startswith("configs/") else a for a in shlex.split(line)[2:]]
+    argv = [str(photos) if a == "~/Pictures" else a for a in argv]
+    cfg = load_args_config(argument_parser("readme").parse_args(argv))
+    assert cfg.DATASETS.TYPE == "imagefiles" and len(build_source(cfg)) == 4
