@@ -64,12 +64,12 @@ def tool_command(
     port: int | str,
 ) -> list[str]:
     """The command line one node runs: ``python -m module`` with detectron2's multi-machine
-    ``launch`` flags (``node``, ``master`` and ``port`` may be placeholders, for ``--dry-run``)."""
+    ``launch`` flags (``node``, ``master`` and ``port`` may be placeholders, for ``--dry-run``)
+    before ``argv``, whose trailing ``KEY VALUE`` overrides would take in flags after them."""
     return [
         sys.executable,
         "-m",
         module,
-        *argv,
         "--num-gpus",
         str(procs_per_node),
         "--num-machines",
@@ -78,6 +78,7 @@ def tool_command(
         str(node),
         "--dist-url",
         f"tcp://{master}:{port}",
+        *argv,
     ]
 
 
@@ -112,5 +113,5 @@ class ToolJob(Checkpointable):
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
         # The tool saved periodic checkpoints itself; the requeued run continues from them.
-        argv = self.argv if "--resume" in self.argv else [*self.argv, "--resume"]
+        argv = self.argv if "--resume" in self.argv else ["--resume", *self.argv]  # not last
         return DelayedSubmission(ToolJob(self.module, argv, self.procs_per_node))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 import torch
 from detectron2.engine import default_argument_parser
@@ -12,6 +13,7 @@ from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.config.resume import check_resume_config
+from pretrain.data.datasets import FASHION_MNIST, read_class_list
 from pretrain.evaluation.knn_monitor import check_knn_root
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.distributed import maybe_init_distributed
@@ -21,6 +23,7 @@ from pretrain.utils.run_setup import setup_run
 
 __all__ = [
     "argument_parser",
+    "check_class_folders",
     "check_cpu_bfloat16",
     "check_data",
     "check_data_root",
@@ -110,12 +113,39 @@ def check_data_root(root: str) -> None:
         raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
 
 
+def check_class_folders(roots: Sequence[str], class_list: str, key: str) -> None:
+    """DatasetError unless the class list ``class_list`` (a file, or the shipped
+    ``imagenet100``: :func:`~pretrain.data.datasets.read_class_list`) reads and every root of
+    ``roots`` has a folder for each of its classes; ``key`` names the setting. Only the folder
+    names are listed, nothing inside them."""
+    try:
+        names = read_class_list(class_list)
+    except DatasetError as e:
+        raise DatasetError(f"{key}: {e}") from None
+    for root in roots:
+        with os.scandir(root) as entries:
+            folders = {e.name for e in entries if e.is_dir()}
+        missing = [n for n in names if n not in folders]
+        if missing:
+            raise DatasetError(
+                f"{root}: {len(missing)} classes of the class list have no folder, e.g. "
+                f"{missing[:5]} ({key} = {class_list!r})"
+            )
+
+
 def check_data(cfg: CfgNode) -> None:
     """The data a run reads is there: ``DATASETS.ROOT`` and, with the kNN monitor on, the
-    ``train/`` and ``val/`` of ``TEST.KNN_ROOT`` (the launch, and ``submit_pretrain`` before a
-    job waits in the queue)."""
+    ``train/`` and ``val/`` of ``TEST.KNN_ROOT``, and a folder in each for every class of
+    ``DATASETS.CLASS_LIST`` (the launch, and ``submit_pretrain`` and the study before a job
+    waits in the queue)."""
     check_data_root(cfg.DATASETS.ROOT)
     check_knn_root(cfg)
+    if not cfg.DATASETS.CLASS_LIST or cfg.DATASETS.TYPE == FASHION_MNIST:
+        return
+    roots = [cfg.DATASETS.ROOT]
+    if cfg.TEST.KNN_PERIOD > 0:  # the monitor reads the same classes of its train/ and val/
+        roots += [os.path.join(cfg.TEST.KNN_ROOT, sub) for sub in ("train", "val")]
+    check_class_folders(roots, cfg.DATASETS.CLASS_LIST, "DATASETS.CLASS_LIST")
 
 
 def check_cpu_bfloat16(cfg: CfgNode) -> None:

@@ -29,7 +29,14 @@ from transfer.analysis.study_records import INVOCATIONS
 from transfer.analysis.study_setup import Method, StudyOptions
 from transfer.analysis.study_stats import MethodSummary, summarize
 
-__all__ = ["TARGETS", "Invocation", "missing_section", "render_page", "seed_table"]
+__all__ = [
+    "TARGETS",
+    "Invocation",
+    "missing_section",
+    "prior_never_on_section",
+    "render_page",
+    "seed_table",
+]
 
 TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-views"}
 
@@ -62,6 +69,7 @@ def render_page(
     blocks = [
         _head(opt, results, found.title, invocation.stamp),
         missing_section(missing),
+        prior_never_on_section(opt, results),
         _findings(opt, found),
         _means(opt, summaries, png),
         [] if opt.sweep else _paired(found.table),
@@ -85,6 +93,39 @@ def missing_section(missing: Sequence[str]) -> list[str]:
         "",
         *(f"- {line}" for line in missing),
     ]
+
+
+def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> list[str]:
+    """The runs whose training ended before their prior turned on (a budget shorter than
+    ``LOSS.BETA_INF_EPOCHS``, as in a quick look): they trained with beta = inf throughout, as
+    MoCo-M does, so their numbers say nothing about the prior. [] when every prior turned on
+    (or the records, older than ``prior_on_iter``, do not say)."""
+    late: dict[str, list[Mapping]] = {}
+    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
+        on = r.get("prior_on_iter")
+        if on is not None and on >= r["max_iter"]:
+            late.setdefault(r["label"], []).append(r)
+    if not late:
+        return []
+    lines = [
+        "## The prior never turned on",
+        "",
+        "Training ended before the prior turns on (`LOSS.BETA_INF_EPOCHS`) in these runs: they "
+        "trained with β = ∞ throughout, MoCo-M's objective, so they are MoCo-M in all but name "
+        "and their numbers say nothing about the prior. A longer budget (`SOLVER.MAX_ITER`, "
+        "`SOLVER.EPOCHS`) or a shorter `LOSS.BETA_INF_EPOCHS` turns it on.",
+        "",
+    ]
+    for label, runs in late.items():
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        ends = sorted({r["max_iter"] for r in runs})
+        ons = sorted({r["prior_on_iter"] for r in runs})
+        lines.append(
+            f"- {label} (seed{'s' if len(runs) > 1 else ''} {seeds}): training ended at "
+            f"iteration {', '.join(map(str, ends))}; the prior would have turned on at "
+            f"iteration {', '.join(map(str, ons))}."
+        )
+    return lines
 
 
 def _markdown(table: Table) -> list[str]:

@@ -8,8 +8,8 @@ of the paper's experiments (--experiment) on a SLURM cluster.
   python tools/study.py --sweep views --seeds 0 1 2 -- SOLVER.EPOCHS 2.0  # Fig. 4b: study-views
   # Fig. 3 on ImageNet-100 as SLURM jobs (docs/cluster.md: every paper table, resources)
   python tools/study.py --experiment in100-beta --executor slurm DATASETS.ROOT /data/in1k/train
-  python tools/study.py --experiment in100-beta ... --dry-run   # every sbatch script
-  python tools/study.py --experiment in100-beta ... --status    # every run's state
+  python tools/study.py --experiment in100-beta --dry-run ...   # every sbatch script
+  python tools/study.py --experiment in100-beta --status ...    # every run's state
 
 The page goes to <output-dir>/results.md unless --results names another file (the Makefile's
 full targets write docs/). `--` ends a list option (--seeds, --methods) before the overrides.
@@ -19,7 +19,8 @@ unfinished one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) ma
 progress save a checkpoint at its next iteration first; the tool then exits with status 128 +
 the signal. With --executor slurm every run is a pretraining job and an evaluation job after
 it; running the command again submits only what is neither done nor queued (a failed run
-again) and writes the page once every run is done.
+again) and writes the page of the runs that are done, naming the others with their state
+(queued, running, failed); it ends with the `--status` command that shows them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import JobRequest
@@ -36,7 +38,7 @@ from transfer.cli.common import options_from_args, tool_parser
 from transfer.study import METHODS, StudyError, StudyInterrupted, StudyOptions, run_study
 from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_methods
 
-__all__ = ["main", "parse_args"]
+__all__ = ["main", "parse_args", "status_command"]
 
 _SWEEP_EXPERIMENTS = {"": "study", "beta": "study-beta", "views": "study-views"}
 
@@ -134,23 +136,39 @@ def _job_template(args: argparse.Namespace, exp: Experiment) -> JobRequest:
     )  # fmt: skip
 
 
-def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions) -> int:
+def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
+    """The command line of ``argv`` (this invocation's arguments) that shows its runs' states:
+    ``--status`` goes before the trailing ``KEY VALUE`` overrides ``opts`` (and the ``--`` that
+    may end a list option before them), where it is read as a flag; after them it would be read
+    as one more override."""
+    argv, opts = list(argv), list(opts)
+    at = len(argv) - len(opts) if opts and argv[len(argv) - len(opts) :] == opts else len(argv)
+    if at and argv[at - 1] == "--":
+        at -= 1
+    return shlex.join(["python", "tools/study.py", *argv[:at], "--status", *argv[at:]])
+
+
+def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_line: str) -> int:
     from transfer.study.config import load_experiment_configs
     from transfer.study.slurm import plan_runs
     from transfer.study.slurm_driver import run_on_slurm
 
     planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
-    return run_on_slurm(exp, opt, planned, dry_run_only=args.dry_run, status=args.status)
+    return run_on_slurm(
+        exp, opt, planned, dry_run_only=args.dry_run, status=args.status, status_line=status_line
+    )
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(["python", "tools/study.py", *(sys.argv[1:] if argv is None else argv)])
+    given = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "tools/study.py", *given])
+    status_line = status_command(given, args.opts)  # before study_options fills in args
     exp = _experiment(args)
     opt = study_options(args, exp, command)
     if args.executor == "slurm" or args.dry_run or args.status:
-        return _slurm(args, exp, opt)
+        return _slurm(args, exp, opt, status_line)
     if exp.cluster:
         raise StudyError(
             f"--experiment {exp.name} is an ImageNet experiment for a cluster: add "

@@ -21,6 +21,7 @@ __all__ = [
     "load_experiment_configs",
     "load_method_configs",
     "prior_never_on",
+    "prior_on_iter",
 ]
 
 FASHION_MNIST_CLASSES = 10
@@ -92,6 +93,17 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     return cfgs
 
 
+def prior_on_iter(cfg: CfgNode, images: int) -> int | None:
+    """The iteration at which a run of ``cfg`` on ``images`` training images turns its prior on
+    (beta = inf before it: ``LOSS.BETA_INF_EPOCHS``); None for a method without a prior. A run
+    that ends at or before it trained as MoCo-M."""
+    from pretrain.engine.trainer import schedule_lengths
+
+    if cfg.LOSS.PRIOR == "none":
+        return None
+    return schedule_lengths(cfg, images)[2]
+
+
 def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
     """A one-line warning when a method with a prior stops training before the prior turns on
     (training ends at or before the ``LOSS.BETA_INF_EPOCHS`` iterations, as with
@@ -109,11 +121,11 @@ def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
         if where not in sizes:
             sizes[where] = len(build_source(cfg, "train"))
         try:
-            _, max_iter, beta_inf_iters = schedule_lengths(cfg, sizes[where])
+            max_iter, on = schedule_lengths(cfg, sizes[where])[1], prior_on_iter(cfg, sizes[where])
         except ConfigError:  # a batch larger than the data: the run itself says so
             continue
-        if beta_inf_iters >= max_iter:
-            late.append(f"{opt.method_table[m].label} at iteration {beta_inf_iters}")
+        if on is not None and on >= max_iter:
+            late.append(f"{opt.method_table[m].label} at iteration {on}")
             ends.add(max_iter)
     if not late:
         return ""

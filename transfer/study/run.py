@@ -77,12 +77,17 @@ def run_log(run_dir: str) -> Iterator[None]:
 
 
 def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, seconds: float) -> dict:
-    """What ``train_stats.json`` holds: the run's length, and the time and speed of the
-    iterations run by the invocation (or job) that finished training, from ``start_iter``."""
+    """What ``train_stats.json`` holds: the run's length, the iteration its prior turned on at
+    (None: no prior; at or after ``max_iter``: never, the page says so), and the time and speed
+    of the iterations run by the invocation (or job) that finished training, from
+    ``start_iter``."""
+    from .config import prior_on_iter
+
     trained = max_iter - start_iter
     return {
         "epochs": float(cfg.SOLVER.EPOCHS),
         "max_iter": max_iter,
+        "prior_on_iter": prior_on_iter(cfg, images),
         "ims_per_batch": int(cfg.SOLVER.IMS_PER_BATCH),
         "train_images": images,
         "views": int(cfg.INPUT.LARGE_CROPS + cfg.INPUT.SMALL_CROPS),

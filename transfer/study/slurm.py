@@ -110,10 +110,12 @@ def _evaluation_request(
             tasks_per_node=1,
         )  # fmt: skip
     probe = _probe_dir(run)
+    # the classes the run pretrained on (ImageNet-100 from an ImageNet-1K root: its class list)
+    classes = ["DATA.CLASS_LIST", cfg.DATASETS.CLASS_LIST] if cfg.DATASETS.CLASS_LIST else []
     return dataclasses.replace(
         template, entry="linear_probe", nodes=1, config_file=exp.evaluation.config_for(m),
         args=["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
-              "--data-root", _eval_data_root(cfg), "--name", label],
+              "--data-root", _eval_data_root(cfg), "--name", label, *classes],
     )  # fmt: skip
 
 
@@ -187,6 +189,14 @@ def _queue() -> dict[str, str]:
         out = subprocess.run(
             ["squeue", "-h", "-o", "%i|%T"], capture_output=True, text=True, timeout=60, check=True
         ).stdout
+    except subprocess.CalledProcessError as e:
+        # SLURM's own words say why (its controller down, a bad SLURM_CONF); the exit status
+        # alone does not
+        said = "; ".join(ln.strip() for ln in (e.stderr or "").splitlines() if ln.strip())
+        raise StudyError(
+            f"cannot ask SLURM for the queue: squeue exited with status {e.returncode}: "
+            f"{said or 'no message'}"
+        ) from None
     except (OSError, subprocess.SubprocessError) as e:
         raise StudyError(f"cannot ask SLURM for the queue (squeue): {e}") from None
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
@@ -277,30 +287,57 @@ def status_table(states: Sequence[RunState]) -> str:
 
 
 def _record_submission(output_dir: str, key: str, jobs: dict[str, str]) -> None:
+    """Called after each job is submitted, not once per run: a run whose pretraining job is in
+    the queue when its evaluation job is refused is queued (and not submitted again)."""
     ledger = read_ledger(output_dir)
     stamp = datetime.datetime.now().isoformat(timespec="seconds")
     ledger[key] = {**jobs, "submitted": stamp}
     write_json(os.path.join(output_dir, LEDGER), ledger)
 
 
+def _check_probe_data(p: PlannedRun) -> None:
+    """A linear-probe evaluation's ``train/`` and ``val/``, each with a folder for every class
+    of the run's ``DATASETS.CLASS_LIST``."""
+    if p.evaluate.entry != "linear_probe":
+        return
+    from pretrain.engine.launch import check_class_folders
+
+    root = _eval_data_root(p.cfg)
+    splits = [os.path.join(root, sub) for sub in ("train", "val")]
+    for split in splits:
+        if not os.path.isdir(split):
+            raise StudyError(
+                f"{split}: no such directory, which the linear probe of {p.key} reads (train/ "
+                "and val/ under DATASETS.ROOT's parent when DATASETS.ROOT ends in train, else "
+                "under DATASETS.ROOT)"
+            )
+    if p.cfg.DATASETS.CLASS_LIST:
+        check_class_folders(splits, p.cfg.DATASETS.CLASS_LIST, "DATASETS.CLASS_LIST")
+
+
 def check_requests(planned: Sequence[PlannedRun]) -> None:
-    """Every job's request checked and its pretraining config resolved (for its world size), so
-    that an impossible request is refused before anything is written or submitted."""
+    """Every job's request checked, its pretraining config resolved (for its world size) and
+    the data of both its jobs found (roots, the kNN monitor's and the probe's ``train/`` and
+    ``val/``, a folder for each class of the class list), so that an impossible request or a
+    missing folder is refused before anything is written or submitted, not in a job after its
+    wait in the queue."""
     for p in planned:
         p.pretrain.check()
         build_job(p.pretrain)
         check_pretrain_data(p.pretrain)
         p.evaluate.check()
+        _check_probe_data(p)
 
 
 def submit_experiment(
     planned: Sequence[PlannedRun], output_dir: str, say: Callable[[str], object]
-) -> int:
+) -> tuple[int, int]:
     """Submit what is neither done nor queued; ``say`` gets one line per run. Returns the number
-    of runs submitted now; :func:`check_requests` first."""
-    submitted = 0
+    of runs submitted now and of those already queued; :func:`check_requests` first."""
+    submitted, queued = 0, 0
     for s in run_states(planned, output_dir):
         p = s.run
+        queued += s.queued
         if s.state == "done" or s.queued:
             say(f"{p.key}: {s.state}" + (f" (job {s.job_id}), left alone" if s.queued else ""))
             continue
@@ -317,6 +354,7 @@ def submit_experiment(
         after = []
         if not os.path.isfile(p.paths.checkpoint):  # no final checkpoint yet: (re)train first
             jobs["pretrain"] = submit(p.pretrain).job_id
+            _record_submission(output_dir, p.key, jobs)
             after = [jobs["pretrain"]]
         else:
             why += ", evaluation only (pretraining finished)"
@@ -324,4 +362,4 @@ def submit_experiment(
         _record_submission(output_dir, p.key, jobs)
         say(f"{p.key}: {why}: " + ", ".join(f"{k} job {v}" for k, v in jobs.items()))
         submitted += 1
-    return submitted
+    return submitted, queued

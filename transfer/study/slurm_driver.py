@@ -12,7 +12,7 @@ from pretrain.utils.locks import exclusive_dir_lock
 from transfer.analysis.study_page import missing_section
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
-from .driver import collect_results
+from .driver import collect_results, write_page_when_complete
 from .experiments import Experiment
 from .report import write_report
 from .slurm import (
@@ -30,8 +30,11 @@ __all__ = ["run_on_slurm"]
 
 
 def _missing_lines(states: Sequence[RunState]) -> list[str]:
+    """A line per run without a result: its state (a queued run's job, a failed run's log)."""
     return [
-        f"{s.run.label} (`{s.run.key}`): {s.state}" + (f", log `{s.log}`" if s.log else "")
+        f"{s.run.label} (`{s.run.key}`): {s.state}"
+        + (f" (job {s.job_id})" if s.queued else "")
+        + (f", log `{s.log}`" if s.log else "")
         for s in states
         if s.state != "done"
     ]
@@ -84,16 +87,33 @@ def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -
     atomic_write_bytes(opt.results, _probe_page(exp, opt, states).encode())
 
 
+def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
+    """The page of the runs that are done, the others named with their state as it is after
+    this invocation's submissions (a run submitted now is queued, not "not started")."""
+    states = run_states(planned, opt.output_dir)
+    if not any(s.state == "done" for s in states):
+        return
+    write_page(exp, opt, states)
+    left = sum(s.state != "done" for s in states)
+    print(f"wrote {opt.results}" + (f" ({left} run(s) missing)" if left else ""))
+    # the last evaluation job writes the whole page when it ends; had it ended after the states
+    # above were read, this page would hide its result: write the whole page then
+    if left and exp.evaluation.tool == "study" and write_page_when_complete(opt):
+        print(f"wrote {opt.results} (every run done)")
+
+
 def run_on_slurm(
     exp: Experiment,
     opt: StudyOptions,
     planned: Sequence[PlannedRun],
     dry_run_only: bool = False,
     status: bool = False,
+    status_line: str = "",
 ) -> int:
     """``--dry-run``: print every job; ``--status``: print every run's state; else submit what
-    is neither done nor queued (under the study's lock) and, when no run is queued, write the
-    page of what is done."""
+    is neither done nor queued (under the study's lock) and write the page of what is done,
+    naming the others with their state. ``status_line``: the command that shows the states
+    (``--status`` before the overrides), printed at the end."""
     if dry_run_only:
         if exp.hours:
             print(
@@ -109,13 +129,8 @@ def run_on_slurm(
     check_slurm_reachable()
     os.makedirs(opt.output_dir, exist_ok=True)
     with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
-        states = run_states(planned, opt.output_dir)
-        if any(s.state == "done" for s in states) and not any(s.queued for s in states):
-            write_page(exp, opt, states)
-            print(f"wrote {opt.results}" + ("" if all(s.state == "done" for s in states) else
-                  f" ({sum(s.state != 'done' for s in states)} run(s) missing)"))  # fmt: skip
-        submitted = submit_experiment(planned, opt.output_dir, print)
-    queued = sum(s.queued for s in states)
-    print(f"{submitted} run(s) submitted now, {queued} already queued; "
-          f"`{opt.command} --status` shows them")  # fmt: skip
+        submitted, queued = submit_experiment(planned, opt.output_dir, print)
+        _write_partial_page(exp, opt, planned)
+    shows = f"`{status_line}`" if status_line else "--status"
+    print(f"{submitted} run(s) submitted now, {queued} already queued; {shows} shows them")
     return 0

@@ -79,9 +79,10 @@ def test_dry_run_tool_entry_shows_the_per_node_launch(tmp_path, capsys):
     assert CLI(argv) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks-per-node=1" in out and "#SBATCH --gpus-per-node=8" in out
-    assert ("-m transfer.cli.train_net --config-file configs/x.yaml MODEL.WEIGHTS w.pkl "
-            "--num-gpus 8 --num-machines 2 --machine-rank <node id> --dist-url "
-            "tcp://<first node>:<port from job id>") in out  # fmt: skip
+    # the launch flags before the tool's arguments: after its overrides they would be read as one
+    assert ("-m transfer.cli.train_net --num-gpus 8 --num-machines 2 --machine-rank <node id> "
+            "--dist-url tcp://<first node>:<port from job id> --config-file configs/x.yaml "
+            "MODEL.WEIGHTS w.pkl") in out  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -157,8 +158,8 @@ def test_tool_job_passes_launch_flags_and_resumes_when_requeued(tmp_path, monkey
     ex = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
     assert ex.submit(job).result() == 0
     argv = (tmp_path / "argv").read_text()
-    assert re.fullmatch(r"--config-file c.yaml --num-gpus 2 --num-machines 1 --machine-rank 0 "
-                        r"--dist-url tcp://127\.0\.0\.1:\d+", argv), argv  # fmt: skip
+    assert re.fullmatch(r"--num-gpus 2 --num-machines 1 --machine-rank 0 --dist-url "
+                        r"tcp://127\.0\.0\.1:\d+ --config-file c.yaml", argv), argv  # fmt: skip
     again = job.checkpoint().function
-    assert again.argv == ["--config-file", "c.yaml", "--resume"]
+    assert again.argv == ["--resume", "--config-file", "c.yaml"]
     assert again.checkpoint().function.argv == again.argv  # added once

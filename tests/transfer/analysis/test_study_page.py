@@ -54,3 +54,28 @@ def test_committed_page_is_rendered_again_from_its_records(name, monkeypatch):
     invocation = dataclasses.replace(invocation, logged=logged)
     png = f"docs/{name[:-3]}.png"
     assert render_page(opt, results, png, invocation) == page
+
+
+def test_the_page_names_the_runs_whose_prior_never_turned_on():
+    """A budget that ends before LOSS.BETA_INF_EPOCHS (a quick look) trains LORAC as MoCo-M: the
+    page gave both their identical numbers and no word of it. It now names those runs; runs
+    whose prior turned on (and records from before `prior_on_iter`) add nothing."""
+    from tests.helpers.analysis import study_record
+    from transfer.analysis.study_page import prior_never_on_section
+    from transfer.analysis.study_setup import StudyOptions
+
+    opt = StudyOptions(seeds=(0, 1), methods=("lorac", "mocom"))
+    late = [study_record("lorac", "LORAC", s, 80.0, 6.0, prior_on_iter=64) for s in (0, 1)]
+    mocom = [study_record("mocom", "MoCo-M", s, 80.0, 6.0, prior_on_iter=None) for s in (0, 1)]
+    page = render_page(opt, late + mocom, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    section = page.split("## The prior never turned on\n\n", 1)[1].split("\n## ", 1)[0]
+    assert "MoCo-M in all but name" in section
+    assert (
+        "- LORAC (seeds 0, 1): training ended at iteration 10; the prior would have turned on "
+        "at iteration 64." in section.splitlines()
+    )
+    assert "MoCo-M (" not in section  # it has no prior to turn on
+    on_time = [dict(r, prior_on_iter=4) for r in late]
+    assert prior_never_on_section(opt, on_time + mocom) == []
+    older = [{k: v for k, v in r.items() if k != "prior_on_iter"} for r in late + mocom]
+    assert prior_never_on_section(opt, older) == []

@@ -1,16 +1,20 @@
 """`tools/study.py --executor slurm` without a cluster: `--dry-run` prints every job's sbatch
 script with its dependencies and writes nothing; `--status` shows every run's state of a
-half-finished experiment (a fake `squeue` stands in for SLURM's queue)."""
+half-finished experiment (a fake `squeue` stands in for SLURM's queue, a fake `sbatch` for its
+submissions); the `--status` line a submission prints runs as printed."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import tiny_opts
-from tests.helpers.analysis import exit_status, make_fashion_mnist
+from tests.helpers.analysis import exit_status, make_fashion_mnist, study_record
 from tests.helpers.mistakes import snapshot
 from transfer.cli.study import main as study_main
 from transfer.study.experiments import IN100_BETAS
@@ -55,6 +59,9 @@ def test_dry_run_of_in100_beta_prints_a_job_per_run_and_a_dependent_evaluation(
         assert "#SBATCH --kill-on-invalid-dep=yes" in ev
         assert "-m transfer.cli.linear_probe" in ev
         assert f"{run}/model_final.pth" in ev and "--data-root /data/imagenet " in ev
+        # on the 100 classes the run pretrained on, not all of ImageNet-1K's; the launch flags
+        # before the overrides (after them they would be read as overrides)
+        assert re.search(r"--dist-url tcp://.* --config-file .* DATA\.CLASS_LIST imagenet100\n", ev)
 
 
 def _fake_squeue(bin_dir: Path, lines: list[str]) -> None:
@@ -131,3 +138,100 @@ def test_an_imagenet_experiment_page_shows_the_runs_done_and_names_the_missing(t
     assert "| LORAC | 2/2 | 71.00 ± 0.71 | 0: 70.50, 1: 71.50 |" in page
     assert "| MoCo-M | 1/2 | 69.00 ± n/a | 0: 69.00 |" in page
     assert "## Missing runs (1)" in page and "- MoCo-M seed 1 (`mocom_seed1`): not started" in page
+
+
+def _fake_slurm(bin_dir: Path, refuse: int = 0) -> Path:
+    """``sbatch`` that numbers the jobs 1, 2, ... and lists each as PENDING for ``squeue``
+    (refusing the ``refuse``-th submission, as SLURM refuses a job), and an ``srun``."""
+    bin_dir.mkdir()
+    scripts = {
+        "sbatch": f"""n=$(( $(cat {bin_dir}/count 2>/dev/null || echo 0) + 1 ))
+echo $n > {bin_dir}/count
+if [ $n = {refuse} ]; then echo "sbatch: error: invalid account" >&2; exit 1; fi
+echo "$n|PENDING" >> {bin_dir}/queue
+echo "Submitted batch job $n"
+""",
+        "squeue": f"cat {bin_dir}/queue 2>/dev/null; exit 0\n",
+        "srun": "exit 0\n",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _status_rows(out: str) -> dict[str, list[str]]:
+    return {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if line.startswith("|") and (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
+
+
+def _slurm_argv(tmp_path: Path, out: Path, methods: list[str]) -> list[str]:
+    root = make_fashion_mnist(tmp_path / "fm", n_train=40, n_test=20)
+    opts = tiny_opts(root, out, **{"DATASETS.TYPE": "fashion_mnist"})
+    return ["--experiment", "study-beta", "--output-dir", str(out), "--seeds", "0", "--jobs", "1",
+            "--executor", "slurm", "--methods", *methods, "--", *opts]  # fmt: skip
+
+
+def test_the_printed_status_line_runs_and_the_page_shows_queued_runs_as_queued(
+    tmp_path, monkeypatch, capsys
+):
+    """One run done, one submitted now (a fake sbatch; squeue lists its jobs as pending). The
+    `--status` line the submission prints put `--status` after the overrides, where it was
+    read as one more (exit 2); now it runs as printed and shows the new run's job. The page
+    written with it named that run "not started"; now it names it queued, with its job."""
+    out = tmp_path / "exp"
+    argv = _slurm_argv(tmp_path, out, ["lorac_beta1", "lorac_beta2"])
+    (out / "lorac_beta1_seed0").mkdir(parents=True)
+    done = study_record("lorac_beta1", "LORAC β=1", 0, 80.0, 7.0)
+    (out / "lorac_beta1_seed0" / "study.json").write_text(json.dumps(done))
+    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path / 'bin')}:/usr/bin:/bin")
+    assert exit_status(study_main, argv) == 0
+    printed = capsys.readouterr().out
+    assert "lorac_beta2_seed0: submitted: pretrain job 1, evaluate job 2" in printed, printed
+    page = (out / "results.md").read_text()
+    assert "- LORAC β=2 seed 0 (`lorac_beta2_seed0`): pretraining: PENDING (job 1)" in page
+    line = re.search(r"`(python tools/study\.py .*)` shows them", printed).group(1)
+    command = shlex.split(line)
+    assert command[:2] == ["python", "tools/study.py"]
+    assert exit_status(study_main, command[2:]) == 0  # as a shell runs it, less the interpreter
+    rows = _status_rows(capsys.readouterr().out)
+    assert rows["lorac_beta1_seed0"] == ["done", "-", "10", "linear 81.00%"]
+    assert rows["lorac_beta2_seed0"] == ["pretraining: PENDING", "1", "-", "-"]
+
+
+def test_a_run_whose_evaluation_job_is_refused_shows_its_queued_pretraining(
+    tmp_path, monkeypatch, capsys
+):
+    """sbatch takes a run's pretraining job and refuses its evaluation job: the run's queued
+    job is kept in the ledger at once, so `--status` shows it queued (it said "not started")
+    and the next submission leaves it alone instead of submitting it a second time."""
+    out = tmp_path / "exp"
+    argv = _slurm_argv(tmp_path, out, ["lorac_beta1"])
+    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path / 'bin', refuse=2)}:/usr/bin:/bin")
+    assert exit_status(study_main, argv) == 2
+    assert "error: sbatch rejected the job: invalid account" in capsys.readouterr().err
+    at = argv.index("--")
+    assert exit_status(study_main, [*argv[:at], "--status", *argv[at:]]) == 0
+    rows = _status_rows(capsys.readouterr().out)
+    assert rows["lorac_beta1_seed0"] == ["pretraining: PENDING", "1", "-", "-"]
+    assert exit_status(study_main, argv) == 0
+    assert "lorac_beta1_seed0: pretraining: PENDING (job 1), left alone" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seeds", "0", "--executor", "slurm", "SOLVER.MAX_ITER", "20"],
+        ["--methods", "lorac", "--", "SOLVER.MAX_ITER", "20", "--status"],  # a flag as a value
+        ["--executor", "slurm", "--methods", "lorac"],  # no overrides
+    ],
+)
+def test_the_status_command_puts_status_before_the_overrides(argv):
+    from transfer.cli.study import parse_args, status_command
+
+    args = parse_args(argv)
+    again = parse_args(shlex.split(status_command(argv, args.opts))[2:])
+    assert again.status and again.opts == args.opts and again.methods == args.methods

@@ -1,5 +1,7 @@
 """`tools/study.py` with plausible mistakes, each in a real process: exit 2, one `error:` line,
-no traceback, and nothing written (no run directory, no page, no docs/)."""
+no traceback, and nothing written (no run directory, no page, no docs/); with `--executor slurm`
+nothing submitted either (a missing folder is found before SLURM is asked, not in a job after its
+wait in the queue)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import tiny_opts
-from tests.helpers.analysis import make_fashion_mnist
-from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
+from tests.helpers.analysis import exit_status, make_fashion_mnist
+from tests.helpers.mistakes import ToolResult, assert_user_error, run_tool, snapshot
+from transfer.cli.study import main as study_main
 
 # (what the user got wrong, arguments after the data overrides' options, a piece of the error)
 MISTAKES = [
@@ -51,3 +54,79 @@ def test_slurm_executor_off_a_cluster_writes_nothing(tmp_path, data):
     argv += ["--executor", "slurm", *opts]
     result = run_tool(argv, cwd=tmp_path, PATH=str(tmp_path / "no-slurm-here"))
     assert_user_error(result, before, tmp_path, match="cannot ask SLURM")
+
+
+def _in_process(argv: list[str], capsys) -> ToolResult:
+    """``tools/study.py argv`` in this process (its exit status, its output): what a process
+    adds, the interpreter's start, costs more than the check itself."""
+    capsys.readouterr()
+    code = exit_status(study_main, argv)
+    out, err = capsys.readouterr()
+    return ToolResult(["tools/study.py", *argv], code, out, err)
+
+
+def _fake_squeue(bin_dir: Path, body: str) -> str:
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\n" + body)
+    (bin_dir / "squeue").chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+@pytest.fixture(scope="module")
+def imagenet(tmp_path_factory) -> Path:
+    """An ImageNet-style root (class folders, no images: only the folders are looked at before
+    a submission) with ``train/`` holding both classes of ``classes.txt`` and ``val/`` one."""
+    root = tmp_path_factory.mktemp("imagenet")
+    for folder in ("train/n01", "train/n02", "val/n01", "probe/train/n01", "probe/train/n02"):
+        (root / folder).mkdir(parents=True)
+    (root / "classes.txt").write_text("n01\nn02\n")
+    return root
+
+
+# (what the user got wrong, overrides after the experiment's, a piece of the error); every row is
+# `--experiment in100-beta --executor slurm` with DATASETS.ROOT <imagenet>/train
+DATA_MISTAKES = [
+    ("class list not there", {"DATASETS.CLASS_LIST": "{root}/nope.txt"},
+     "DATASETS.CLASS_LIST: {root}/nope.txt: no such class-list file"),
+    # the configs' imagenet100 list against a root without those classes (a copy of another set)
+    ("classes of imagenet100 missing", {}, "{root}/train: 100 classes of the class list have no"),
+    ("class missing from the kNN's val/", {"DATASETS.CLASS_LIST": "{root}/classes.txt"},
+     "{root}/val: 1 classes of the class list have no folder, e.g. ['n02']"),
+    # the linear probe reads train/ and val/ beside DATASETS.ROOT: val/ is not there
+    ("no val/ for the probe", {"DATASETS.ROOT": "{root}/probe/train", "TEST.KNN_PERIOD": 0,
+     "DATASETS.CLASS_LIST": "{root}/classes.txt"}, "{root}/probe/val: no such directory"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("what,overrides,match", DATA_MISTAKES, ids=[m[0] for m in DATA_MISTAKES])
+def test_an_experiments_data_is_checked_before_anything_is_submitted(
+    tmp_path, imagenet, monkeypatch, capsys, what, overrides, match
+):
+    """Each run's pretraining data (root, class list, the kNN monitor's train/ and val/) and its
+    probe's: a missing file or folder was found by the job on a node after its queue wait."""
+    out = tmp_path / "out"
+    given = {"DATASETS.ROOT": "{root}/train", "TEST.KNN_ROOT": "{root}", **overrides}
+    opts = [str(x).format(root=imagenet) for kv in given.items() for x in kv]
+    # an squeue that fails the test if SLURM is asked at all
+    monkeypatch.setenv("PATH", _fake_squeue(tmp_path / "bin", "echo squeue asked; exit 3\n"))
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    argv = ["--experiment", "in100-beta", "--seeds", "0", "--methods", "lorac_beta1",
+            "--output-dir", str(out), "--executor", "slurm", *opts]  # fmt: skip
+    result = _in_process(argv, capsys)
+    assert_user_error(result, before, tmp_path, match=match.format(root=imagenet))
+    assert "squeue asked" not in result.output
+
+
+def test_slurm_down_says_what_slurm_says(tmp_path, data, monkeypatch, capsys):
+    """squeue failing (the controller down) gave `... returned non-zero exit status 1`; the one
+    line now carries SLURM's own reason."""
+    out, results = tmp_path / "out", tmp_path / "docs" / "results.md"
+    opts = tiny_opts(data, out, **{"DATASETS.TYPE": "fashion_mnist", "SOLVER.MAX_ITER": 2})
+    down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    monkeypatch.setenv("PATH", _fake_squeue(tmp_path / "bin", f"echo '{down}' >&2; exit 1\n"))
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    argv = ["--output-dir", str(out), "--results", str(results), "--executor", "slurm", *opts]
+    result = _in_process(argv, capsys)
+    assert_user_error(result, before, tmp_path, match=f"squeue exited with status 1: {down}")

@@ -1,6 +1,6 @@
 """The study's first contact (issue 34): a quick look (the example in `tools/study.py -h`) writes
-its page under its output directory, never the committed docs/, and says when training ends
-before LORAC's prior turns on (then LORAC equals MoCo-M)."""
+its page under its output directory, never the committed docs/, and says, on the console and on
+its page, when training ends before LORAC's prior turns on (then LORAC equals MoCo-M)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def test_a_quick_look_writes_under_its_output_dir_and_warns_that_the_prior_never
     log = (tmp_path / "output" / "study" / "log.txt").read_text()
     assert log.count(warning) == 1, log
     assert warning in capsys.readouterr().out
+    # the page, which showed LORAC and MoCo-M with the same numbers and no word of why, names
+    # the runs that trained as MoCo-M
+    text = page.read_text()
+    assert "## The prior never turned on" in text and "MoCo-M in all but name" in text
+    assert (
+        "- LORAC (seed 0): training ended at iteration 2; the prior would have turned on at "
+        "iteration 64." in text.splitlines()
+    )
 
 
 def test_no_warning_when_the_prior_turns_on(tmp_path):
