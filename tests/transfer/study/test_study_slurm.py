@@ -2,14 +2,17 @@
 2-value beta sweep x 1 seed with tiny budgets, from one command to its page.
 
 A second invocation while the jobs run submits nothing; cancelling one run's pretraining job
-(SLURM then cancels its evaluation) makes the next invocation resubmit that run only; the
-finished page and records equal those of a local run of the same experiment."""
+(SLURM then cancels its evaluation) makes the next invocation resubmit that run only, and the
+`--status` line it prints runs as printed; the finished page and records equal those of a local
+run of the same experiment."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import pytest
 
 from tests.helpers import tiny_opts
 from tests.helpers.analysis import exit_status, make_fashion_mnist
+from tests.helpers.mistakes import REPO
 from tests.slurm.jobtools import wait_for_job
 from transfer.cli.study import main as study_main
 from transfer.study.slurm import LEDGER
@@ -72,6 +76,26 @@ def _tables(page: str) -> list[str]:
     return keep
 
 
+def _the_printed_status_line_runs(printed: str, jobs: dict[str, dict]) -> None:
+    """The `--status` line the submission ends with, run as printed (by a shell, from the
+    repository, `python` the test's interpreter): exit 0 and a table with each run's job (it
+    failed: `--status` came after the overrides, which took it for one)."""
+    line = re.search(r"`(python tools/study\.py .*)` shows them", printed)[1]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    result = subprocess.run(line, shell=True, cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {
+        cells[0]: cells[1:]
+        for ln in result.stdout.splitlines()
+        if ln.startswith("|") and (cells := [c.strip() for c in ln.strip("|").split("|")])
+    }
+    assert rows["run"] == ["state", "job id", "iteration", "last metric"], result.stdout
+    for m in METHODS:  # queued, running or already done, by its own jobs
+        state, job = rows[f"{m}_seed0"][:2]
+        assert re.fullmatch(r"(pretraining|evaluation): [A-Z_]+|done", state), rows
+        assert job in (jobs[m]["pretrain"], jobs[m]["evaluate"]), rows
+
+
 def test_a_beta_sweep_through_slurm_submits_once_resubmits_a_killed_run_and_writes_its_page(
     cluster, tmp_path, capsys
 ):
@@ -100,10 +124,14 @@ def test_a_beta_sweep_through_slurm_submits_once_resubmits_a_killed_run_and_writ
     assert re.search(rf"lorac_beta2_seed0: job {killed['pretrain']} failed \(log .*\): "
                      "resubmitted: pretrain job \\d+, evaluate job \\d+", third), third  # fmt: skip
     assert "1 run(s) submitted now" in third
-    partial = page.read_text()  # written while nothing was queued: the missing run is named
-    assert "## Missing runs (1)" in partial and "(`lorac_beta2_seed0`): failed, log" in partial
     again = json.loads((out / LEDGER).read_text())["lorac_beta2_seed0"]
     assert again["pretrain"] != killed["pretrain"]
+    # written after the resubmission: the missing run is named with its new job, as queued
+    partial = page.read_text()
+    assert "## Missing runs (1)" in partial
+    assert re.search(rf"\(`lorac_beta2_seed0`\): pretraining: [A-Z]+ \(job {again['pretrain']}\)",
+                     partial), partial  # fmt: skip
+    _the_printed_status_line_runs(third, {"lorac_beta1": kept, "lorac_beta2": again})
     assert wait_for_job(again["evaluate"], timeout_s=600) == "COMPLETED"
 
     # the last evaluation job wrote the page; running the command again collects, submits nothing
