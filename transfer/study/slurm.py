@@ -246,7 +246,10 @@ def run_states(planned: Sequence[PlannedRun], output_dir: str) -> list[RunState]
                 break
         else:  # nothing queued and no result: the job that ended last failed
             trained = os.path.isfile(p.paths.checkpoint)
-            job = jobs.get("evaluate" if trained and jobs.get("evaluate") else "pretrain", "")
+            if trained and not jobs.get("evaluate"):  # its evaluation job was never taken
+                states.append(RunState(p, "stopped, resumes"))
+                continue
+            job = jobs.get("evaluate" if trained else "pretrain", "")
             states.append(RunState(p, "failed", job, _log_of(p, job) if job else ""))
     return states
 

@@ -12,6 +12,7 @@ from pretrain.utils.locks import exclusive_dir_lock
 from transfer.analysis.study_page import missing_section
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
+from .config import prior_never_on
 from .driver import collect_results, write_page_when_complete
 from .experiments import Experiment
 from .report import write_report
@@ -127,6 +128,10 @@ def run_on_slurm(
         return 0
     check_requests(planned)
     check_slurm_reachable()
+    if not exp.cluster:  # a budget that ends before the prior turns on: said before the queue
+        late = prior_never_on(opt, {p.paths.method: p.cfg for p in planned})
+        if late:
+            print(f"warning: {late}")
     os.makedirs(opt.output_dir, exist_ok=True)
     with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
         submitted, queued = submit_experiment(planned, opt.output_dir, print)

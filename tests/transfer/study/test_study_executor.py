@@ -191,6 +191,8 @@ def test_the_printed_status_line_runs_and_the_page_shows_queued_runs_as_queued(
     assert exit_status(study_main, argv) == 0
     printed = capsys.readouterr().out
     assert "lorac_beta2_seed0: submitted: pretrain job 1, evaluate job 2" in printed, printed
+    # 6 iterations, the sweep's beta = inf for half of SOLVER.EPOCHS: said before the queue wait
+    assert "warning: training ends at iteration 6" in printed and "β=2 at iteration 9" in printed
     page = (out / "results.md").read_text()
     assert "- LORAC β=2 seed 0 (`lorac_beta2_seed0`): pretraining: PENDING (job 1)" in page
     line = re.search(r"`(python tools/study\.py .*)` shows them", printed).group(1)
@@ -207,7 +209,8 @@ def test_a_run_whose_evaluation_job_is_refused_shows_its_queued_pretraining(
 ):
     """sbatch takes a run's pretraining job and refuses its evaluation job: the run's queued
     job is kept in the ledger at once, so `--status` shows it queued (it said "not started")
-    and the next submission leaves it alone instead of submitting it a second time."""
+    and the next submission leaves it alone instead of submitting it a second time; once that
+    job has trained the run, the next submission adds its evaluation job only."""
     out = tmp_path / "exp"
     argv = _slurm_argv(tmp_path, out, ["lorac_beta1"])
     monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path / 'bin', refuse=2)}:/usr/bin:/bin")
@@ -219,6 +222,17 @@ def test_a_run_whose_evaluation_job_is_refused_shows_its_queued_pretraining(
     assert rows["lorac_beta1_seed0"] == ["pretraining: PENDING", "1", "-", "-"]
     assert exit_status(study_main, argv) == 0
     assert "lorac_beta1_seed0: pretraining: PENDING (job 1), left alone" in capsys.readouterr().out
+    # its pretraining ends well: the run is missing its evaluation only (not "failed")
+    (tmp_path / "bin" / "queue").write_text("")
+    (out / "lorac_beta1_seed0" / "model_final.pth").write_bytes(b"")
+    assert exit_status(study_main, [*argv[:at], "--status", *argv[at:]]) == 0
+    rows = _status_rows(capsys.readouterr().out)
+    assert rows["lorac_beta1_seed0"][:2] == ["stopped, resumes", "-"]
+    assert exit_status(study_main, argv) == 0
+    assert (
+        "lorac_beta1_seed0: submitted, resumes from its checkpoint, evaluation only (pretraining "
+        "finished): evaluate job 3" in capsys.readouterr().out
+    )
 
 
 @pytest.mark.parametrize(
