@@ -13,11 +13,13 @@ max_iter)``, the curve a run started with the new values follows from there (war
 scheduler's ``base_lrs`` and the learning rate it set for the resume iteration) are replaced
 (:func:`restart_lr_schedule`). So:
 
-* a lower ``BASE_LR`` (after a divergence) scales the rest of the curve;
+* a lower ``BASE_LR`` (after a divergence) lowers the rest of the curve: from the resume on it
+  is the cosine from the new ``BASE_LR`` to ``FINAL_LR`` that a run started with it follows;
 * a longer ``MAX_ITER``/``EPOCHS`` re-stretches the cosine over the new length: at the resume
   iteration the learning rate rises to the longer schedule's value there (a finished run
   extended from ``FINAL_LR`` too); ``BASE_LR`` and ``FINAL_LR`` set to one value instead continue
-  at that constant rate; a shorter one (still past the resume iteration) compresses it;
+  at that constant rate; a shorter schedule (it must end after the resume iteration)
+  compresses it;
 * beta's switch from inf (``LOSS.BETA_INF_EPOCHS``, which may not change) stays at its iteration:
   :class:`~pretrain.solver.build.BetaParamScheduler` compares ``iter / max_iter`` with
   ``inf_iters / max_iter``, the same order for any ``max_iter``.
@@ -40,6 +42,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from detectron2.utils import comm
@@ -178,7 +181,7 @@ def record_config_changes(
     return entry
 
 
-def apply_config_changes(trainer: object, changes: Changes) -> None:
+def apply_config_changes(trainer: Any, changes: Changes) -> None:
     """After ``trainer`` (a :class:`~pretrain.engine.trainer.PretrainTrainer` built with the new
     config) has loaded its checkpoint: continue with the new learning rates (every process) and
     record ``changes`` (the main process)."""
