@@ -38,6 +38,7 @@ from pretrain.config.resume import config_changes
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import DirLock
+from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import ARGS_FILE, CONFIG_FILE, ENV_FILE
 
 __all__ = ["RESULTS_FILE", "RUN_FILES", "RunAction", "RunDir", "RunDirError", "add_run_dir_args"]
@@ -111,10 +112,12 @@ class RunDir:
         self, resume: bool = False, overwrite: bool = False, cfg: CfgNode | None = None
     ) -> RunAction:
         """What this run does with the directory (reads only). Raises :class:`RunDirError` when
-        it would touch another run unasked, or when ``--resume`` changes a key of ``cfg``
-        outside :data:`~pretrain.config.resume.RESUME_MAY_CHANGE` and ``may_change``."""
+        it is a file or cannot be written, when it would touch another run unasked, or when
+        ``--resume`` changes a key of ``cfg`` outside
+        :data:`~pretrain.config.resume.RESUME_MAY_CHANGE` and ``may_change``."""
         if resume and overwrite:
             raise RunDirError("give --resume or --overwrite, not both")
+        check_output_dir(self.path, self.what, RunDirError)
         if not self.holds_run():
             return RunAction.FRESH
         if overwrite:
@@ -127,6 +130,25 @@ class RunDir:
         if cfg is not None:
             self._check_same_config(cfg)
         return RunAction.DONE if self.finished() else RunAction.RESUME
+
+    def restart_hint(self) -> str:
+        """How a run of this tool that stopped at once (a Ctrl-C outside its training loop, or a
+        second one) goes on, from what the directory holds now: ``--resume`` from the last
+        checkpoint (a resumable tool that saved one), else ``--overwrite`` (the run's files are
+        there), else the same command."""
+        tag = self._file("last_checkpoint")
+        if self.finished():
+            return f"{self.what} {self.path} holds the finished run ({self.results})"
+        if self.resumable and os.path.isfile(tag):
+            with open(tag) as f:
+                checkpoint = self._file(f.read().strip())
+            return f"the same command with --resume continues from {checkpoint}"
+        if self.holds_run():
+            return (
+                f"nothing to resume; the same command with --overwrite starts again ({self.what} "
+                f"{self.path} holds the unfinished run)"
+            )
+        return "nothing was written; the same command starts again"
 
     def _present(self) -> str:
         names = [n for n in (self.results, CONFIG_FILE, ARGS_FILE) if os.path.exists(self._file(n))]

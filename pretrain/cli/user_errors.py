@@ -8,14 +8,19 @@ input" from "crashed" by the exit status alone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from pretrain.utils.errors import USER_ERROR_EXIT_CODE, LoracError
 
-__all__ = ["exit_on_user_error"]
+__all__ = ["INTERRUPTED_EXIT_CODE", "exit_on_interrupt", "exit_on_user_error"]
+
+# what a shell reports for a command ended by Ctrl-C
+INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,3 +67,22 @@ def exit_on_user_error(fn: Callable[P, R]) -> Callable[P, R]:
             raise
 
     return wrapper
+
+
+@contextlib.contextmanager
+def exit_on_interrupt(hint: Callable[[], str]) -> Iterator[None]:
+    """End a tool that Ctrl-C reaches as ``KeyboardInterrupt`` with one line, ``interrupted:
+    stopped at once; <hint()>``, and exit status :data:`INTERRUPTED_EXIT_CODE`, without a
+    traceback.
+
+    That is Ctrl-C outside a training loop that turns it into a checkpoint at the next iteration
+    (:class:`pretrain.engine.hooks.StopOnSignal`, which prints its own line and exits with the
+    same status), or a second Ctrl-C there. ``hint`` is called then, so that it can say from
+    what is on disk what is kept and how to go on (``--resume``, ``--overwrite``, the same
+    command)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if _is_main_process():
+            print(f"interrupted: stopped at once; {hint()}", file=sys.stderr, flush=True)
+        raise SystemExit(INTERRUPTED_EXIT_CODE) from None

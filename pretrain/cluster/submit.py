@@ -36,6 +36,7 @@ from submitit.core.utils import FailedJobError
 from pretrain.cluster.jobs import PretrainJob, ToolJob, tool_command
 from pretrain.utils.distributed import FAIL_FAST_ENV
 from pretrain.utils.errors import LoracError
+from pretrain.utils.output_dir import check_output_dir
 
 __all__ = [
     "DEFAULT_CPUS_PER_GPU",
@@ -342,6 +343,8 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     if local:
         _check_local_gpus(req)
     check_pretrain_data(req)
+    # submitit creates it (a pretraining job's default: OUTPUT_DIR/submitit)
+    check_output_dir(built.folder, "--job-dir" if req.job_dir else "the job folder", SubmitError)
     folder = os.path.join(built.folder, "%j")
     if local:
         ex = submitit.LocalExecutor(folder=folder)

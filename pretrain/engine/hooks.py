@@ -112,6 +112,12 @@ class StopOnSignal(HookBase):
     iterations run no collective and no host sync of their own; a stop then waits for the next
     agreement, at most ``agree_every - 1`` iterations (seconds on a GPU, within SLURM's warning
     time). One process checks at every boundary.
+
+    The pretraining trainer calls :meth:`at_boundary` itself, once the step's batch is fetched;
+    with ``each_step`` the hook calls it in ``before_step``, for detectron2's own trainers (the
+    evaluation tools' linear probe, detection's ``DefaultTrainer``), whose ``checkpointer``
+    attribute it saves with. ``resume`` says in the last line how the run goes on (pretraining:
+    the same command; the evaluation tools: the same command with ``--resume``).
     """
 
     def __init__(
@@ -119,6 +125,8 @@ class StopOnSignal(HookBase):
         signals: Mapping[int, int] | None = None,
         requeue: Callable[[], None] | None = None,
         agree_every: int = 1,
+        each_step: bool = False,
+        resume: str = "when restarted with the same command",
     ) -> None:
         self._signals = dict(default_stop_signals() if signals is None else signals)
         self._requeue = requeue or requeue_slurm_job
@@ -127,6 +135,8 @@ class StopOnSignal(HookBase):
         self._previous: dict[int, object] = {}
         self._agree_every = max(1, int(agree_every))
         self._interrupted = False  # a first SIGINT was received
+        self._each_step, self._resume = each_step, resume
+        self._pid = os.getpid()
 
     @property
     def pending(self) -> bool:
@@ -135,6 +145,10 @@ class StopOnSignal(HookBase):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between two bytecodes of the training loop: record only (see module docstring).
+        if signum == signal.SIGINT and os.getpid() != self._pid:
+            # a data worker forked while this handler was installed inherits it: Ctrl-C reaches
+            # the whole process group, and the main process stops and shuts the workers down
+            return
         if signum == signal.SIGINT:
             if self._interrupted:  # a second Ctrl-C: stop now, without a checkpoint
                 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -156,11 +170,16 @@ class StopOnSignal(HookBase):
 
     def before_train(self) -> None:
         self._received, self._signal_name, self._interrupted = NONE, "", False
+        self._pid = os.getpid()
         if threading.current_thread() is not threading.main_thread():
             logger.warning("training outside the main thread: no preemption signal handling")
             return
         for sig in self._signals:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def before_step(self) -> None:
+        if self._each_step:
+            self.at_boundary()
 
     def after_train(self) -> None:
         for sig, handler in self._previous.items():
@@ -224,6 +243,6 @@ class StopOnSignal(HookBase):
         requeue = action == STOP_AND_REQUEUE
         if requeue and comm.is_main_process():
             self._requeue()
-        message += " once requeued" if requeue else " when restarted with the same command"
+        message += " once requeued" if requeue else f" {self._resume}"
         print(message, file=sys.stderr, flush=True)
         raise Preempted(message, 128 + signal.SIGINT if self._interrupted else 0)

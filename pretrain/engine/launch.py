@@ -19,6 +19,7 @@ from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.distributed import maybe_init_distributed
 from pretrain.utils.errors import DatasetError
 from pretrain.utils.locks import DirLock
+from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import setup_run
 
 __all__ = [
@@ -187,6 +188,7 @@ def setup(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNod
     hold OUTPUT_DIR (main process), set up logs and seeds. ``resume_with_changes``: a resume may
     change the keys of :data:`pretrain.config.resume.RESUME_WITH_CHANGES`."""
     cfg = load_args_config(args)
+    check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
     check_resume_config(cfg, resume_with_changes)  # before the first line goes to log.txt
     check_device(cfg.MODEL.DEVICE)
     check_data(cfg)

@@ -26,6 +26,7 @@ import weakref
 from typing import IO
 
 from pretrain.utils.errors import BusyError, LoracError
+from pretrain.utils.output_dir import check_output_dir
 
 __all__ = ["LOCK_FILE", "DirLock", "exclusive_dir_lock", "hold_for_lifetime"]
 
@@ -88,6 +89,7 @@ class DirLock:
     def acquire(self) -> DirLock:
         if self._key:
             return self
+        check_output_dir(self.directory, self.what)  # a file or read-only: one error line
         os.makedirs(self.directory, exist_ok=True)
         key = os.path.realpath(self.path)
         with _held_guard:

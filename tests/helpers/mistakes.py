@@ -2,21 +2,27 @@
 no file written or changed.
 
 The table-driven mistake tests (``tests/**/test_*mistakes*.py``) run each tool with a plausible
-mistake through :func:`run_tool` (a real process, as a shell runs it) and check the result with
+mistake through :func:`run_tool` (a real process, as a shell runs it) or :func:`run_main` (the
+tool's ``main`` in this process, where a process adds nothing: the exit status is the
+``SystemExit`` code, the output what ``main`` printed) and check the result with
 :func:`assert_user_error`, giving it a :func:`snapshot` of the directories the tool could have
 written, taken before the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ToolResult", "assert_user_error", "run_tool", "snapshot"]
+__all__ = ["ToolResult", "assert_user_error", "run_main", "run_tool", "snapshot"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,6 +55,23 @@ def run_tool(
         timeout=timeout,
     )
     return ToolResult(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_main(main: Callable[[list[str]], int], argv: list[str]) -> ToolResult:
+    """``main(argv)`` of a tool in this process, ended as the interpreter would end it: the exit
+    status of its ``SystemExit`` (or its return value), and for any other exception (a
+    ``KeyboardInterrupt`` included) status 1 with the traceback in ``stderr``."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:  # noqa: BLE001 - what the interpreter prints for an uncaught one
+            traceback.print_exc()
+            code = 1
+    return ToolResult([getattr(main, "__module__", "main"), *argv], code, out.getvalue(),
+                      err.getvalue())  # fmt: skip
 
 
 def snapshot(*roots: Path | str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from torchvision import transforms as T
 from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
 from pretrain.config import load_config
 from pretrain.config.files import config_path
+from pretrain.config.strict import check_override_pairs
 from pretrain.data.datasets import (
     FASHION_MNIST,
     ImageFolderSource,
@@ -29,6 +30,7 @@ from pretrain.losses.priors import PRIOR_REGISTRY
 from pretrain.modeling import build_model
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.errors import ConfigError, DatasetError
+from pretrain.utils.output_dir import check_output_dir
 from transfer.classification.datasets import labelled_sets
 
 __all__ = [
@@ -212,6 +214,7 @@ def _header(dataset_type: str, root: str, n_train: int, n_test: int) -> str:
 def _demo_config(output_dir: str, opts: Sequence[str]) -> tuple[CfgNode, str]:
     """The demo config with ``opts`` and the root of its labelled images: ``DATASETS.ROOT``,
     whose ``train/`` is what pretraining reads when it has ``train/`` and ``val/``."""
+    check_override_pairs(opts)  # before OUTPUT_DIR is added: the message lists the user's only
     base = ["OUTPUT_DIR", output_dir, *opts]
     cfg = load_config(DEMO_CONFIG, base)
     root = cfg.DATASETS.ROOT
@@ -225,14 +228,18 @@ def run_demo(
     output_dir: str, opts: list[str] | None = None, n_train: int = 10000, n_test: int = 10000
 ) -> DemoResult:
     """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate.
+    Ctrl-C during pretraining saves a checkpoint and stops (exit status 130), as in
+    ``tools/train_pretrain.py``; the same call resumes.
 
-    The data are checked (both kNN sets opened) before anything is written."""
+    The output directory and the data are checked (both kNN sets opened) before anything is
+    written."""
     from detectron2.utils.logger import setup_logger
 
     from pretrain.engine.run import run_pretraining
 
     if n_train < 1 or n_test < 1:
         raise ConfigError(f"--knn-train and --knn-test must be >= 1, got {n_train} and {n_test}")
+    check_output_dir(output_dir, "--output-dir")
     cfg, root = _demo_config(output_dir, list(opts or []))
     kind, size = cfg.DATASETS.TYPE, cfg.INPUT.LARGE_SIZE
     train, test = _knn_splits(kind, root, size, n_train, n_test)
@@ -240,7 +247,7 @@ def run_demo(
     setup_logger(output_dir, name="pretrain")
     setup_logger(output_dir, name="detectron2")
     start = time.perf_counter()
-    trainer = run_pretraining(cfg)
+    trainer = run_pretraining(cfg, stop_on_interrupt=True)
     seconds = time.perf_counter() - start
     ckpt = os.path.join(output_dir, "model_final.pth")
     weights = load_backbone(ckpt)

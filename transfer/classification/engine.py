@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -32,8 +33,10 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSamp
 from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset
+from pretrain.engine.hooks import StopOnSignal
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.signals import STOP, shield_data_worker
 from transfer.classification.metrics import topk_hits
 from transfer.classification.transforms import eval_transform, train_transform
 
@@ -114,6 +117,7 @@ def infinite_batches(
         drop_last=shard >= bs,  # tiny test sets still give one (partial) batch
         pin_memory=torch.cuda.is_available(),
         persistent_workers=num_workers > 0,
+        worker_init_fn=shield_data_worker,  # Ctrl-C and SLURM's signals are the trainer's
     )
     epoch = 0
     while True:
@@ -187,9 +191,11 @@ def run_training(
     """Train ``model`` (returns a loss dict) for ``max_iter`` steps; returns the last eval.
 
     ``checkpoint_model`` (e.g. only the linear head) is saved with the optimizer and scheduler
-    every ``SOLVER.CHECKPOINT_PERIOD`` iterations and at the end; ``resume`` continues from the
-    last checkpoint in ``output_dir``. ``eval_fn`` runs every ``eval_period`` iterations
-    (default ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
+    every ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and at the next iteration after
+    Ctrl-C, which then ends the process with exit status 130 (pretraining's
+    :class:`~pretrain.engine.hooks.StopOnSignal`); ``resume`` continues from the last checkpoint
+    in ``output_dir``. ``eval_fn`` runs every ``eval_period`` iterations (default
+    ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
     """
     output_dir = output_dir or cfg.OUTPUT_DIR
     if eval_period is None:
@@ -221,6 +227,19 @@ def run_training(
             JSONWriter(os.path.join(output_dir, "metrics.json")),
         ]
         hook_list.append(hooks.PeriodicWriter(writers, period=cfg.LOG_PERIOD))
+    if checkpointer is not None:
+        # Ctrl-C only: SLURM's signals keep ending the tool as before, which its job
+        # (pretrain.cluster.jobs.ToolJob) requeues with --resume. Last: its after_train restores
+        # the handlers once the final evaluation is done.
+        trainer.checkpointer = checkpointer
+        hook_list.append(
+            StopOnSignal(
+                {signal.SIGINT: STOP},
+                agree_every=cfg.LOG_PERIOD,
+                each_step=True,
+                resume="when the same command is run again with --resume",
+            )
+        )
     trainer.register_hooks(hook_list)
     start_iter = 0
     if resume and checkpointer is not None and checkpointer.has_checkpoint():

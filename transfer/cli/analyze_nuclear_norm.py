@@ -17,14 +17,14 @@ import argparse
 
 import torch
 
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.cli.common import add_dataset_args, options_from_args, tool_parser
 from transfer.run_dir import RunDir, add_run_dir_args
 
-__all__ = ["main", "parse_args"]
+__all__ = ["analyse", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    with exit_on_interrupt(RunDir(args.out, "--out").restart_hint):
+        return analyse(args)
+
+
+def analyse(args: argparse.Namespace) -> int:
+    """The analysis of ``args`` (checks, nuclear norms, figures, results.json)."""
     if args.accuracy_csv and args.knn_train:
         raise AnalysisError("give --accuracy-csv or --knn-train, not both")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -10,7 +10,10 @@ from typing import Any, TypeVar
 
 from detectron2.engine import default_argument_parser, launch
 
+from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.user_errors import exit_on_interrupt
 from transfer.classification.cli import add_model_args, reject_eval_only
+from transfer.run_dir import RunDir
 
 __all__ = [
     "DATASET_CHOICES",
@@ -58,15 +61,20 @@ def launch_parser(doc: str) -> argparse.ArgumentParser:
 def parse_launch_args(
     parser: argparse.ArgumentParser, argv: list[str] | None = None
 ) -> argparse.Namespace:
-    """``parser``'s arguments; ``--eval-only`` (offered by detectron2's parser) is refused."""
-    args = parser.parse_args(argv)
+    """``parser``'s arguments, its options also after the overrides; ``--eval-only`` (offered by
+    detectron2's parser) is refused."""
+    args = parse_args_and_overrides(parser, argv)
     reject_eval_only(parser, args)
     return args
 
 
 def launch_tool(fn: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
-    """``fn(args)`` in each of the ``--num-gpus`` x ``--num-machines`` processes; exit status 0."""
-    launch(fn, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
+    """``fn(args)`` in each of the ``--num-gpus`` x ``--num-machines`` processes; exit status 0.
+    A Ctrl-C that stops the tool at once (outside its training loop, which saves a checkpoint
+    first, or a second one) ends it with one line saying how ``--output-dir`` goes on."""
+    run_dir = RunDir(args.output_dir, resumable=hasattr(args, "resume"))
+    with exit_on_interrupt(run_dir.restart_hint):
+        launch(fn, args.num_gpus, args.num_machines, args.machine_rank, args.dist_url, args=(args,))
     return 0
 
 

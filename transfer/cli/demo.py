@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.train_pretrain import restart_hint
+from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.classification.demo import format_knn_report, run_demo
 from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
 
@@ -21,8 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--knn-train", type=int, default=10000, help="kNN reference images")
     ap.add_argument("--knn-test", type=int, default=10000, help="kNN test images")
     ap.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE ...")
-    args = ap.parse_args(argv)
-    res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
+    args = parse_args_and_overrides(ap, argv)
+    # Ctrl-C in pretraining saves and stops at the next iteration (run_demo); elsewhere, or a
+    # second one, stops at once
+    with exit_on_interrupt(lambda: restart_hint(args.output_dir)):
+        res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
     print()
     print(f"pretraining: {res.iterations} iterations in {res.train_seconds / 60:.1f} min")
     print(f"checkpoint        : {res.checkpoint}")

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.datasets import dataset_type
 from pretrain.evaluation.knn import KNN_K, KNN_T
+from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import dump_run_info
 from transfer.classification.cli import (
     add_model_args,
@@ -30,9 +31,9 @@ from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
 from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
-from transfer.run_dir import RunDir
+from transfer.run_dir import RunDir, RunDirError
 
-__all__ = ["TABLE", "main", "parse_args"]
+__all__ = ["TABLE", "evaluate", "main", "parse_args"]
 
 TABLE = "knn.csv"  # in --table-dir, with its Markdown twin
 
@@ -66,10 +67,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    with exit_on_interrupt(RunDir(args.output_dir, "--output-dir").restart_hint):
+        return evaluate(args)
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """The kNN evaluation of ``args`` (checks, features, results, table row)."""
     device = resolve_device(args.device)
     # everything a mistake can be found in is read before anything is written
     run_dir = RunDir(args.output_dir, "--output-dir")
     action = run_dir.check(overwrite=args.overwrite)
+    check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 
 from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.utils.output_dir import check_output_dir
 from transfer.analysis import AnalysisError
 from transfer.analysis.report import build_report
 from transfer.cli.common import tool_parser
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         or args.study_records
     ):
         raise AnalysisError("nothing to report: give run folders or result folders")
+    check_output_dir(args.out, "--out", AnalysisError)
     report = build_report(
         args.runs,
         args.out,

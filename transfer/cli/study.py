@@ -31,9 +31,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import JobRequest
 from pretrain.config import load_config
+from pretrain.utils.output_dir import check_output_dir
 from transfer.cli.common import options_from_args, tool_parser
 from transfer.study import METHODS, StudyError, StudyInterrupted, StudyOptions, run_study
 from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_methods
@@ -99,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status", action="store_true", help="print every run's state, run nothing")
     _resource_args(p)
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
-    args = p.parse_args(argv)
+    args = parse_args_and_overrides(p, argv)  # flags after the overrides too
     if args.opts[:1] == ["--"]:  # what ends --methods a b -- KEY VALUE
         args.opts = args.opts[1:]
     return args
@@ -159,6 +161,15 @@ def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_
     )
 
 
+def _check_writable(opt: StudyOptions) -> None:
+    """The folders the study writes, checked before anything runs: a file or a read-only folder
+    there would end the study in a traceback, the page's after every run."""
+    folders = {"--output-dir": opt.output_dir, "--records": opt.records}
+    folders["--results' folder"] = os.path.dirname(opt.results)
+    for what, path in folders.items():
+        check_output_dir(path, what, StudyError)
+
+
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -167,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     status_line = status_command(given, args.opts)  # before study_options fills in args
     exp = _experiment(args)
     opt = study_options(args, exp, command)
+    if not (args.dry_run or args.status):  # the two that write nothing
+        _check_writable(opt)
     if args.executor == "slurm" or args.dry_run or args.status:
         return _slurm(args, exp, opt, status_line)
     if exp.cluster:

@@ -13,6 +13,8 @@ COCO 2017 is read from $DETECTRON2_DATASETS/coco (detectron2's builtin layout). 
 
 One run per OUTPUT_DIR: a directory holding a run is refused unless --resume (same config; a
 finished run has nothing left to do) or --overwrite (deletes the old run's files first).
+Ctrl-C saves a checkpoint after the current iteration and stops (exit status 130); the same
+command with --resume continues from it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ import argparse
 
 from detectron2.engine import launch
 
-from pretrain.cli.user_errors import exit_on_user_error
-from transfer.detection.trainer import build_argument_parser, load_checked_config, run
+from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from transfer.detection.trainer import (
+    build_argument_parser,
+    detection_run_dir,
+    load_checked_config,
+    run,
+)
 
 __all__ = ["main", "train"]
 
@@ -35,17 +43,19 @@ def train(args: argparse.Namespace) -> dict:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = build_argument_parser().parse_args(argv)
+    args = parse_args_and_overrides(build_argument_parser(), argv)
     # Fail fast in this process, before spawning workers that would each fail the same way.
-    load_checked_config(args)
-    launch(
-        train,
-        args.num_gpus,
-        num_machines=args.num_machines,
-        machine_rank=args.machine_rank,
-        dist_url=args.dist_url,
-        args=(args,),
-    )
+    cfg, _ = load_checked_config(args)
+    # the first Ctrl-C in training saves and stops at the next iteration (DetectionTrainer)
+    with exit_on_interrupt(detection_run_dir(cfg).restart_hint):
+        launch(
+            train,
+            args.num_gpus,
+            num_machines=args.num_machines,
+            machine_rank=args.machine_rank,
+            dist_url=args.dist_url,
+            args=(args,),
+        )
     return 0
 
 

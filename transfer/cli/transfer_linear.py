@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict
 
 from pretrain.cli.overrides import parse_args_and_overrides
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
 from transfer.classification.config import transfer_defaults
 from transfer.classification.transfer import (
@@ -30,8 +30,9 @@ from transfer.classification.transfer import (
     write_tables,
 )
 from transfer.cli.common import add_device_arg, tool_parser
+from transfer.run_dir import RunDir
 
-__all__ = ["main", "parse_args"]
+__all__ = ["evaluate", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    with exit_on_interrupt(RunDir(args.output_dir, "--output-dir").restart_hint):
+        return evaluate(args)
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """The linear transfer of ``args`` (every dataset, results, tables)."""
     opts = []
     if args.data_root:
         opts += ["TRANSFER.DATA_ROOT", args.data_root]

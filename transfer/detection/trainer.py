@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import weakref
 
 import torch
@@ -19,6 +20,7 @@ from detectron2.config import CfgNode
 from detectron2.engine import (
     AMPTrainer,
     DefaultTrainer,
+    HookBase,
     SimpleTrainer,
     TrainerBase,
     create_ddp_model,
@@ -29,7 +31,9 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
 
+from pretrain.engine.hooks import StopOnSignal
 from pretrain.utils.run_setup import setup_run
+from pretrain.utils.signals import STOP
 from transfer.run_dir import RunAction, RunDir, add_run_dir_args
 
 from .config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
@@ -37,9 +41,20 @@ from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
 from .results import RESULTS_FILE, read_results, write_results
 from .weights import check_weights_fit
 
-__all__ = ["DetectionTrainer", "build_argument_parser", "register_datasets", "run", "setup"]
+__all__ = [
+    "DetectionTrainer",
+    "build_argument_parser",
+    "detection_run_dir",
+    "register_datasets",
+    "run",
+    "setup",
+]
 
 logger = logging.getLogger(__name__)
+
+# DefaultTrainer's PeriodicWriter period: the ranks agree on a stop as often (no collective in
+# between)
+_WRITER_PERIOD = 20
 
 # What a resumed detection run may change besides pretraining's list (how it is watched, not what
 # it computes): evaluation and visualisation periods.
@@ -50,8 +65,10 @@ class DetectionTrainer(DefaultTrainer):
     """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights.
 
     Overridden, and why: ``build_evaluator`` (COCO AP through pycocotools: the fast COCOeval is
-    a compiled op), ``test`` (also writes ``results.json``) and ``resume_or_load`` (a fresh start
-    first checks that ``MODEL.WEIGHTS`` fits) are detectron2's public extension points.
+    a compiled op), ``test`` (also writes ``results.json``), ``resume_or_load`` (a fresh start
+    first checks that ``MODEL.WEIGHTS`` fits) and ``build_hooks`` (Ctrl-C saves a checkpoint at
+    the next iteration and ends the run, exit status 130, as pretraining does) are detectron2's
+    public extension points.
     ``__init__`` is overridden for multi-process CPU runs only (tests, laptops):
     ``DefaultTrainer.__init__`` wraps the model with ``create_ddp_model(model,
     broadcast_buffers=False)``, which adds ``device_ids=[local_rank]``; torch rejects device_ids
@@ -100,6 +117,21 @@ class DetectionTrainer(DefaultTrainer):
             use_fast_impl=False,  # the fast COCOeval is a compiled op; pycocotools is official
             kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
         )
+
+    def build_hooks(self) -> list[HookBase]:
+        """``DefaultTrainer``'s hooks, then pretraining's
+        :class:`~pretrain.engine.hooks.StopOnSignal` for Ctrl-C: at the next iteration it saves
+        ``model_<last iteration>.pth`` with this trainer's checkpointer and ends the process
+        with status 130 and one line saying that ``--resume`` continues. Ctrl-C only: SLURM's
+        signals end the tool as before (its job requeues it with ``--resume``). Last, so that
+        its ``after_train`` restores the handlers after the final evaluation."""
+        stop = StopOnSignal(
+            {signal.SIGINT: STOP},
+            agree_every=_WRITER_PERIOD,
+            each_step=True,
+            resume="when the same command is run again with --resume",
+        )
+        return [*super().build_hooks(), stop]
 
     @property
     def last_results(self) -> dict:

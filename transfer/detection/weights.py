@@ -16,6 +16,7 @@ refuses anything else with an error naming the file and the global, before anyth
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 from detectron2.utils.file_io import PathManager
@@ -62,6 +63,31 @@ def load_d2_pickle(path: str) -> dict:
             f"{path}: expected a dict of weights, found {type(data).__name__}"
         )
     return data
+
+
+# blocks per stage (res2..res5) -> depth, for basic-block and bottleneck ResNets
+_DEPTHS = {
+    (False, (2, 2, 2, 2)): 18,
+    (False, (3, 4, 6, 3)): 34,
+    (True, (3, 4, 6, 3)): 50,
+    (True, (3, 4, 23, 3)): 101,
+    (True, (3, 8, 36, 3)): 152,
+}
+_BLOCK = re.compile(r"(?:^|\.)res([2-5])\.(\d+)\.conv(\d)\.weight$")
+
+
+def weights_depth(names: list[str]) -> int | None:
+    """The ResNet depth of converted weights, from their res2..res5 block names (None: not
+    one of 18, 34, 50, 101, 152)."""
+    blocks: dict[int, set[int]] = {}
+    bottleneck = False
+    for name in names:
+        m = _BLOCK.search(name)
+        if m:
+            blocks.setdefault(int(m[1]), set()).add(int(m[2]))
+            bottleneck |= m[3] == "3"
+    counts = tuple(len(blocks.get(stage, ())) for stage in range(2, 6))
+    return _DEPTHS.get((bottleneck, counts))
 
 
 def _listing(keys: list[str], limit: int = 6) -> str:
@@ -137,9 +163,13 @@ def check_weights_fit(
             parts.append(f"missing {_listing(missing)}")
         if unexpected:
             parts.append(f"not in the model {_listing(unexpected)}")
+        depth, model_depth = weights_depth(sorted(found)), weights_depth(sorted(expected))
         hint = (
             "its run used another config"
             if what == "checkpoint"
+            else f"the weights are a ResNet-{depth}, the model a ResNet-{model_depth}: add "
+            f"MODEL.RESNETS.DEPTH {depth}"
+            if depth and model_depth and depth != model_depth
             else "check MODEL.RESNETS.DEPTH and the converter's arch"
         )
         raise DetectionSetupError(
