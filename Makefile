@@ -6,7 +6,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo study study-beta study-views test lint format bench test-slurm clean-venv gpu-wheels gpu-check
+.PHONY: venv demo study study-beta study-views test lint format bench test-slurm test-golden-isa clean-venv gpu-wheels gpu-check
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -85,6 +85,14 @@ test-slurm: venv
 	eval "$$(tests/slurm/cluster.sh env)" && \
 	LORAC_REQUIRE_SLURM=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) \
 		tests/pretrain/cluster/test_cluster_slurm.py tests/transfer/study/test_study_slurm.py
+
+# tests/golden under other CPUs' kernels (oneDNN limited to AVX512-BF16 without AMX, AVX512,
+# AVX2): each run compares within the spread measured between CPUs and must still catch the
+# planted changes (tests/golden/compare.py). About 1 min per instruction set on 2 cores.
+GOLDEN_ISAS := AVX512_CORE_BF16 AVX512_CORE AVX2
+test-golden-isa: venv
+	for isa in $(GOLDEN_ISAS); do echo "== ONEDNN_MAX_CPU_ISA=$$isa"; \
+		ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q $(PYTEST_ARGS) tests/golden || exit 1; done
 
 bench: venv
 	$(PY) -m benchmarks.bench_nuclear_norm
