@@ -1,4 +1,4 @@
-"""Batched nuclear norm with an exact, finite gradient, in one torch path for every device.
+"""Batched nuclear norm with an exact, finite gradient: eigh on the host's path, Jacobi on a GPU's.
 
 Why hand-written rather than ``torch.linalg.matrix_norm(x, ord="nuc")``: that runs a full SVD
 (``gesdd``) of every (m, n) matrix and back-propagates through it, which is slow for the many
@@ -7,31 +7,220 @@ gradients when singular values repeat (identical rows) or vanish. Why not the fl
 shortcut ``sqrt(eigvalsh(X X^T))``: squaring loses half the mantissa, so small singular values
 (and the norm of nearly identical rows) come out wrong by ~1e-4 relative.
 
-Method: the Gram matrix of the short side (m x m, m <= n) is formed and eigendecomposed in
+Method: the Gram matrix of the short side (k x k, k = min(m, n)) is formed and eigendecomposed in
 float64, so the singular values are exact to float32 precision, and the gradient is the exact
 U V^T of the thin SVD restricted to the non-zero singular values (the minimum-norm subgradient
 when the matrix is rank-deficient): U V^T = U diag(1/s) U^T X, from the same decomposition. It is
 computed in the forward pass and saved in ``x``'s dtype (instead of a float64 copy of ``x``), so
 the backward pass is one multiply.
 
+Two eigensolvers (``method``, :data:`NUCLEAR_NORM_METHODS`):
+
+* ``"eigh"``: ``torch.linalg.eigh`` (``eigvalsh`` without a gradient). On a GPU its kernel reads
+  LAPACK's ``info`` back for an error check (there is no ``eigh_ex``): one host sync per call,
+  which stalls the launch queue and cannot be captured in a CUDA graph.
+* ``"jacobi"``: cyclic Jacobi in float64 with a fixed number of sweeps, in plain tensor ops
+  (index_select and elementwise ops): no host sync, fixed shapes, no data-dependent control flow,
+  so it can live inside a captured CUDA graph or a ``torch.compile(fullgraph=True)`` region. Each
+  sweep is k' - 1 rounds of k'/2 disjoint rotations (the round-robin "tournament" ordering of
+  Brent and Luk; k' = k rounded up to even, an odd k padded with a zero row and column that no
+  rotation touches), vectorised over the batch and over the pairs of a round.
+* ``"auto"`` (default): ``"jacobi"`` for CUDA tensors whose short side is at most
+  :data:`JACOBI_AUTO_MAX_SIDE`, ``"eigh"`` otherwise. CPU results (and the bit-exact CPU golden
+  runs) are those of ``eigh``; a GPU matrix with a longer short side (LORAC-bs's P, d = 128) keeps
+  eigh and its sync, because Jacobi's work grows like k^3 per sweep times its sweeps, which grow
+  with k (:func:`jacobi_sweeps`).
+
+Why a fixed number of sweeps is enough (:func:`jacobi_sweeps`): cyclic Jacobi, the round-robin
+ordering included, converges globally, and quadratically once the off-diagonal part is below
+half the gap between distinct eigenvalues (Henrici; Hari for multiple eigenvalues): each sweep
+then squares the relative off-diagonal norm, so 3-4 sweeps take it from ~1e-2 to float64
+round-off. What depends on the matrix is how many sweeps reach that regime; for k <= 8 it took
+at most k + 1 on random, nearly identical, rank-deficient, graded and clustered spectra
+(repeated singular values, relative gaps of 1e-9 to 1e-12, two clusters 1e4 apart), measured as
+the sweeps after which the value and the gradient stop changing (float64, against a float64 SVD;
+``benchmarks/bench_nuclear_norm.py --sweeps``), and :func:`jacobi_sweeps` adds 2 or more. One
+rule keeps that count small: a rotation whose a_pq and a_qq - a_pp are both at the matrix's
+round-off (<= eps * trace) is skipped. Inside a cluster of equal eigenvalues (rank-deficient
+matrices: the zero eigenvalue) such a rotation has a random angle, set by round-off; it mixes the
+cluster's coupling to the other eigenvalues and turned the quadratic convergence into a linear
+one (~10x per sweep, 13 sweeps at k = 8). Skipping it changes the eigenvalues by <= eps * trace
+(the values only at second order) and the gradient by what eigh's own round-off gives.
+
+Accuracy: Jacobi is backward stable like eigh (eigenvalues to ~eps * trace, values of
+``nuclear_norm`` to ~1e-15 relative, gradient to ~eps * ||G|| / sigma_i^2 along sigma_i), and
+more accurate than eigh on graded matrices (rows of very different norms), whose Gram matrix
+keeps a relative accuracy that its rotations preserve. The angle uses the stable t = sign(theta)
+/ (|theta| + sqrt(theta^2 + 1)), theta = (a_qq - a_pp) / (2 a_pq), with a safe denominator where
+the rotation is skipped (a_pq = 0, or the round-off rule) and ``hypot`` so that theta^2 never
+overflows: no division makes an inf or NaN that reaches a value.
+
 A matrix holding NaN or inf gives NaN (value and gradient) without a host sync: it is zeroed
-before ``eigh`` (which would raise on it) and its results are replaced by NaN with
+before the eigensolver (eigh would raise on it) and its results are replaced by NaN with
 ``torch.where``. Until 2026-11 the CPU ran a numba Jacobi kernel here; it was 2-4x faster than
-this path but both are about 0.1 % of a training step, so the dependency was dropped
-(``benchmarks/bench_nuclear_norm.py`` reports this path against ``matrix_norm``).
+the eigh path but both are about 0.1 % of a training step, so the dependency was dropped
+(``benchmarks/bench_nuclear_norm.py`` reports both methods against ``matrix_norm``).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx, once_differentiable
+
+__all__ = [
+    "JACOBI_AUTO_MAX_SIDE",
+    "NUCLEAR_NORM_METHODS",
+    "jacobi_eigh",
+    "jacobi_sweeps",
+    "nuclear_norm",
+]
+
+# The values of ``nuclear_norm(method=...)`` (and of the config key that selects it).
+NUCLEAR_NORM_METHODS = ("auto", "eigh", "jacobi")
+# Under "auto", CUDA matrices with a short side up to this use Jacobi, longer ones eigh
+# (benchmarks/bench_nuclear_norm.py --sides: the CPU cost of both against k).
+JACOBI_AUTO_MAX_SIDE = 16
 
 # Eigenvalues below this fraction of the largest (times the short side) are treated as zero: in
 # float64 the Gram matrix is accurate to ~1e-16 relative, so anything below ~1e-13 is round-off.
 _RELATIVE_EIG_TOL = 1e-13
+_EPS64 = torch.finfo(torch.float64).eps
+# Index tables of the round-robin ordering, per (padded size, device); built on first use.
+_ROUND_ROBIN: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def jacobi_sweeps(k: int) -> int:
+    """Jacobi sweeps for a k x k Gram matrix: k + 3, at most ceil(k / 2) + 7 (k >= 3).
+
+    At least 2 above the worst case measured (module docstring; ``benchmarks/
+    bench_nuclear_norm.py --sweeps``): k + 1 for k = 3..8, 9-10 for k = 10-12, 11 for 16, 14
+    for 24, 16 for 32. One rotation diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
+    """
+    if k <= 2:
+        return max(k - 1, 0)
+    return min(k + 3, math.ceil(k / 2) + 7)
+
+
+def _round_robin_orders(n: int) -> list[list[int]]:
+    """For even n, the n - 1 rounds of the circle method, each as the order [p_1..p_h, q_1..q_h]
+    that puts pair i's two indices at positions i and h + i (h = n / 2)."""
+    orders = []
+    for r in range(n - 1):
+        pairs = [(n - 1, r)] + [((r + i) % (n - 1), (r - i) % (n - 1)) for i in range(1, n // 2)]
+        orders.append([p for p, _ in pairs] + [q for _, q in pairs])
+    return orders
+
+
+def _round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(start (n,), steps (n - 1, n)) int64 on ``device``: ``start`` takes the identity order to
+    the last round's, ``steps[r]`` the order before round r to round r's (so every sweep reuses
+    the same steps).
+
+    Cached per (n, device): a Python list as an index on a CUDA tensor is a blocking copy each
+    time; here the copy is made on the first call, so a CUDA graph is captured after a warm-up
+    call. Under ``torch.compile`` the tables are constants of the graph instead.
+    """
+    if torch.compiler.is_compiling():
+        return _build_round_robin_tables(n, device)
+    key = (n, device)
+    if key not in _ROUND_ROBIN:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"nuclear_norm(method='jacobi'): no index tables for size {n} on {device} yet; "
+                "call it once before capturing a CUDA graph (a warm-up step)"
+            )
+        _ROUND_ROBIN[key] = _build_round_robin_tables(n, device)
+    return _ROUND_ROBIN[key]
+
+
+def _build_round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    orders = _round_robin_orders(n)
+    steps, previous = [], orders[-1]
+    for order in orders:
+        position = {index: i for i, index in enumerate(previous)}
+        steps.append([position[index] for index in order])
+        previous = order
+    return torch.tensor(orders[-1], device=device), torch.tensor(steps, device=device)
+
+
+def _rotations(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """The (..., 2, 2, h) rotations [[c, -s], [s, c]] that zero a[i, h + i] for each i < h.
+
+    ``a`` is (..., n, n) symmetric, ``tau`` (..., 1) its round-off level eps * trace. Rotation
+    (c, s) with t = s / c from the stable formula; skipped (c = 1, s = 0) where a_pq = 0 or where
+    a_pq and a_qq - a_pp are both round-off (module docstring), with safe denominators.
+    """
+    h = a.shape[-1] // 2
+    diag = a.diagonal(dim1=-2, dim2=-1)
+    app, aqq = diag[..., :h], diag[..., h:]  # (..., h)
+    apq = a[..., :h, h:].diagonal(dim1=-2, dim2=-1)  # (..., h)
+    diff = aqq - app
+    skip = (apq == 0) | ((apq.abs() <= tau) & (diff.abs() <= tau))
+    two_theta = diff / torch.where(skip, 1.0, apq)  # finite, or +-inf if a_pq is denormal
+    # t = sign(theta) / (|theta| + sqrt(theta^2 + 1)), times 2/2: hypot cannot overflow, and an
+    # infinite theta gives t = 0 (no rotation), never NaN.
+    sign = torch.where(two_theta < 0, -2.0, 2.0)
+    t = torch.where(skip, 0.0, sign / (two_theta.abs() + torch.hypot(two_theta, sign)))
+    c = torch.hypot(t, torch.ones_like(t)).reciprocal()  # 1 exactly where t = 0
+    s = t * c
+    return torch.stack((c, -s, s, c), dim=-2).unflatten(-2, (2, 2))
+
+
+def _rotate_rows(a: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """J^T a for (..., n, m) ``a``: rows i and h + i mixed by ``rot`` (..., 2, 2, h)."""
+    n = a.shape[-2]
+    terms = rot.unsqueeze(-1) * a.unflatten(-2, (1, 2, n // 2))  # (..., 2, 2, h, m)
+    # the sum over the size-2 dimension as one add: a CPU reduction over it took most of the time
+    return (terms.select(-3, 0) + terms.select(-3, 1)).flatten(-3, -2)  # (..., n, m)
+
+
+def _rotate_columns(a: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """a J for (..., m, n) ``a``: columns i and h + i mixed by ``rot`` (..., 2, 2, h)."""
+    n = a.shape[-1]
+    terms = rot.unsqueeze(-4) * a.unflatten(-1, (1, 2, n // 2))  # (..., m, 2, 2, h)
+    return (terms.select(-2, 0) + terms.select(-2, 1)).flatten(-2)  # (..., m, n)
+
+
+def jacobi_eigh(
+    gram: torch.Tensor, vectors: bool = True, sweeps: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eigenvalues (..., k) and eigenvectors (..., k, k) of symmetric ``gram`` (..., k, k) by
+    cyclic Jacobi (module docstring): no host sync, no data-dependent shape or branch.
+
+    Eigenvalues come unsorted, column j of the vectors belonging to eigenvalue j (so that
+    ``gram ~= V diag(w) V^T``); ``sweeps`` defaults to :func:`jacobi_sweeps` of k.
+    """
+    k = gram.shape[-1]
+    n = k + k % 2
+    sweeps = jacobi_sweeps(k) if sweeps is None else sweeps
+    start, steps = _round_robin_tables(n, gram.device)
+    a = F.pad(gram, (0, n - k, 0, n - k))  # an odd k: a zero row and column nothing rotates
+    tau = a.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True).abs() * _EPS64  # (..., 1)
+    a = a.index_select(-2, start).index_select(-1, start)
+    v = torch.eye(n, dtype=gram.dtype, device=gram.device).index_select(-1, start)
+    v = v.expand(*gram.shape[:-2], n, n) if vectors else None
+    for _ in range(sweeps):
+        for r in range(n - 1):
+            step = steps[r]
+            a = a.index_select(-2, step).index_select(-1, step)
+            rot = _rotations(a, tau)
+            a = _rotate_columns(_rotate_rows(a, rot), rot)
+            if v is not None:
+                v = _rotate_columns(v.index_select(-1, step), rot)
+    evals = a.diagonal(dim1=-2, dim2=-1)
+    if n == k:
+        return evals, v
+    # The padding index sits at position 0 of every round's order, so of the last: its row and
+    # column stayed exactly zero (eigenvalue 0, eigenvector e_k), and both are dropped.
+    return evals[..., 1:], None if v is None else v[..., :k, 1:]
+
+
+def _decompose(
+    x: torch.Tensor, with_grad: bool, method: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Nuclear norms (...) float64 of ``x`` (..., m, n) and, if ``with_grad``, U V^T like ``x``."""
     transposed = x.shape[-2] > x.shape[-1]
     short = x.detach().mT if transposed else x.detach()  # (..., k, l), k <= l
@@ -39,11 +228,13 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
     finite = torch.isfinite(x64).flatten(-2).all(-1)  # (...,)
     x64 = torch.where(finite[..., None, None], x64, 0.0)
     gram = x64 @ x64.mT  # (..., k, k)
-    if with_grad:
+    if method == "jacobi":
+        evals, u = jacobi_eigh(gram, vectors=with_grad)  # (..., k) unsorted, (..., k, k)
+    elif with_grad:
         evals, u = torch.linalg.eigh(gram)  # (..., k) ascending, (..., k, k)
     else:
         evals, u = torch.linalg.eigvalsh(gram), None  # no vectors: ~2x cheaper
-    tol = evals[..., -1:].clamp_min(0.0) * (_RELATIVE_EIG_TOL * short.shape[-2])  # (..., 1)
+    tol = evals.amax(-1, keepdim=True).clamp_min(0.0) * (_RELATIVE_EIG_TOL * short.shape[-2])
     s = torch.where(evals > tol, evals.clamp_min(0.0).sqrt(), 0.0)  # (..., k)
     values = torch.where(finite, s.sum(-1), float("nan"))
     if u is None:
@@ -58,23 +249,36 @@ def _decompose(x: torch.Tensor, with_grad: bool) -> tuple[torch.Tensor, torch.Te
 
 class _NuclearNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        values, uvt = _decompose(x, with_grad=True)
+    def forward(ctx: FunctionCtx, x: torch.Tensor, method: str) -> torch.Tensor:  # type: ignore[override]
+        values, uvt = _decompose(x, with_grad=True, method=method)
         ctx.save_for_backward(uvt)
         return values.to(x.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         (uvt,) = ctx.saved_tensors
-        return grad_out[..., None, None] * uvt
+        return grad_out[..., None, None] * uvt, None
 
 
-def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
+def _resolve_method(x: torch.Tensor, method: str) -> str:
+    if method not in NUCLEAR_NORM_METHODS:
+        raise ValueError(f"nuclear_norm method {method!r} is not one of {NUCLEAR_NORM_METHODS}")
+    if method != "auto":
+        return method
+    jacobi = x.device.type == "cuda" and min(x.shape[-2:]) <= JACOBI_AUTO_MAX_SIDE
+    return "jacobi" if jacobi else "eigh"
+
+
+def nuclear_norm(x: torch.Tensor, method: str = "auto") -> torch.Tensor:
     """Sum of singular values of each matrix in ``x``.
 
     Args:
         x: (..., m, n) floating tensor, any batch shape.
+        method: the eigensolver, one of :data:`NUCLEAR_NORM_METHODS`: ``"eigh"`` (LAPACK/
+            cuSOLVER, one host sync per call on a GPU), ``"jacobi"`` (no host sync; any size,
+            meant for short sides of a few dozen at most) or ``"auto"``: Jacobi for CUDA
+            tensors whose short side is at most :data:`JACOBI_AUTO_MAX_SIDE`, eigh otherwise.
 
     Returns:
         (...) tensor of nuclear norms in ``x.dtype`` (float16/bfloat16 inputs are computed in
@@ -83,7 +287,8 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
         A matrix holding NaN or inf gives NaN (no LAPACK error, no host sync).
 
     Raises:
-        ValueError: if ``x`` has fewer than 2 dimensions, is not floating point, or is empty.
+        ValueError: if ``x`` has fewer than 2 dimensions, is not floating point, or is empty, or
+            ``method`` is not one of :data:`NUCLEAR_NORM_METHODS`.
     """
     if x.dim() < 2:
         raise ValueError(f"nuclear_norm expects (..., m, n), got shape {tuple(x.shape)}")
@@ -91,8 +296,9 @@ def nuclear_norm(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"nuclear_norm expects a floating tensor, got {x.dtype}")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"nuclear_norm got an empty matrix shape {tuple(x.shape)}")
+    method = _resolve_method(x, method)
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
     if torch.is_grad_enabled() and x.requires_grad:
-        return _NuclearNorm.apply(x)
-    return _decompose(x, with_grad=False)[0].to(x.dtype)
+        return _NuclearNorm.apply(x, method)
+    return _decompose(x, with_grad=False, method=method)[0].to(x.dtype)
