@@ -36,24 +36,27 @@ ordering included, converges globally, and quadratically once the off-diagonal p
 half the gap between distinct eigenvalues (Henrici; Hari for multiple eigenvalues): each sweep
 then squares the relative off-diagonal norm, so 3-4 sweeps take it from ~1e-2 to float64
 round-off. What depends on the matrix is how many sweeps reach that regime; for k <= 8 it took
-at most k + 1 on random, nearly identical, rank-deficient, graded and clustered spectra
-(repeated singular values, relative gaps of 1e-9 to 1e-12, two clusters 1e4 apart), measured as
-the sweeps after which the value and the gradient stop changing (float64, against a float64 SVD;
-``benchmarks/bench_nuclear_norm.py --sweeps``), and :func:`jacobi_sweeps` adds 2 or more. One
-rule keeps that count small: a rotation whose a_pq and a_qq - a_pp are both at the matrix's
-round-off (<= eps * trace) is skipped. Inside a cluster of equal eigenvalues (rank-deficient
-matrices: the zero eigenvalue) such a rotation has a random angle, set by round-off; it mixes the
-cluster's coupling to the other eigenvalues and turned the quadratic convergence into a linear
-one (~10x per sweep, 13 sweeps at k = 8). Skipping it changes the eigenvalues by <= eps * trace
-(the values only at second order) and the gradient by what eigh's own round-off gives.
+at most k + 2 (k + 1 up to k = 7) on random, nearly identical, rank-deficient, graded and
+clustered spectra (repeated singular values, relative gaps of 1e-9 to 1e-12, two clusters 1e4
+apart), measured as the sweeps after which value and gradient stop changing (float64, against a
+float64 SVD; ``benchmarks/bench_nuclear_norm.py --sweeps``); :func:`jacobi_sweeps` adds 2 or
+more. One
+rule keeps that count small: a rotation whose 2 x 2 block has two eigenvalues equal to the
+matrix's round-off (their gap hypot(a_qq - a_pp, 2 a_pq) <= 2 eps * trace) is skipped. Inside a
+cluster of equal eigenvalues (rank-deficient matrices: the zero eigenvalue) such a rotation has a
+random angle, set by round-off; it mixes the cluster's coupling to the other eigenvalues, which
+then decays linearly instead of quadratically: without the rule, rank-deficient and clustered
+matrices took 2-3 more sweeps at k = 8 (11 instead of 8 for rank 4 with equal singular values).
+Skipping it changes the eigenvalues by <= 2 eps * trace (the values only at second order) and
+the gradient by what eigh's own round-off gives.
 
 Accuracy: Jacobi is backward stable like eigh (eigenvalues to ~eps * trace, values of
 ``nuclear_norm`` to ~1e-15 relative, gradient to ~eps * ||G|| / sigma_i^2 along sigma_i), and
 more accurate than eigh on graded matrices (rows of very different norms), whose Gram matrix
 keeps a relative accuracy that its rotations preserve. The angle uses the stable t = sign(theta)
-/ (|theta| + sqrt(theta^2 + 1)), theta = (a_qq - a_pp) / (2 a_pq), with a safe denominator where
-the rotation is skipped (a_pq = 0, or the round-off rule) and ``hypot`` so that theta^2 never
-overflows: no division makes an inf or NaN that reaches a value.
+/ (|theta| + sqrt(theta^2 + 1)), theta = (a_qq - a_pp) / (2 a_pq), multiplied through by 2 |a_pq|
+so that nothing divides by a_pq (a_pq = 0 gives t = 0), ``hypot`` so that nothing squares into an
+overflow, and a denominator kept from 0: no division makes an inf or NaN (``_rotations``).
 
 A matrix holding NaN or inf gives NaN (value and gradient) without a host sync: it is zeroed
 before the eigensolver (eigh would raise on it) and its results are replaced by NaN with
@@ -73,6 +76,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 __all__ = [
     "JACOBI_AUTO_MAX_SIDE",
     "NUCLEAR_NORM_METHODS",
+    "auto_method",
     "jacobi_eigh",
     "jacobi_sweeps",
     "nuclear_norm",
@@ -93,15 +97,15 @@ _ROUND_ROBIN: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] 
 
 
 def jacobi_sweeps(k: int) -> int:
-    """Jacobi sweeps for a k x k Gram matrix: k + 3, at most ceil(k / 2) + 7 (k >= 3).
+    """Jacobi sweeps for a k x k Gram matrix: k + 4, at most ceil(k / 2) + 8 (k >= 3).
 
     At least 2 above the worst case measured (module docstring; ``benchmarks/
-    bench_nuclear_norm.py --sweeps``): k + 1 for k = 3..8, 9-10 for k = 10-12, 11 for 16, 14
-    for 24, 16 for 32. One rotation diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
+    bench_nuclear_norm.py --sweeps``): k + 1 for k = 3..7, 10 for k = 8, FIXME.
+    One rotation diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
     """
     if k <= 2:
         return max(k - 1, 0)
-    return min(k + 3, math.ceil(k / 2) + 7)
+    return min(k + 4, math.ceil(k / 2) + 8)
 
 
 def _round_robin_orders(n: int) -> list[list[int]]:
@@ -146,25 +150,25 @@ def _build_round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tenso
     return torch.tensor(orders[-1], device=device), torch.tensor(steps, device=device)
 
 
-def _rotations(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+def _rotations(a: torch.Tensor, tol: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
     """The (..., 2, 2, h) rotations [[c, -s], [s, c]] that zero a[i, h + i] for each i < h.
 
-    ``a`` is (..., n, n) symmetric, ``tau`` (..., 1) its round-off level eps * trace. Rotation
-    (c, s) with t = s / c from the stable formula; skipped (c = 1, s = 0) where a_pq = 0 or where
-    a_pq and a_qq - a_pp are both round-off (module docstring), with safe denominators.
+    ``a`` is (..., n, n) symmetric, ``tol`` (..., 1) twice its round-off level eps * trace,
+    ``one`` a 0-dim 1. t = s / c is the stable root t = sign(theta) / (|theta| + sqrt(theta^2 +
+    1)), theta = (a_qq - a_pp) / (2 a_pq), multiplied through by 2 |a_pq|: t = 2 a_pq / (d +
+    copysign(hypot(d, 2 a_pq), d)), d = a_qq - a_pp. So a_pq = 0 gives t = 0 without dividing by
+    it, |t| <= 1, nothing overflows, and the denominator, 0 only for a diagonal block, is kept
+    from 0 (a safe denominator, no NaN). The rotation is skipped (t = 0) where the block's two
+    eigenvalues differ by round-off (hypot(d, 2 a_pq) <= tol, module docstring).
     """
     h = a.shape[-1] // 2
     diag = a.diagonal(dim1=-2, dim2=-1)
-    app, aqq = diag[..., :h], diag[..., h:]  # (..., h)
-    apq = a[..., :h, h:].diagonal(dim1=-2, dim2=-1)  # (..., h)
-    diff = aqq - app
-    skip = (apq == 0) | ((apq.abs() <= tau) & (diff.abs() <= tau))
-    two_theta = diff / torch.where(skip, 1.0, apq)  # finite, or +-inf if a_pq is denormal
-    # t = sign(theta) / (|theta| + sqrt(theta^2 + 1)), times 2/2: hypot cannot overflow, and an
-    # infinite theta gives t = 0 (no rotation), never NaN.
-    sign = torch.where(two_theta < 0, -2.0, 2.0)
-    t = torch.where(skip, 0.0, sign / (two_theta.abs() + torch.hypot(two_theta, sign)))
-    c = torch.hypot(t, torch.ones_like(t)).reciprocal()  # 1 exactly where t = 0
+    d = diag[..., h:] - diag[..., :h]  # a_qq - a_pp, (..., h)
+    two_apq = 2 * a[..., :h, h:].diagonal(dim1=-2, dim2=-1)  # (..., h)
+    spread = torch.hypot(d, two_apq)  # the gap between the block's eigenvalues
+    den = d + torch.copysign(spread.clamp_min(torch.finfo(a.dtype).tiny), d)
+    t = torch.where(spread <= tol, 0.0, two_apq / den)
+    c = torch.hypot(t, one).reciprocal()  # 1 exactly where t = 0
     s = t * c
     return torch.stack((c, -s, s, c), dim=-2).unflatten(-2, (2, 2))
 
@@ -198,7 +202,9 @@ def jacobi_eigh(
     sweeps = jacobi_sweeps(k) if sweeps is None else sweeps
     start, steps = _round_robin_tables(n, gram.device)
     a = F.pad(gram, (0, n - k, 0, n - k))  # an odd k: a zero row and column nothing rotates
-    tau = a.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True).abs() * _EPS64  # (..., 1)
+    # skip rotations within eps * trace: the round-off level of a (module docstring)
+    tol = a.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True).abs() * (2 * _EPS64)  # (..., 1)
+    one = gram.new_ones(())
     a = a.index_select(-2, start).index_select(-1, start)
     v = torch.eye(n, dtype=gram.dtype, device=gram.device).index_select(-1, start)
     v = v.expand(*gram.shape[:-2], n, n) if vectors else None
@@ -206,7 +212,7 @@ def jacobi_eigh(
         for r in range(n - 1):
             step = steps[r]
             a = a.index_select(-2, step).index_select(-1, step)
-            rot = _rotations(a, tau)
+            rot = _rotations(a, tol, one)
             a = _rotate_columns(_rotate_rows(a, rot), rot)
             if v is not None:
                 v = _rotate_columns(v.index_select(-1, step), rot)
@@ -261,13 +267,19 @@ class _NuclearNorm(torch.autograd.Function):
         return grad_out[..., None, None] * uvt, None
 
 
+def auto_method(device_type: str, short_side: int) -> str:
+    """The eigensolver ``method="auto"`` picks for matrices with this short side on this kind of
+    device (the step counter asks it what a GPU would run)."""
+    jacobi = device_type == "cuda" and short_side <= JACOBI_AUTO_MAX_SIDE
+    return "jacobi" if jacobi else "eigh"
+
+
 def _resolve_method(x: torch.Tensor, method: str) -> str:
     if method not in NUCLEAR_NORM_METHODS:
         raise ValueError(f"nuclear_norm method {method!r} is not one of {NUCLEAR_NORM_METHODS}")
     if method != "auto":
         return method
-    jacobi = x.device.type == "cuda" and min(x.shape[-2:]) <= JACOBI_AUTO_MAX_SIDE
-    return "jacobi" if jacobi else "eigh"
+    return auto_method(x.device.type, min(x.shape[-2:]))
 
 
 def nuclear_norm(x: torch.Tensor, method: str = "auto") -> torch.Tensor:
