@@ -31,7 +31,10 @@ Departures from the reference, on purpose:
 Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fixes them whatever
 the device) and copied to the device through pinned memory without a host sync
 (:func:`pretrain.utils.device.to_device`); decisions that pick subsets of the batch are made on the
-CPU, so a CUDA batch never waits on a device-to-host synchronisation.
+CPU, so a CUDA batch never waits on a device-to-host synchronisation. Those subsets make the
+shapes vary from batch to batch; the static-shape mode (``static_shapes=True``) runs every op on
+the whole batch and picks samples with ``torch.where`` on device masks instead, for a CUDA graph
+or ``torch.compile`` (same draws, same result up to float rounding).
 """
 
 from __future__ import annotations
@@ -121,6 +124,17 @@ class ColorParams:
         n = len(range(self.n)[index])
         return ColorParams(n, {k: t[index] for k, t in self.tensors.items()})
 
+    def to(self, device: torch.device | str) -> ColorParams:
+        """The parameters on ``device``, copied without a host sync
+        (:func:`pretrain.utils.device.to_device`); the same tensors when they are there."""
+        return ColorParams(self.n, {k: to_device(t, device) for k, t in self.tensors.items()})
+
+    def pin_memory(self) -> ColorParams:
+        """The parameters in pinned host memory (needs CUDA). The DataLoader's pin-memory thread
+        calls it on the batches it pins, so that the copy to the GPU is asynchronous with no
+        pinning left for the training loop's thread."""
+        return ColorParams(self.n, {k: t.pin_memory() for k, t in self.tensors.items()})
+
 
 class ColorOp:
     """One photometric op of a view. The one place to add an op is a subclass: a frozen
@@ -136,6 +150,10 @@ class ColorOp:
     * :meth:`sample`: its named parameters from its (n, width) uniforms.
     * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the
       parameters alone (they may have been drawn in a data worker).
+    * :meth:`apply_static`: the same change in static shapes (``static_shapes=True`` of
+      :func:`apply_color_params`): the parameters are on x's device, the op runs on the whole
+      batch and keeps the samples it does not touch bit for bit (``torch.where`` on a per-sample
+      mask), and nothing it does (op, shape, host read) depends on the drawn values.
     """
 
     config: ClassVar[dict[str, str]] = {}
@@ -151,6 +169,9 @@ class ColorOp:
     @staticmethod
     def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
         raise NotImplementedError
+
+    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no static-shape form")
 
     @classmethod
     def from_cfg(cls, inp: Mapping[str, Any]) -> ColorOp:
@@ -229,6 +250,18 @@ class Jitter(ColorOp):
             # The hue is by far the costliest op: run it only on the samples that need it.
             _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
 
+    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        coef, is_hue = _jitter_coefficients(params)  # on x's device, like params
+        coef = coef.to(x.dtype)
+        hue = params.factors[:, 3]
+        for slot in range(4):
+            # Every term on every sample: a slot a sample does not use is x * 1 + 0, exact.
+            fx, fg, fm = coef[:, :, slot].view(3, -1, 1, 1, 1)
+            _blend_(x, fx, fg, fm)
+            planes = x.new_empty((3, *x.shape[:1], *x.shape[2:]))  # (3, n, h, w)
+            _hue_into(x, hue, planes.unbind(0))
+            _select_(x, is_hue[:, slot], planes.transpose(0, 1))
+
 
 @color_op
 @dataclass(frozen=True)
@@ -250,6 +283,9 @@ class Grayscale(ColorOp):
     def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
         _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
 
+    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        _select_(x, params.grayscale, rgb_to_grayscale(x))
+
 
 @color_op
 @dataclass(frozen=True)
@@ -259,6 +295,9 @@ class Blur(ColorOp):
 
     sigma: tuple[float, float] = (0.1, 2.0)
     prob: float = 0.5
+    # ceil(3 sigma) of the largest sigma the draw can give (float32, as blur_radius), before
+    # the clamp to the view's size: the static form's one kernel size. Derived from ``sigma``.
+    max_radius: int = field(init=False, repr=False, compare=False)
     config = {"sigma": "BLUR_SIGMA", "prob": "BLUR_PROB"}
     names = ("blur", "sigma")
     columns = 2  # whether to blur, sigma
@@ -268,6 +307,9 @@ class Blur(ColorOp):
         if not 0.0 < lo <= hi:
             raise ValueError(f"blur_sigma must satisfy 0 < min <= max, got {self.sigma}")
         _check_prob(self, "prob")
+        # Computed here, not at apply time, so that the static form reads no tensor on the host.
+        largest = self.sample(torch.full((1, 2), 1.0 - 2.0**-24))["sigma"]  # torch.rand's max
+        object.__setattr__(self, "max_radius", int(torch.ceil(3.0 * largest).clamp_min(1)))
 
     def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         lo, hi = self.sigma
@@ -276,6 +318,16 @@ class Blur(ColorOp):
     @staticmethod
     def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
         _blur_subset_(x, params.blur, params.sigma, group_by_size=group_by_size)
+
+    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        # One kernel size for every sample: the largest the op draws (at this view size), each
+        # sample's own taps zero-padded to it (the same Gaussian as its own kernel size).
+        h, w = x.shape[-2:]
+        radius = min(self.max_radius, min(h, w) - 1)
+        sigma = params.sigma
+        taps = _gaussian_taps(sigma.double(), radius, blur_radius(sigma, h, w))
+        blurred = (_separable_blur if group_by_size else _separable_blur_conv)(x, taps)
+        _select_(x, params.blur, blurred)
 
 
 @dataclass(frozen=True)
@@ -392,6 +444,15 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
     hexcone's piecewise-linear functions. Boolean masks and ``torch.where`` are avoided because
     their CPU kernels are several times slower than plain arithmetic.
     """
+    out = torch.empty_like(x)
+    _hue_into(x, shift, out.unbind(dim=1))
+    return out
+
+
+def _hue_into(x: torch.Tensor, shift: torch.Tensor | float, planes: Sequence[torch.Tensor]) -> None:
+    """:func:`adjust_hue` of x written into the R, G, B ``planes`` (3 x (n, h, w)): slices of
+    (n, 3, h, w), or the contiguous ones of a (3, n, h, w) tensor (``torch.compile`` cannot
+    write a result into a non-contiguous ``out=``)."""
     r, g, b = x.unbind(dim=1)  # (n, h, w) each
     mx = torch.maximum(torch.maximum(r, g), b)
     mn = torch.minimum(torch.minimum(r, g), b)
@@ -407,16 +468,14 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
     h.sub_(torch.floor(h * (1.0 / 6.0)).mul_(6.0))  # mod 6 -> [0, 6)
     # HSV -> RGB: channel = min + chroma * w(H), with the hexcone ramps (clamped to [0, 1])
     # w_R = |H - 3| - 1, w_G = min(|H - 5| - 1, H), w_B = min(|H - 1| - 1, 6 - H).
-    out = torch.empty_like(x)
     w = torch.sub(h, 3.0).abs_().sub_(1.0).clamp_(0.0, 1.0)
-    torch.addcmul(mn, chroma, w, out=out[:, 0])
+    torch.addcmul(mn, chroma, w, out=planes[0])
     w = torch.sub(h, 5.0).abs_().sub_(1.0)
     torch.minimum(w, h, out=w).clamp_(0.0, 1.0)
-    torch.addcmul(mn, chroma, w, out=out[:, 1])
+    torch.addcmul(mn, chroma, w, out=planes[1])
     w = torch.sub(h, 1.0).abs_().sub_(1.0)
     torch.minimum(w, torch.rsub(h, 6.0), out=w).clamp_(0.0, 1.0)
-    torch.addcmul(mn, chroma, w, out=out[:, 2])
-    return out
+    torch.addcmul(mn, chroma, w, out=planes[2])
 
 
 def blur_radius(sigma: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -544,6 +603,12 @@ def _subset_(
     x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), idx))
 
 
+def _select_(x: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> None:
+    """In place ``x[i] <- y[i]`` where the device bool ``mask`` (n,) is set, full-batch: the
+    other samples keep their bits, whatever computed y (a conv or matmul under autocast too)."""
+    torch.where(mask.view(-1, 1, 1, 1), y, x, out=x)  # elementwise: x may be its own output
+
+
 def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tensor]:
     """Blend coefficients (3, n, 4) = (fx, fg, fm) per sample and slot, and the hue mask (n, 4).
 
@@ -561,7 +626,12 @@ def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tenso
 
 
 def apply_color_params(
-    x: torch.Tensor, params: ColorParams, group_blur_by_size: bool | None = None
+    x: torch.Tensor,
+    params: ColorParams,
+    group_blur_by_size: bool | None = None,
+    *,
+    static_shapes: bool = False,
+    spec: ColorSpec | None = None,
 ) -> torch.Tensor:
     """Run every op whose parameters ``params`` holds (jitter, grayscale, blur, ...: the
     registry's order) on float images (n, 3, h, w) in [0, 1], in place; returns x.
@@ -569,14 +639,31 @@ def apply_color_params(
     ``group_blur_by_size`` (default: on the CPU) runs each blur kernel size as its own slice
     (the CPU's cost is the taps); otherwise one pass uses the largest size (a GPU's cost is the
     launches). Both give the same result.
+
+    ``static_shapes`` runs each op of ``spec`` (the spec that drew ``params``; its settings fix
+    the blur's kernel size) in its static form (:meth:`ColorOp.apply_static`): ``params`` go to
+    x's device first (no copy when they are there), every op runs on the whole batch and picks
+    its samples with ``torch.where``, the blur uses the largest kernel the spec can draw, and no
+    op, shape or host read depends on the drawn values (what a CUDA graph replay or a compiled
+    graph needs: one graph, no sync). Same result up to float rounding (about 1e-6), slower on
+    the CPU (every op on every sample); ``group_blur_by_size`` then picks the blur's
+    shifted sums (on) or its depthwise convolutions (off).
     """
     if group_blur_by_size is None:
         group_blur_by_size = x.device.type == "cpu"
     if len(params) != x.shape[0]:
         raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
-    for op in COLOR_OPS:
+    if not static_shapes:
+        for kind in COLOR_OPS:
+            if all(name in params.tensors for name in kind.names):
+                kind.apply(x, params, group_blur_by_size)
+        return x
+    if spec is None:
+        raise ValueError("static_shapes needs the ColorSpec the parameters were drawn from")
+    params = params.to(x.device)
+    for op in spec.ops:
         if all(name in params.tensors for name in op.names):
-            op.apply(x, params, group_blur_by_size)
+            op.apply_static(x, params, group_blur_by_size)
     return x
 
 
@@ -593,6 +680,13 @@ class BatchColorAugment:
     about ``cpu_chunk_pixels`` pixels, so that the dozens of passes of each chunk stay in cache
     (2x faster than whole-batch passes on one core). Neither changes the random parameters or
     the result.
+
+    ``static_shapes`` (default off) runs the ops in their static forms (``static_shapes`` of
+    :func:`apply_color_params`): the same op sequence, shapes and strides whatever the draw and
+    no host sync, so that a CUDA graph can replay the augmentation or ``torch.compile`` take it
+    in one graph. Meant for GPUs (with ``one_pass``); on the CPU it is slower than the default
+    (every op runs on every sample and the blur always uses the largest kernel). The random
+    draws do not change, the result only by float rounding.
     """
 
     def __init__(
@@ -603,6 +697,7 @@ class BatchColorAugment:
         *,
         cpu_chunk_pixels: int = 2**19,
         one_pass: bool | None = None,
+        static_shapes: bool = False,
     ) -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
@@ -611,6 +706,7 @@ class BatchColorAugment:
         self.std = tuple(float(s) for s in std)
         self.cpu_chunk_pixels = cpu_chunk_pixels
         self.one_pass = one_pass
+        self.static_shapes = static_shapes
 
     def __call__(
         self,
@@ -646,6 +742,8 @@ class BatchColorAugment:
                 group_params = sample_color_params(sum(sizes), self.color, generator)
             else:
                 group_params = None
+            if group_params is not None and self.static_shapes:
+                group_params = group_params.to(views[members[0]].device)  # one copy per group
             if self._one_pass(views[members[0]].device):
                 # Views of one size run as one batch: fewer, larger kernel launches.
                 x = self._augment(torch.cat([views[i] for i in members]), group_params)
@@ -673,7 +771,13 @@ class BatchColorAugment:
             xc = x[start : start + step]  # a view: every op below works in place
             xc.copy_(v[start : start + step]).div_(255.0)  # as torchvision's ToTensor
             if params is not None:
-                apply_color_params(xc, params[start : start + step], not one_pass)
+                apply_color_params(
+                    xc,
+                    params[start : start + step],
+                    not one_pass,
+                    static_shapes=self.static_shapes,
+                    spec=self.color,
+                )
             self.normalize_(xc)
         return x
 

@@ -54,6 +54,9 @@ class Solarize(ColorOp):
         on = params.solarize.to(x.device).view(-1, 1, 1, 1)
         x.copy_(torch.where(on & (x >= t), 1.0 - x, x))
 
+    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
+        self.apply(x, params, group_by_size)  # already full-batch, picked by torch.where
+
 
 @pytest.fixture
 def solarize():
@@ -94,15 +97,18 @@ def test_a_new_op_that_is_off_keeps_the_stream_of_the_others(solarize):
     assert torch.equal(g1.get_state(), g2.get_state())
 
 
-def test_a_new_op_runs_on_device_batches_and_in_the_workers(solarize):
+@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
+def test_a_new_op_runs_on_device_batches_and_in_the_workers(solarize, static):
     only = ColorSpec((Jitter(prob=0.0), Grayscale(0.0), Blur(prob=0.0), Solarize(0.4, 1.0)))
     x = torch.rand(6, 3, 16, 16)
     params = sample_color_params(6, only, torch.Generator().manual_seed(0))
     assert params.solarize.all()
-    assert torch.equal(apply_color_params(x.clone(), params), TF.solarize(x, 0.4))
+    ours = apply_color_params(x.clone(), params, static_shapes=static, spec=only)
+    assert torch.equal(ours, TF.solarize(x, 0.4))
     # the per-sample draws of the workers, stacked by name, drive the device-side pipeline
     views = (x * 255).round().to(torch.uint8)
     per_sample = [sample_color_params(1, only) for _ in range(6)]
-    (out,) = BatchColorAugment(only)([views], None, params=[ColorParams.cat(per_sample)])
+    augment = BatchColorAugment(only, static_shapes=static)
+    (out,) = augment([views], None, params=[ColorParams.cat(per_sample)])
     ref = BatchColorAugment(only).normalize_(TF.solarize(views.float() / 255, 0.4))
     torch.testing.assert_close(out, ref)

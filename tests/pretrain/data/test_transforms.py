@@ -153,18 +153,19 @@ def test_same_seed_same_views_other_seed_other_views(color_on_device):
     assert not any(torch.equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-def test_batch_color_is_reproducible_and_chunking_does_not_change_it():
+@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
+def test_batch_color_is_reproducible_and_chunking_does_not_change_it(static):
     views = [
         TF.to_dtype(random_images(12, 16, 16, seed=s), torch.uint8, scale=True) for s in (1, 2)
     ]
     color = ColorSpec()
-    whole = BatchColorAugment(color, cpu_chunk_pixels=1 << 30)(
+    whole = BatchColorAugment(color, cpu_chunk_pixels=1 << 30, static_shapes=static)(
         views, torch.Generator().manual_seed(3)
     )
-    chunked = BatchColorAugment(color, cpu_chunk_pixels=16 * 16 * 5)(
+    chunked = BatchColorAugment(color, cpu_chunk_pixels=16 * 16 * 5, static_shapes=static)(
         views, torch.Generator().manual_seed(3)
     )
-    other = BatchColorAugment(color)(views, torch.Generator().manual_seed(4))
+    other = BatchColorAugment(color, static_shapes=static)(views, torch.Generator().manual_seed(4))
     for w, c, o in zip(whole, chunked, other, strict=True):
         assert w.dtype == torch.float32 and w.shape == c.shape
         torch.testing.assert_close(w, c, rtol=0, atol=1e-5)  # vector tails round differently
@@ -354,14 +355,24 @@ def reference_color(x: torch.Tensor, p: ColorParams) -> torch.Tensor:
     return torch.stack(out)
 
 
-def test_random_order_pipeline_matches_torchvision_per_sample():
+# The colour pipeline's modes: the default (blur grouped by kernel size on the CPU) and the
+# static-shape mode with each of its blur forms (shifted sums, depthwise convolutions).
+MODES = {
+    "default": {},
+    "static-sums": {"group_blur_by_size": True, "static_shapes": True, "spec": ColorSpec()},
+    "static-conv": {"group_blur_by_size": False, "static_shapes": True, "spec": ColorSpec()},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_random_order_pipeline_matches_torchvision_per_sample(mode):
     n = 64
     x = random_images(n, h=20, w=20, seed=5)
     params = sample_color_params(n, ColorSpec(), torch.Generator().manual_seed(0))
     assert 0 < int(params.jitter.sum()) < n and 0 < int(params.blur.sum()) < n
     assert 0 < int(params.grayscale.sum()) < n
     assert len({tuple(o) for o in params.order.tolist()}) > 12  # many op orders
-    ours = apply_color_params(x.clone(), params)
+    ours = apply_color_params(x.clone(), params, **MODES[mode])
     torch.testing.assert_close(ours, reference_color(x, params), rtol=0, atol=2e-5)
 
 
@@ -385,21 +396,33 @@ def test_color_params_follow_color_jitter_ranges():
     assert (counts - 0.25).abs().max() < 0.015
 
 
-def test_blur_by_kernel_size_groups_equals_one_zero_padded_pass():
-    # The CPU path runs each kernel size separately, the GPU path one pass with the largest.
+def blur_in_mode(x: torch.Tensor, mask: torch.Tensor, sigma: torch.Tensor, mode: str) -> None:
+    """Blur the samples of x that ``mask`` picks, in place, as ``MODES[mode]`` does."""
+    kw = MODES[mode]
+    if kw.get("static_shapes"):
+        params = ColorParams(len(x), {"blur": mask, "sigma": sigma})
+        kw["spec"].op(Blur).apply_static(x, params, kw["group_blur_by_size"])
+    else:
+        _blur_subset_(x, mask, sigma, group_by_size=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_blur_by_kernel_size_groups_equals_one_zero_padded_pass(mode):
+    # The CPU path runs each kernel size separately, the GPU path one pass with the largest;
+    # the static mode runs the largest size the spec draws on every sample, picked by the mask.
     x = random_images(40, h=16, w=16, seed=2)
     mask = torch.arange(40) % 3 != 0
     sigma = torch.linspace(0.1, 2.0, 40)
-    grouped, padded = x.clone(), x.clone()
-    _blur_subset_(grouped, mask, sigma, group_by_size=True)
+    ours, padded = x.clone(), x.clone()
+    blur_in_mode(ours, mask, sigma, mode)
     _blur_subset_(padded, mask, sigma, group_by_size=False)
-    torch.testing.assert_close(grouped, padded, rtol=0, atol=1e-6)
-    assert torch.equal(grouped[~mask], x[~mask]) and not torch.allclose(grouped[mask], x[mask])
+    torch.testing.assert_close(ours, padded, rtol=0, atol=1e-6)
+    assert torch.equal(ours[~mask], x[~mask]) and not torch.allclose(ours[mask], x[mask])
     k = [2 * int(blur_radius(s[None], 16, 16)) + 1 for s in sigma]
     ref = torch.stack(
         [TF.gaussian_blur(x[i], [k[i]] * 2, [float(sigma[i])] * 2) for i in range(40)]
     )
-    torch.testing.assert_close(grouped[mask], ref[mask], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ours[mask], ref[mask], rtol=0, atol=1e-5)
 
 
 def test_blur_kernel_size_is_three_sigma():
@@ -408,9 +431,11 @@ def test_blur_kernel_size_is_three_sigma():
     assert blur_radius(sigma, 5, 100).tolist() == [1, 2, 3, 4, 4]  # reflect padding < side
 
 
-def test_without_color_only_converts_and_normalizes():
+@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
+def test_without_color_only_converts_and_normalizes(static):
     v = TF.to_dtype(random_images(5), torch.uint8, scale=True)
-    (out,) = BatchColorAugment(ColorSpec())([v], torch.Generator(), apply_color=False)
+    aug = BatchColorAugment(ColorSpec(), static_shapes=static)
+    (out,) = aug([v], torch.Generator(), apply_color=False)
     ref = TF.normalize(
         TF.to_dtype(v, torch.float32, scale=True), IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
     )
@@ -418,17 +443,19 @@ def test_without_color_only_converts_and_normalizes():
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
-def test_batch_color_rejects_float_views():
+@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
+def test_batch_color_rejects_float_views(static):
     with pytest.raises(ValueError, match="uint8"):
-        BatchColorAugment(ColorSpec())([torch.rand(2, 3, 8, 8)], None)
+        BatchColorAugment(ColorSpec(), static_shapes=static)([torch.rand(2, 3, 8, 8)], None)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_matches_cpu():
+@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
+def test_cuda_matches_cpu(static):
     views = [TF.to_dtype(random_images(16, 32, 32), torch.uint8, scale=True)]
-    aug = BatchColorAugment(ColorSpec())
-    cpu = aug(views, torch.Generator().manual_seed(0))
+    aug = BatchColorAugment(ColorSpec(), static_shapes=static)
+    cpu = BatchColorAugment(ColorSpec())(views, torch.Generator().manual_seed(0))
     gpu = aug([v.cuda() for v in views], torch.Generator().manual_seed(0))
     assert gpu[0].device.type == "cuda"
     torch.testing.assert_close(gpu[0].cpu(), cpu[0], rtol=0, atol=1e-4)
