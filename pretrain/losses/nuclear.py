@@ -84,8 +84,11 @@ __all__ = [
 
 # The values of ``nuclear_norm(method=...)`` (and of the config key that selects it).
 NUCLEAR_NORM_METHODS = ("auto", "eigh", "jacobi")
-# Under "auto", CUDA matrices with a short side up to this use Jacobi, longer ones eigh
-# (benchmarks/bench_nuclear_norm.py --sides: the CPU cost of both against k).
+# Under "auto", CUDA matrices with a short side up to this use Jacobi, longer ones eigh. Jacobi's
+# rounds (each ~20 small ops: launches on a GPU) grow like k times its sweeps: 45 at LORAC's
+# M = 5, 84 at 8, 240 at 16, 744 at 32, and its CPU time against eigh's with them
+# (benchmarks/bench_nuclear_norm.py --sides, (64, k, 128), forward + backward): 7x at k = 5, 9x at
+# 8, 19x at 16, 34x at 32 (42 ms at 16, 348 ms at 32). 16 covers twice LORAC's largest M (8).
 JACOBI_AUTO_MAX_SIDE = 16
 
 # Eigenvalues below this fraction of the largest (times the short side) are treated as zero: in
@@ -100,8 +103,9 @@ def jacobi_sweeps(k: int) -> int:
     """Jacobi sweeps for a k x k Gram matrix: k + 4, at most ceil(k / 2) + 8 (k >= 3).
 
     At least 2 above the worst case measured (module docstring; ``benchmarks/
-    bench_nuclear_norm.py --sweeps``): k + 1 for k = 3..7, 10 for k = 8, FIXME.
-    One rotation diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
+    bench_nuclear_norm.py --sweeps``, 3 seeds of 100 matrices per spectrum): k + 1 for k = 3..7,
+    10 for k = 8, 11 for 10, 10 for 12, 12 for 16, 15 for 24, 16 for 32. One rotation
+    diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
     """
     if k <= 2:
         return max(k - 1, 0)
