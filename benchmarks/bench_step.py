@@ -25,7 +25,9 @@ queue:
   bytes: a channels_last input gathered into NCHW buffers, or the reverse, scrambles the data).
 
 Where the code takes another path on the CPU than on a GPU (colour augmentation: views in
-cache-sized chunks on the CPU, one pass per resolution elsewhere), the count takes the GPU's.
+cache-sized chunks on the CPU, one pass per resolution elsewhere; the nuclear norm's eigensolver:
+LAPACK's eigh on the CPU, Jacobi sweeps for Q's few rows on a GPU, ``LOSS.NUCLEAR_NORM auto``),
+the count takes the GPU's.
 The prior is switched on from the first iteration (``LOSS.BETA_INF_EPOCHS 0``) so that LORAC's
 count includes it. Runs on CUDA too when ``--device cuda`` is given and a GPU is visible.
 
@@ -55,6 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import pretrain.engine.trainer as trainer_module
+import pretrain.losses.nuclear as nuclear_module
 from pretrain.config import load_config
 from pretrain.engine.trainer import PretrainTrainer
 
@@ -135,6 +138,12 @@ class StepCounter(TorchDispatchMode):
         self.layout_mismatches: list[str] = []
         self.async_copies: collections.Counter[str] = collections.Counter()
         self.copies = _DeviceCopies(self)
+        # with a list here, every device op and collective is also appended as (name, described
+        # arguments): the sequence a graph replay needs to be the same step after step
+        self.sequence: list[tuple] | None = None
+        # the step's inputs (ids): the values written into them (the learning rate) are what a
+        # replay is fed, not part of what it replays: recorded as an input write, without them
+        self.inputs: set[int] = set()
 
     def mark(self, tensors: Any) -> None:
         """Count ``tensors`` (any nesting) as device tensors."""
@@ -165,10 +174,12 @@ class StepCounter(TorchDispatchMode):
         name = str(func)
         if name.startswith("c10d."):  # a round trip between processes, host tensors or not
             self._collective(name, args)
+            self._record(name, args, kwargs)
         inputs = tree_flatten((args, kwargs))[0]
         if not any(self.is_on_device(t) for t in inputs):
             return out
         self.mark(out)
+        self._record(name, args, kwargs)
         self.ops += 1
         self.by_op[name] += 1
         self.by_source[_caller(project_only=True).split(":")[0]] += 1
@@ -186,6 +197,14 @@ class StepCounter(TorchDispatchMode):
             elif any(not self.is_on_device(t) for t in indices) and not _in_backward(name):
                 self.sync(f"{name.split('.')[1]} with a host index tensor (blocking copy)")
         return out
+
+    def _record(self, name: str, args: tuple, kwargs: dict) -> None:
+        if self.sequence is None:
+            return
+        if name in ("aten.fill_.Scalar", "aten.copy_.default") and id(args[0]) in self.inputs:
+            self.sequence.append((name, "input write", describe(args[0])))
+        else:
+            self.sequence.append((name, describe(args), describe(kwargs)))
 
     def _blocking_host_source(self, args: tuple, kwargs: dict) -> bool:
         """``dst.copy_(src)`` of a host ``src`` into a device ``dst`` without non_blocking: on
@@ -254,6 +273,24 @@ class _DeviceCopies(TorchFunctionMode):
             self.counter.async_copies[f"{what} at {_caller()}"] += 1
         else:
             self.counter.sync(f"blocking host-to-device copy {what}")
+
+
+def describe(x: Any) -> Any:
+    """A hashable description of an op argument: a tensor by shape, strides, dtype and whether
+    it is a device tensor (not its values); numbers, lists of them (a collective's split sizes)
+    and other plain values by value (a graph bakes them in); anything else (a process group, a
+    work handle) by type."""
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), x.stride(), str(x.dtype), x.device.type)
+    if isinstance(x, (list, tuple)):
+        return tuple(describe(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, describe(v)) for k, v in x.items()))
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return str(x)
+    return type(x).__name__
 
 
 def _names_a_device(name: str, args: tuple, kwargs: dict, counter: StepCounter) -> bool:
@@ -338,24 +375,37 @@ def _caller(project_only: bool = False) -> str:
 
 
 class _Start(HookBase):
-    def __init__(self, counter: StepCounter) -> None:
-        self.counter = counter
+    """Before every other hook of the iterations ``iters``: the counter starts (recording each
+    iteration's op sequence when ``sequences`` is a dict)."""
+
+    def __init__(
+        self, counter: StepCounter, iters: tuple[int, ...], sequences: dict | None = None
+    ) -> None:
+        self.counter, self.iters, self.sequences = counter, iters, sequences
 
     def before_step(self) -> None:
-        if self.trainer.iter == COUNTED_ITER:
+        if self.trainer.iter in self.iters:
             trainer = self.trainer
             self.counter.mark([list(trainer.model.parameters()), list(trainer.model.buffers())])
             self.counter.mark(list(trainer.optimizer.state.values()))
+            lrs = list(getattr(trainer.optimizer, "_lr_tensors", {}).values())  # device_lr
+            self.counter.mark(lrs)
+            self.counter.inputs = {id(t) for t in lrs}
+            if self.sequences is not None:
+                self.counter.sequence = self.sequences[self.trainer.iter] = []
             self.counter.__enter__()
 
 
 class _Stop(HookBase):
-    def __init__(self, counter: StepCounter) -> None:
-        self.counter = counter
+    """After every other hook of the iterations ``iters``: the counter stops."""
+
+    def __init__(self, counter: StepCounter, iters: tuple[int, ...]) -> None:
+        self.counter, self.iters = counter, iters
 
     def after_step(self) -> None:
-        if self.trainer.iter == COUNTED_ITER:
+        if self.trainer.iter in self.iters:
             self.counter.__exit__(None, None, None)
+            self.counter.sequence = None
 
 
 def make_images(root: Path, classes: int = 2, per_class: int = 16, size: int = 40) -> Path:
@@ -411,7 +461,13 @@ class _UncountedLoader:
             yield batch
 
 
-def _count(config: str, opts: list[str], result_dir: str) -> None:
+def _count(
+    config: str,
+    opts: list[str],
+    result_dir: str,
+    device: str = "cpu",
+    record: tuple[int, ...] = (),
+) -> None:
     torch.manual_seed(0)
     cfg = load_config(str(ROOT / config), opts)
     trainer = PretrainTrainer(cfg)
@@ -421,16 +477,25 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
         trainer.color_augment.one_pass = True
     else:
         trainer.color_augment.cpu_chunk_pixels = 1 << 40
+    # and the nuclear norm's eigensolver that "auto" picks on a GPU (Jacobi for Q's few rows)
+    resolve = nuclear_module._resolve_method
+    if device == "cpu":
+        nuclear_module._resolve_method = lambda x, method: (
+            nuclear_module.auto_method("cuda", min(x.shape[-2:])) if method == "auto" else method
+        )
     counter = StepCounter()
     build_loader = trainer_module.build_pretrain_loader
     trainer_module.build_pretrain_loader = lambda *a: _UncountedLoader(build_loader(*a), counter)
-    trainer._hooks.insert(0, _Start(counter))
+    sequences: dict[int, list] = {}
+    iters = tuple(record) or (COUNTED_ITER,)
+    trainer._hooks.insert(0, _Start(counter, iters, sequences if record else None))
     trainer._hooks[0].trainer = trainer
-    trainer.register_hooks([_Stop(counter)])
+    trainer.register_hooks([_Stop(counter, iters)])
     try:
         trainer.train()
     finally:  # in-process callers (the tests) build real trainers afterwards
         trainer_module.build_pretrain_loader = build_loader
+        nuclear_module._resolve_method = resolve
     out = {
         "ops": counter.ops,
         "host_syncs": sum(counter.syncs.values()),
@@ -443,6 +508,7 @@ def _count(config: str, opts: list[str], result_dir: str) -> None:
         "layout_mismatches": counter.layout_mismatches,
         "top_ops": dict(counter.by_op.most_common(15)),
         "ops_by_source": dict(counter.by_source.most_common()),
+        "sequences": {str(i): seq for i, seq in sequences.items()},
     }
     Path(result_dir, f"rank{comm.get_rank()}.json").write_text(json.dumps(out))
 
@@ -454,23 +520,30 @@ def _free_port() -> int:
 
 
 def measure(
-    config: str, procs: int, device: str = "cpu", extra_opts: list[str] | None = None
+    config: str,
+    procs: int,
+    device: str = "cpu",
+    extra_opts: list[str] | None = None,
+    record: tuple[int, ...] = (),
 ) -> dict:
     """Counts of rank 0 (and the other ranks' totals) for ``config`` on ``procs`` processes;
-    ``extra_opts``: more KEY VALUE overrides."""
+    ``extra_opts``: more KEY VALUE overrides. With ``record`` (iteration numbers, none of them
+    logging: SOLVER.MAX_ITER beyond them), the counts are those iterations' together and
+    ``sequences`` holds each one's device ops and collectives, in order, with their arguments
+    described (:func:`describe`)."""
     with tempfile.TemporaryDirectory() as tmp:
         data = make_images(Path(tmp) / "data")
         opts = tiny_opts(data, Path(tmp) / "out", procs, device) + list(extra_opts or [])
         results = Path(tmp) / "results"
         results.mkdir()
         if procs == 1:
-            _count(config, opts, str(results))
+            _count(config, opts, str(results), device, record)
         else:
             launch(
                 _count,
                 procs,
                 dist_url=f"tcp://127.0.0.1:{_free_port()}",
-                args=(config, opts, str(results)),
+                args=(config, opts, str(results), device, record),
             )
         ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(procs)]
     out = ranks[0]

@@ -18,6 +18,8 @@ from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
 __all__ = [
     "AMP_PRECISIONS",
+    "COMPILE_BACKENDS",
+    "COMPILE_MODES",
     "DATASET_TYPES",
     "DEVICES",
     "FASHION_MNIST",
@@ -31,6 +33,8 @@ __all__ = [
     "check_world_size",
     "get_cfg",
     "load_config",
+    "nuclear_norm_method",
+    "static_step",
     "validate_cfg",
 ]
 
@@ -41,6 +45,9 @@ STEMS = ("imagenet", "small")  # MODEL.STEM
 NORMS = ("auto", "SyncBN", "NaiveSyncBN", "BN")  # MODEL.NORM
 DEVICES = ("cpu", "cuda")  # MODEL.DEVICE
 OPTIMIZERS = ("LARS", "SGD")  # SOLVER.OPTIMIZER
+# SOLVER.COMPILE.MODE: torch.compile's modes
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_BACKENDS = ("inductor", "aot_eager")  # SOLVER.COMPILE.BACKEND (MODE is inductor's)
 AMP_PRECISIONS = ("bfloat16", "float16")  # SOLVER.AMP.PRECISION
 IMAGEFOLDER, FASHION_MNIST, IMAGEFILES = "imagefolder", "fashion_mnist", "imagefiles"
 LABELLED_DATASET_TYPES = (IMAGEFOLDER, FASHION_MNIST)  # datasets with labels (the evaluations')
@@ -95,6 +102,12 @@ _C.LOSS.LOWRANK_VIEWS = "large"
 # other than view j and k_j (3 rows there; the earlier reading, kept for comparison).
 _C.LOSS.Q_CONSTRUCTION = "instance"
 _C.LOSS.PRIOR_M = 0  # the M normalising the prior; 0 = number of rows of Q (see docs/method.md)
+# The nuclear norm's eigensolver (pretrain.losses.nuclear): "auto" is Jacobi sweeps on a GPU in
+# the static step (SOLVER.STATIC_STEP; no host sync, fused or captured with the rest) for Q's few
+# rows, and eigh otherwise: the eager step's one sync (eigh's error check) costs less than the
+# ~2,000 launches of eager Jacobi sweeps (IN-1K LORAC), and the CPU keeps LAPACK's results.
+# "eigh" or "jacobi" force one.
+_C.LOSS.NUCLEAR_NORM = "auto"
 
 _C.INPUT = CN()
 # Views: LARGE_CROPS crops of LARGE_SIZE then SMALL_CROPS of SMALL_SIZE (paper: 3x224 + 5x96).
@@ -153,6 +166,22 @@ _C.SOLVER.LOG_PERIOD = 20
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False
 _C.SOLVER.AMP.PRECISION = "bfloat16"  # "bfloat16" or "float16" (float16 uses a GradScaler)
+# The step as a graph replay needs it (docs/performance.md, "The static step"): every step runs
+# the same device ops on tensors of the same shapes, whatever its data and iteration: colour
+# augmentation as masked whole-batch ops, the learning rate and the iteration as device tensors,
+# the nuclear norm every step, the logged values into a device buffer. Same method, other
+# rounding. Off: the eager step, which skips work per step (fastest on a CPU).
+_C.SOLVER.STATIC_STEP = False
+# torch.compile of the step's device work (the colour augmentation, the model's forward and loss
+# and so their backward), whole graphs with static shapes; implies STATIC_STEP. MODE is
+# torch.compile's: "default", "reduce-overhead" (adds CUDA graphs on a GPU), "max-autotune",
+# "max-autotune-no-cudagraphs". Off until a GPU measures it faster (docs/performance.md).
+_C.SOLVER.COMPILE = CN()
+_C.SOLVER.COMPILE.ENABLED = False
+_C.SOLVER.COMPILE.MODE = "default"
+# torch.compile's backend: "inductor" (generated kernels), or "aot_eager" (the same traced graphs
+# run by eager kernels: for checking a trace, and the CPU tests: no code generation).
+_C.SOLVER.COMPILE.BACKEND = "inductor"
 
 _C.TEST = CN()
 _C.TEST.KNN_PERIOD = 0  # iterations between kNN evaluations (0 = off)
@@ -198,6 +227,19 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
         raise ConfigError(f"{key} = {value!r}: {why}")
 
 
+def static_step(cfg: CN) -> bool:
+    """Whether the step runs as a graph replay needs it (SOLVER.STATIC_STEP, implied by
+    SOLVER.COMPILE.ENABLED)."""
+    return bool(cfg.SOLVER.STATIC_STEP or cfg.SOLVER.COMPILE.ENABLED)
+
+
+def nuclear_norm_method(cfg: CN) -> str:
+    """LOSS.NUCLEAR_NORM with "auto" resolved for the step: the nuclear norm's own "auto"
+    (Jacobi on a GPU) in the static step, "eigh" in the eager one (see the key's comment)."""
+    method = cfg.LOSS.NUCLEAR_NORM
+    return "eigh" if method == "auto" and not static_step(cfg) else method
+
+
 def _one_of(node: CN, key: str, prefix: str, choices: Sequence[str]) -> None:
     _need(node[key] in choices, f"{prefix}.{key}", node[key], f"must be one of {tuple(choices)}")
 
@@ -220,6 +262,7 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
 
 def _check_loss(loss: CN) -> None:
     from pretrain.losses.lorac import LOWRANK_VIEW_SETS, Q_CONSTRUCTIONS
+    from pretrain.losses.nuclear import NUCLEAR_NORM_METHODS
     from pretrain.losses.priors import prior_names
 
     _need(math.isfinite(loss.TAU) and loss.TAU > 0, "LOSS.TAU", loss.TAU, "must be > 0")
@@ -230,6 +273,7 @@ def _check_loss(loss: CN) -> None:
     _one_of(loss, "LOWRANK_VIEWS", "LOSS", LOWRANK_VIEW_SETS)
     _one_of(loss, "Q_CONSTRUCTION", "LOSS", Q_CONSTRUCTIONS)
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
+    _one_of(loss, "NUCLEAR_NORM", "LOSS", NUCLEAR_NORM_METHODS)
     _need(loss.BETA_INF_EPOCHS >= 0, "LOSS.BETA_INF_EPOCHS", loss.BETA_INF_EPOCHS, "must be >= 0")
 
 
@@ -268,6 +312,8 @@ def _check_solver(sol: CN, queue_size: int, world_size: int) -> None:
     _need(sol.EPOCHS > 0 or sol.MAX_ITER > 0, "SOLVER.EPOCHS", sol.EPOCHS,
           "must be > 0 unless SOLVER.MAX_ITER is set")  # fmt: skip
     _one_of(sol.AMP, "PRECISION", "SOLVER.AMP", AMP_PRECISIONS)
+    _one_of(sol.COMPILE, "MODE", "SOLVER.COMPILE", COMPILE_MODES)
+    _one_of(sol.COMPILE, "BACKEND", "SOLVER.COMPILE", COMPILE_BACKENDS)
 
 
 def _check_batch_split(batch: int, world_size: int) -> None:

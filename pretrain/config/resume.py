@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 # Logging, checkpointing, loading speed, monitoring, timeouts: how a run is watched, not what it
-# computes (docs/layout.md lists them).
+# computes; and how the same computation runs (kernels, graphs, an eigensolver: the rounding
+# only, as cudnn's benchmark). docs/layout.md lists them.
 RESUME_MAY_CHANGE = (
     "OUTPUT_DIR",
     "SOLVER.LOG_PERIOD",
@@ -45,6 +46,11 @@ RESUME_MAY_CHANGE = (
     "DATALOADER.NUM_WORKERS",
     "DIST.TIMEOUT_MINUTES",
     "CUDNN_BENCHMARK",
+    "SOLVER.STATIC_STEP",
+    "SOLVER.COMPILE.ENABLED",
+    "SOLVER.COMPILE.MODE",
+    "SOLVER.COMPILE.BACKEND",
+    "LOSS.NUCLEAR_NORM",
     "TEST.KNN_PERIOD",
     "TEST.KNN_BATCH_SIZE",
     "TEST.KNN_TRAIN_IMAGES",

@@ -29,6 +29,7 @@ from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
+from pretrain.config.defaults import static_step
 from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
 from pretrain.data.datasets import (
     BadImageError,
@@ -269,8 +270,9 @@ def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
 
 
 def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
-    """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec."""
-    return BatchColorAugment(build_train_transform(cfg)[1])
+    """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec; in
+    the static step (SOLVER.STATIC_STEP) with static shapes (masked whole-batch ops)."""
+    return BatchColorAugment(build_train_transform(cfg)[1], static_shapes=static_step(cfg))
 
 
 def augment_views_on_device(

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from detectron2.utils.events import CommonMetricPrinter, get_event_storage
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
-from pretrain.config.defaults import ConfigError, check_world_size
+from pretrain.config.defaults import ConfigError, check_world_size, static_step
 from pretrain.config.resume import RESUME_FLAG, check_resume_config
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
@@ -29,8 +28,9 @@ from pretrain.data.loader import (
 )
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
-from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal
+from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal, unwrap
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
+from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
@@ -115,6 +115,7 @@ class PretrainTrainer(SimpleTrainer):
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
+        self.static = static_step(cfg)  # SOLVER.STATIC_STEP: every step the same device ops
         # before anything is written: a resume with another config is refused (every rank; the
         # tools' setup() checked already, before its log file: this is for the library's users)
         # resume_with_changes: a changed lr or schedule length is allowed, and recorded in resume()
@@ -141,6 +142,9 @@ class PretrainTrainer(SimpleTrainer):
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
         self.device_type = cfg.MODEL.DEVICE
         self.color_augment = build_batch_augment(cfg)
+        # SOLVER.COMPILE: the model's forward and loss (and so their backward) compiled whole,
+        # with static shapes; the first step compiles, the beta switch compiles once more
+        self._model_call = self._compiled(self.model) if cfg.SOLVER.COMPILE.ENABLED else self.model
         # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
             torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
@@ -154,8 +158,9 @@ class PretrainTrainer(SimpleTrainer):
         )
         self.start_iter, self.max_iter = 0, max_iter
         self._skipped: set[str] = set()
-        self._pending: list[_StepRecord] = []  # iterations not yet logged (device values)
-        self._first_bad: torch.Tensor | None = None  # first non-finite iteration, on the device
+        # iterations not yet logged (device values; the static step's in a device ring buffer)
+        self._pending = StepRecords(cfg.SOLVER.LOG_PERIOD if self.static else None)
+        self._first_bad = -1  # the first iteration with a non-finite loss (seen at a flush)
         self.register_hooks(self.build_hooks())
 
     # -- construction ----------------------------------------------------------------------
@@ -287,14 +292,14 @@ class PretrainTrainer(SimpleTrainer):
         data = self._fetch()
         data_time = time.perf_counter() - start
         # statistics that cost a host sync (||Q||_* alone) only where they will be logged
-        data = {**data, "log_stats": self._flush_due()}
+        # (the static step computes them every step: the same ops in every step)
+        data = {**data, "log_stats": self.static or self._flush_due()}
         out = self._forward(data)
         losses = {k: v for k, v in out.items() if k.startswith("loss")}
         total = sum(losses.values())
-        self._watch_finite(total)
         self._backward_and_step(total)
         self._pending.append(
-            _StepRecord(
+            StepRecord(
                 self.iter,
                 {k: v.detach() for k, v in losses.items()},
                 data_time,
@@ -330,20 +335,33 @@ class PretrainTrainer(SimpleTrainer):
                 self.device_type,
                 apply_color=self.cfg.INPUT.COLOR_ON_DEVICE,
             )
-            return self.model(data)
+            return self._model_call(self._model_inputs(data))
 
-    def _watch_finite(self, total: torch.Tensor) -> None:
-        """Remember, on the device, the first iteration whose loss is not finite."""
-        if self._first_bad is None:
-            self._first_bad = torch.full((), -1, dtype=torch.long, device=total.device)
-        new_bad = ~torch.isfinite(total.detach()) & (self._first_bad < 0)
-        self._first_bad = torch.where(new_bad, self.iter, self._first_bad)
+    def _compiled(self, fn: Any) -> Any:
+        """``fn`` under torch.compile as SOLVER.COMPILE says: whole graphs (a graph break is an
+        error, not a silent fall back to eager), static shapes."""
+        c = self.cfg.SOLVER.COMPILE
+        mode = c.MODE if c.BACKEND == "inductor" else None  # the modes are inductor's
+        return torch.compile(fn, fullgraph=True, dynamic=False, backend=c.BACKEND, mode=mode)
 
-    def _raise_if_not_finite(self, first_bad: int | None = None) -> None:
+    def _model_inputs(self, data: dict) -> dict:
+        """What the model reads of the batch. The static step hands it only tensors of fixed
+        shapes and constants (a compiled forward guards on every Python value it reads: the
+        iteration, the file names or a seed that changes each step would recompile it); the
+        ShuffleBN seeds only where ShuffleBN runs."""
+        if not self.static:
+            return data
+        inputs = {"views": data["views"], "log_stats": True}
+        if unwrap(self.model).uses_shuffle_seeds:
+            inputs["shuffle_seeds"] = data["shuffle_seeds"]
+        return inputs
+
+    def _raise_if_not_finite(self) -> None:
         """:class:`NonFiniteLossError` naming the run's real last checkpoint (or saying that none
-        was written) if a loss was not finite."""
-        if first_bad is None:
-            first_bad = -1 if self._first_bad is None else int(self._first_bad)
+        was written) if a loss was not finite. The losses are read at each flush, and every
+        checkpoint is written after one (the checkpointing iterations flush, and so do a stop
+        and the end), so a non-finite state is never saved."""
+        first_bad = int(self._first_bad)
         if first_bad < 0:
             return
         out = self.cfg.OUTPUT_DIR
@@ -388,16 +406,13 @@ class PretrainTrainer(SimpleTrainer):
         boundary): with several processes the records and the unreadable files travel in one
         ``all_gather`` here, not in every iteration.
         """
-        pending, self._pending = self._pending, []
-        if not pending:
+        records = self._pending.take()  # one device-to-host read
+        if not records:
             return
-        on_device = [t.double() for r in pending for t in r.tensors()]  # float32 exact in float64
-        if self._first_bad is not None:
-            on_device.append(self._first_bad.double())
-        read = torch.stack(on_device).tolist() if on_device else []  # one device-to-host read
-        self._raise_if_not_finite(int(read.pop()) if self._first_bad is not None else -1)
-        values = iter(read)
-        records = [r.on_host(values) for r in pending]
+        bad = [r.iteration for r in records if not math.isfinite(r.total_loss)]
+        if bad and self._first_bad < 0:
+            self._first_bad = bad[0]
+        self._raise_if_not_finite()
         per_rank = comm.all_gather(records) if comm.get_world_size() > 1 else [records]
         storage = get_event_storage()
         for j, mine in enumerate(records):
@@ -424,34 +439,3 @@ class PretrainTrainer(SimpleTrainer):
             if path not in self._skipped:
                 self._skipped.add(path)
                 logger.warning(f"skipped unreadable image: {path}")
-
-
-@dataclass
-class _StepRecord:
-    """One iteration's values for the log, device tensors until :meth:`on_host`."""
-
-    iteration: int
-    losses: dict[str, Any]
-    data_time: float
-    metrics: dict[str, Any]
-    step_time: float
-    skipped: list[str]
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [v for v in (*self.losses.values(), *self.metrics.values()) if _is_tensor(v)]
-
-    def on_host(self, values: Iterator[float]) -> _StepRecord:
-        """This record with its tensors replaced, in :meth:`tensors` order, by ``values``."""
-
-        def host(d: dict[str, Any]) -> dict[str, Any]:
-            return {k: next(values) if _is_tensor(v) else v for k, v in d.items()}
-
-        losses = host(self.losses)
-        return _StepRecord(
-            self.iteration, losses, self.data_time, host(self.metrics), self.step_time,
-            self.skipped,
-        )  # fmt: skip
-
-
-def _is_tensor(v: Any) -> bool:
-    return isinstance(v, torch.Tensor)

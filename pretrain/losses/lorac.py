@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pretrain.losses.nuclear import nuclear_norm
+from pretrain.losses.nuclear import NUCLEAR_NORM_METHODS, nuclear_norm
 from pretrain.losses.priors import Prior, build_prior, prior_names
 
 __all__ = [
@@ -152,6 +152,8 @@ class LoracLoss(nn.Module):
             ``keys[:, i]``, one Q per instance shared by every key crop (the paper's reading,
             5 rows at 3x224 + 5x96); ``per_key_crop``: for key crop j, Q_i^j stacks the
             lowrank views other than ``key_views[j]`` and ``keys[j, i]`` (3 rows there).
+        nuclear_norm_method: the eigensolver of :func:`~pretrain.losses.nuclear.nuclear_norm`
+            (``auto``: Jacobi sweeps on a GPU, no host sync; ``eigh``; ``jacobi``).
 
     For key crop j the queries are every view except ``key_views[j]`` (SwAV's pairing); loss_j
     is Eq. (13) over those V-1 queries with positive ``keys[j]`` and negatives ``queues[j]``,
@@ -174,6 +176,7 @@ class LoracLoss(nn.Module):
         sigma2: float | None = None,
         prior_m: int | None = None,
         q_construction: str = "instance",
+        nuclear_norm_method: str = "auto",
     ) -> None:
         super().__init__()
         check = self._check
@@ -198,13 +201,21 @@ class LoracLoss(nn.Module):
             f"must be one of {Q_CONSTRUCTIONS}, got {q_construction!r}",
         )
         self.q_construction = q_construction
+        check(
+            "nuclear_norm_method",
+            nuclear_norm_method in NUCLEAR_NORM_METHODS,
+            f"must be one of {NUCLEAR_NORM_METHODS}, got {nuclear_norm_method!r}",
+        )
+        self.nuclear_norm_method = nuclear_norm_method
         self.prior_m = prior_m
-        # device copies of the view index sets that are not runs (see _take_views)
+        # device copies of the view index sets that are not runs (see take_views)
         self._device_indices: dict[tuple, torch.Tensor] = {}
 
     @classmethod
-    def from_config(cls, cfg: Any) -> LoracLoss:
-        """The loss of a pretraining config (its LOSS and INPUT nodes)."""
+    def from_config(cls, cfg: Any, nuclear_norm_method: str | None = None) -> LoracLoss:
+        """The loss of a pretraining config (its LOSS and INPUT nodes); ``nuclear_norm_method``
+        replaces LOSS.NUCLEAR_NORM (the model passes its "auto" resolved for the step:
+        :func:`pretrain.config.defaults.nuclear_norm_method`)."""
         inp, loss = cfg.INPUT, cfg.LOSS
         num_views = inp.LARGE_CROPS + inp.SMALL_CROPS
         return cls(
@@ -217,6 +228,7 @@ class LoracLoss(nn.Module):
             ),
             prior_m=loss.PRIOR_M or None,
             q_construction=loss.Q_CONSTRUCTION,
+            nuclear_norm_method=nuclear_norm_method or loss.NUCLEAR_NORM,
         )
 
     def _check(self, name: str, ok: bool, msg: str) -> None:
@@ -264,7 +276,7 @@ class LoracLoss(nn.Module):
         return (
             f"tau={self.tau}, beta={self.beta}, prior={self.prior}, key_views={self.key_views}, "
             f"lowrank_views={self.lowrank_views}, q_construction={self.q_construction!r}, "
-            f"prior_m={self.prior_m}"
+            f"prior_m={self.prior_m}, nuclear_norm_method={self.nuclear_norm_method!r}"
         )
 
     def _check_shapes(
@@ -310,7 +322,7 @@ class LoracLoss(nn.Module):
                 f"must be ({low}, N_global >= {n}, {d}), got {tuple(global_lowrank.shape)}",
             )
 
-    def _take_views(self, x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
+    def take_views(self, x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
         """``x[idx]`` along dim 0 without a host index tensor in the step.
 
         Indexing a CUDA tensor with a Python list copies the list to the device with a blocking
@@ -347,26 +359,26 @@ class LoracLoss(nn.Module):
         if not (log_norm or prior_on):  # the norm would only be logged
             return x.new_zeros(len(kv), n), None
         if prior.batchwise:
-            lowq = self._take_views(x, low) if global_lowrank is None else global_lowrank.float()
+            lowq = self.take_views(x, low) if global_lowrank is None else global_lowrank.float()
             p = _p_matrix(lowq)  # (N_global * L, d), Eq. (15)
             rows = p.shape[0] if prior_m is None else lowq.shape[1] * prior_m
             with torch.set_grad_enabled(grad_through_norm):
-                nuc = nuclear_norm(p)
+                nuc = nuclear_norm(p, self.nuclear_norm_method)
             if prior_on:
                 lp = prior.log_h(nuc, rows, tau=tau, beta=beta).expand(len(kv), n)
             else:
                 lp = x.new_zeros(len(kv), n)
             return lp, nuc.detach()
         if self.q_construction == "instance":
-            q_mats = [_q_matrix(self._take_views(x, low), k)] * len(kv)  # (N, L + J, d)
+            q_mats = [_q_matrix(self.take_views(x, low), k)] * len(kv)  # (N, L + J, d)
         else:  # per_key_crop: the large queries other than view j, and k_j
             q_mats = [
-                _q_matrix(self._take_views(x, [i for i in low if i != kv[j]]), k[j : j + 1])
+                _q_matrix(self.take_views(x, [i for i in low if i != kv[j]]), k[j : j + 1])
                 for j in range(len(kv))
             ]
         distinct = q_mats[:1] if self.q_construction == "instance" else q_mats
         with torch.set_grad_enabled(grad_through_norm):
-            nucs = [nuclear_norm(q) for q in distinct]  # each (N,)
+            nucs = [nuclear_norm(q, self.nuclear_norm_method) for q in distinct]  # each (N,)
         if not prior_on:
             lp = x.new_zeros(len(kv), n)
         else:
@@ -424,7 +436,7 @@ class LoracLoss(nn.Module):
             losses, correct = [], []
             for j, key_view in enumerate(self.key_views):
                 # (V-1, N, d): SwAV's pairing
-                q = self._take_views(x, [i for i in range(v) if i != key_view])
+                q = self.take_views(x, [i for i in range(v) if i != key_view])
                 sim_pos = torch.einsum("mnd,nd->mn", q, k[j]) / tau  # (V-1, N)
                 l_pos = sim_pos + lp[j]
                 l_neg = torch.matmul(q, queues[j].t()) / tau  # (V-1, N, K)

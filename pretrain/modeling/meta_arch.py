@@ -26,6 +26,7 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.config.defaults import nuclear_norm_method
 from pretrain.losses.lorac import LoracLoss
 from pretrain.modeling.build import META_ARCH_REGISTRY
 from pretrain.modeling.distributed import (
@@ -86,11 +87,10 @@ class MultiViewMoCo(nn.Module):
         self.channels_last = channels_last
         queues = nn.functional.normalize(torch.randn(num_key_crops, queue_size, out_dim), dim=-1)
         self.register_buffer("queues", queues)  # (J, K, d)
-        # The pointers live on the host (reading a device pointer every step is a host sync);
-        # the buffer mirrors them for checkpoints and is read back once after a load.
+        # The write pointers stay on the device: the host never reads them (that would be a
+        # host sync), and nothing about a step depends on their value but the rows it writes
+        # (a host pointer would make every step's ops differ: no graph replay, a recompile).
         self.register_buffer("queue_ptr", torch.zeros(num_key_crops, dtype=torch.long))
-        self._queue_ptr: list[int] | None = [0] * num_key_crops
-        self.register_load_state_dict_post_hook(_forget_host_queue_ptr)
         # the key encoder's conv and linear weights in the autocast dtype (see _key_weights)
         self._lowp_names = [
             f"{name}.{p}"
@@ -121,7 +121,7 @@ class MultiViewMoCo(nn.Module):
             "num_key_crops": inp.KEY_CROPS,
             "queue_size": mod.QUEUE_SIZE,
             "momentum": mod.MOMENTUM,
-            "criterion": LoracLoss.from_config(cfg),
+            "criterion": LoracLoss.from_config(cfg, nuclear_norm_method(cfg)),
             "shuffle_bn": mod.SHUFFLE_BN,
             "key_bn_splits": mod.KEY_BN_SPLITS,
             "norm": norm,
@@ -181,9 +181,9 @@ class MultiViewMoCo(nn.Module):
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         return views
 
-    def _encode_queries(self, views: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _encode_queries(self, views: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], int]:
         """f on the views the objective reads, one forward per resolution (BN statistics over
-        same-size crops); None for the others."""
+        same-size crops); None for the others. Also the number of forwards."""
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i in self.query_views:
             groups[tuple(views[i].shape[-2:])].append(i)
@@ -192,7 +192,7 @@ class MultiViewMoCo(nn.Module):
             emb = self.encoder_q(torch.cat([views[i] for i in idx]))
             for i, e in zip(idx, emb.chunk(len(idx)), strict=True):
                 out[i] = e
-        return out
+        return out, len(groups)
 
     @torch.no_grad()
     def _key_weights(self, device_type: str) -> dict[str, torch.Tensor] | None:
@@ -222,6 +222,15 @@ class MultiViewMoCo(nn.Module):
             return self.encoder_k(x)
         return torch.func.functional_call(self.encoder_k, weights, (x,), strict=False)
 
+    @property
+    def uses_shuffle_seeds(self) -> bool:
+        """Whether the forward reads ``batch["shuffle_seeds"]`` (ShuffleBN across BN groups)."""
+        return self.shuffle_bn and world_size() * self.key_bn_splits > 1
+
+    def _key_forwards(self) -> int:
+        """Forwards of the key encoder per key crop (its BN groups)."""
+        return self.key_bn_splits if self.uses_shuffle_seeds else 1
+
     @torch.no_grad()
     def _encode_keys(
         self, x: torch.Tensor, seed: int | None, weights: dict[str, torch.Tensor] | None = None
@@ -250,18 +259,20 @@ class MultiViewMoCo(nn.Module):
         return k_perm.index_select(0, to_device(torch.argsort(perm), k_perm.device))
 
     @torch.no_grad()
-    def _enqueue(self, crop: int, keys: torch.Tensor) -> None:
-        k = self.queues.shape[1]
-        if self._queue_ptr is None:  # after a load: one read
-            self._queue_ptr = [int(p) for p in self.queue_ptr.tolist()]
-        ptr = self._queue_ptr[crop]
-        n = keys.shape[0]
+    def _enqueue(self, keys: torch.Tensor) -> None:
+        """Write key crop j's global keys ``keys[j]`` (J, n, d) into queue j at rows
+        ``queue_ptr[j] .. queue_ptr[j] + n - 1`` and advance the pointers, on the device: one
+        ``index_copy_`` for every queue (K % n == 0: a batch never wraps around)."""
+        j, k = self.queues.shape[:2]
+        n = keys.shape[1]
         if k % n:
             raise ValueError(f"MODEL.QUEUE_SIZE {k} is not divisible by the global batch {n}")
-        self.queues[crop, ptr : ptr + n] = keys.to(self.queues.dtype)
-        self._queue_ptr[crop] = (ptr + n) % k
-        # fill_, not item assignment: `t[i] = v` copies a host 0-d tensor (a blocking copy)
-        self.queue_ptr[crop].fill_(self._queue_ptr[crop])
+        steps = torch.arange(n, device=keys.device)
+        rows = self.queue_ptr[:, None] + steps + torch.arange(j, device=keys.device)[:, None] * k
+        self.queues.view(j * k, -1).index_copy_(
+            0, rows.reshape(-1), keys.reshape(j * n, -1).to(self.queues.dtype)
+        )
+        self.queue_ptr.add_(n).remainder_(k)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
@@ -271,7 +282,7 @@ class MultiViewMoCo(nn.Module):
         seeds = list(batch.get("shuffle_seeds") or [None] * self.num_key_crops)
         if len(seeds) != self.num_key_crops:
             raise ValueError(f"expected {self.num_key_crops} shuffle_seeds, got {len(seeds)}")
-        encoded = self._encode_queries(views)
+        encoded, query_forwards = self._encode_queries(views)
         ref = encoded[self.query_views[0]]
         # (V, B, d); a view f skipped is never read by the objective
         q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
@@ -283,16 +294,19 @@ class MultiViewMoCo(nn.Module):
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
         global_lowrank = None
         if self.criterion.prior.batchwise:  # Eq. (15): one P over the global batch
-            global_lowrank = all_gather_with_grad(q[self.lowrank_views], dim=1)
-        # ||Q||_* only for the log costs a host sync on a GPU (eigh's error check): skip it on the
-        # iterations the trainer does not log (batch["log_stats"]; default: every iteration)
+            # a slice for a run of views: q[list] would copy the list to the device each step
+            low = self.criterion.take_views(q, self.lowrank_views)
+            global_lowrank = all_gather_with_grad(low, dim=1)
+        # ||Q||_* only for the log costs a host sync on a GPU with eigh: the eager step skips it
+        # on the iterations it does not log (batch["log_stats"]; default: every iteration)
         loss, stats = self.criterion(
             q, keys, self.queues.clone().detach(), global_lowrank, batch.get("log_stats", True)
         )
         if self.training:
-            for j in range(self.num_key_crops):
-                self._enqueue(j, global_keys[j])
-        add_counted_batches(self)  # every BN's num_batches_tracked, in one launch
+            self._enqueue(torch.stack(global_keys))
+        # every BN's num_batches_tracked, in one launch
+        key_forwards = self.num_key_crops * self._key_forwards()
+        add_counted_batches((self.encoder_q, query_forwards), (self.encoder_k, key_forwards))
         metrics = {  # device tensors: the trainer reads them at its logging period
             "log_prior": stats.log_prior.detach(),
             "inst_acc": stats.accuracy.detach(),
@@ -301,7 +315,3 @@ class MultiViewMoCo(nn.Module):
         if stats.nuclear_norm is not None:
             metrics = {"nuclear_norm": stats.nuclear_norm.detach(), **metrics}
         return {"loss_contrastive": loss, "metrics": metrics}
-
-
-def _forget_host_queue_ptr(module: nn.Module, incompatible_keys: object) -> None:
-    module._queue_ptr = None  # the loaded buffer holds the pointers now

@@ -1,10 +1,14 @@
-"""The encoders' BatchNorm: counted on the host, and synchronised without a host sync per layer.
+"""The encoders' BatchNorm: counted by its owner, and synchronised without a host sync per layer.
 
 :class:`BatchNorm2d` is ``nn.BatchNorm2d`` (same state, same ``F.batch_norm`` call) whose
-training forwards are counted on the host: ``num_batches_tracked`` gets them with one
-``_foreach_add_`` per step (:func:`add_counted_batches`, called by the model), where
-``nn.BatchNorm2d`` launches an add per layer and forward (212 of a ResNet-50 multi-crop step's
-~3,000 device ops). The values at the end of each step are the same.
+training forwards do not count themselves: the module that runs them knows how many forwards a
+step makes (the model: one per resolution group of query views, one per key BN group) and adds
+them to every layer's ``num_batches_tracked`` with one ``_foreach_add_`` per step
+(:func:`add_counted_batches`), where ``nn.BatchNorm2d`` launches an add per layer and forward
+(212 of a ResNet-50 multi-crop step's ~3,000 device ops). The values at the end of each step are
+the same. Counting by structure rather than by a counter each forward bumps keeps the forward
+free of Python state that changes from call to call: a compiled forward would be recompiled for
+every new value of such a counter (``torch.compile`` guards on module attributes).
 
 :class:`SyncBatchNorm` synchronises the training statistics across processes.
 
@@ -130,14 +134,11 @@ class _SyncBatchNormFunction(torch.autograd.Function):
 
 
 class BatchNorm2d(nn.BatchNorm2d):
-    """``nn.BatchNorm2d`` whose training forwards are counted on the host (``pending_batches``)
-    until :func:`add_counted_batches` adds them to ``num_batches_tracked``."""
-
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        super().__init__(*args, **kwargs)
-        self.pending_batches = 0
+    """``nn.BatchNorm2d`` whose training forwards leave ``num_batches_tracked`` to their owner,
+    which adds them with :func:`add_counted_batches` (see the module docstring)."""
 
     def _counts(self) -> bool:
+        """Whether ``nn.BatchNorm2d`` would count this forward."""
         return (
             self.training
             and self.track_running_stats
@@ -149,7 +150,6 @@ class BatchNorm2d(nn.BatchNorm2d):
         if not self._counts():
             return super().forward(x)
         self._check_input_dim(x)
-        self.pending_batches += 1
         # nn.BatchNorm2d's own call in training mode, without its num_batches_tracked.add_(1)
         return F.batch_norm(
             x, self.running_mean, self.running_var, self.weight, self.bias, True, self.momentum,
@@ -168,8 +168,6 @@ class SyncBatchNorm(BatchNorm2d):
             raise ValueError(f"SyncBatchNorm expects a non-empty (N, C, H, W) batch, got {x.shape}")
         if self.momentum is None or not self.affine:
             raise ValueError("SyncBatchNorm needs a momentum and affine parameters")
-        if self._counts():
-            self.pending_batches += 1
         return _SyncBatchNormFunction.apply(
             x,
             self.weight,
@@ -182,17 +180,18 @@ class SyncBatchNorm(BatchNorm2d):
         )
 
 
-def add_counted_batches(module: nn.Module) -> None:
-    """Add every :class:`BatchNorm2d`'s counted forwards to its ``num_batches_tracked``: one
-    ``_foreach_add_`` per distinct count (one per step in practice)."""
+def add_counted_batches(*counts: tuple[nn.Module, int]) -> None:
+    """Add ``forwards`` to the ``num_batches_tracked`` of every :class:`BatchNorm2d` of
+    ``module`` that counts its forwards (in training mode, tracking running statistics with a
+    momentum), for each ``(module, forwards)``: one ``_foreach_add_`` per distinct number (one
+    per step in practice: the model's encoders make as many forwards each)."""
     groups: dict[int, list[torch.Tensor]] = {}
-    for m in module.modules():
-        if isinstance(m, BatchNorm2d) and m.pending_batches:
-            if m.num_batches_tracked is not None:
-                groups.setdefault(m.pending_batches, []).append(m.num_batches_tracked)
-            m.pending_batches = 0
-    for count, tracked in groups.items():
-        torch._foreach_add_(tracked, count)
+    for module, forwards in counts:
+        for m in module.modules():
+            if isinstance(m, BatchNorm2d) and m._counts() and forwards:
+                groups.setdefault(forwards, []).append(m.num_batches_tracked)
+    for forwards, tracked in groups.items():
+        torch._foreach_add_(tracked, forwards)
 
 
 def convert_batchnorm(module: nn.Module, cls: type[BatchNorm2d] = BatchNorm2d) -> nn.Module:

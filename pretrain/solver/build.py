@@ -28,7 +28,7 @@ from fvcore.common.param_scheduler import (
     ParamScheduler,
 )
 
-from pretrain.config.defaults import OPTIMIZERS
+from pretrain.config.defaults import OPTIMIZERS, static_step
 
 __all__ = [
     "LARS",
@@ -48,6 +48,14 @@ class LARS(torch.optim.Optimizer):
         buf = momentum * buf + d;  p -= lr * buf
     Where ||g|| is 0 and ||p|| is not, apex (like solo-learn and lightly) adds no weight decay;
     here d = weight_decay * p (``tests/pretrain/solver/test_solver.py`` pins this rule).
+
+    ``adapt=False`` leaves the trust ratio out (local = 1): SGD with momentum and weight decay,
+    as ``torch.optim.SGD`` (no dampening, no Nesterov). ``device_lr=True`` (the static step,
+    SOLVER.STATIC_STEP) multiplies by a device copy of each group's lr, written from the group's
+    float before the update: every step then runs the same ops (``alpha=-lr`` would pass each
+    step's lr to the kernel as a constant, which a CUDA graph would bake in), without a host sync
+    (``torch.optim.SGD`` reads a tensor lr back with ``.item()``). Schedulers and logs keep
+    reading and writing ``group["lr"]`` as a float.
     """
 
     def __init__(
@@ -58,6 +66,9 @@ class LARS(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         eta: float = 0.001,
         eps: float = 1e-8,
+        *,
+        adapt: bool = True,
+        device_lr: bool = False,
     ) -> None:
         for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
             if v < 0:
@@ -70,8 +81,26 @@ class LARS(torch.optim.Optimizer):
             "weight_decay": weight_decay,
             "eta": eta,
             "eps": eps,
+            "adapt": adapt,
         }
+        self.device_lr = device_lr
         super().__init__(params, defaults)
+        self._lr_tensors: dict[int, torch.Tensor] = {}  # group index -> its lr on the device
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # groups saved by torch.optim.SGD (the eager MoCo-v2)
+            for key in ("eta", "eps", "adapt"):
+                group.setdefault(key, self.defaults[key])
+
+    def _lr(self, index: int, group: dict, like: torch.Tensor) -> float | torch.Tensor:
+        """The group's lr: its float, or (``device_lr``) a device tensor holding it."""
+        if not self.device_lr:
+            return group["lr"]
+        t = self._lr_tensors.get(index)
+        if t is None or t.device != like.device:
+            t = self._lr_tensors[index] = torch.zeros((), dtype=like.dtype, device=like.device)
+        return t.fill_(group["lr"])  # a kernel argument: no host-to-device copy, no sync
 
     @torch.no_grad()
     def step(  # type: ignore[override]
@@ -81,18 +110,15 @@ class LARS(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
             grads = [p.grad for p in params]
-            wd, eta, eps = group["weight_decay"], group["eta"], group["eps"]
-            p_norm = torch.stack(torch._foreach_norm(params))
-            g_norm = torch.stack(torch._foreach_norm(grads))
-            trust = eta * p_norm / (g_norm + wd * p_norm + eps)
-            trust = torch.where((p_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust))
+            wd = group["weight_decay"]
             d = torch._foreach_add(grads, params, alpha=wd) if wd else [g.clone() for g in grads]
-            torch._foreach_mul_(d, list(trust.unbind()))
+            if group["adapt"]:
+                torch._foreach_mul_(d, self._trust_ratios(params, grads, group))
             if all("momentum_buffer" in self.state[p] for p in params):
                 bufs = [self.state[p]["momentum_buffer"] for p in params]
                 # one launch each over all parameters (a per-parameter loop is 2 per parameter)
@@ -102,20 +128,40 @@ class LARS(torch.optim.Optimizer):
                 for p, di in zip(params, d, strict=True):
                     self.state[p]["momentum_buffer"] = di.clone()
                 bufs = [self.state[p]["momentum_buffer"] for p in params]
-            torch._foreach_add_(params, bufs, alpha=-group["lr"])
+            lr = self._lr(index, group, params[0])
+            if isinstance(lr, torch.Tensor):
+                torch._foreach_sub_(params, torch._foreach_mul(bufs, lr))
+            else:
+                torch._foreach_add_(params, bufs, alpha=-lr)
         return loss
+
+    @staticmethod
+    def _trust_ratios(
+        params: list[torch.Tensor], grads: list[torch.Tensor], group: dict
+    ) -> list[torch.Tensor]:
+        """LARC's local learning rate of each parameter (0-d tensors)."""
+        wd, eta, eps = group["weight_decay"], group["eta"], group["eps"]
+        p_norm = torch.stack(torch._foreach_norm(params))
+        g_norm = torch.stack(torch._foreach_norm(grads))
+        trust = eta * p_norm / (g_norm + wd * p_norm + eps)
+        trust = torch.where((p_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust))
+        return list(trust.unbind())
 
 
 def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters."""
+    """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters. In the
+    static step (:func:`static_step`) both are :class:`LARS` with a device lr (SGD: without the
+    trust ratio), whose every step runs the same ops."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
     if s.OPTIMIZER not in OPTIMIZERS:
         raise ValueError(f"SOLVER.OPTIMIZER = {s.OPTIMIZER!r}: expected one of {OPTIMIZERS}")
-    if s.OPTIMIZER == "LARS":
+    lars = s.OPTIMIZER == "LARS"
+    if lars or static_step(cfg):
         return LARS(
-            params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY, eta=s.LARS_ETA
-        )
+            params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY,
+            eta=s.LARS_ETA, adapt=lars, device_lr=static_step(cfg),
+        )  # fmt: skip
     return torch.optim.SGD(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY)
 
 

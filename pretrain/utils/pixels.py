@@ -25,6 +25,21 @@ def normalize_(
 ) -> torch.Tensor:
     """In place ``(x - mean) / std`` per channel of float (n, 3, h, w) images in [0, 1], as
     torchvision's ``Normalize``; returns ``x``."""
-    m = to_device(torch.tensor(tuple(mean), dtype=x.dtype), x.device)
-    s = to_device(torch.tensor(tuple(std), dtype=x.dtype), x.device)
-    return x.sub_(m.view(1, 3, 1, 1)).div_(s.view(1, 3, 1, 1))
+    m, s = _constants(tuple(mean), tuple(std), x.dtype, x.device)
+    return x.sub_(m).div_(s)
+
+
+# (mean, std, dtype, device) -> their (1, 3, 1, 1) tensors on that device: copied once, not in
+# every step (a CUDA graph would bake in the address of each step's host buffer)
+_CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _constants(
+    mean: tuple, std: tuple, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (mean, std, dtype, device)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = tuple(
+            to_device(torch.tensor(v, dtype=dtype), device).view(1, 3, 1, 1) for v in (mean, std)
+        )
+    return _CONSTANTS[key]

@@ -118,7 +118,9 @@ def test_forward_of_shipped_in100_model_hands_five_row_q_to_the_prior(monkeypatc
     model.set_beta(2.0)
     shapes = []
     real = losses.nuclear_norm
-    monkeypatch.setattr(losses, "nuclear_norm", lambda x: shapes.append(tuple(x.shape)) or real(x))
+    monkeypatch.setattr(
+        losses, "nuclear_norm", lambda x, *a: shapes.append(tuple(x.shape)) or real(x, *a)
+    )
     views = [torch.randint(0, 255, (4, 3, s, s), dtype=torch.uint8) for s in model.view_sizes]
     batch = {"views": views, "seeds": torch.arange(4), "iteration": 0}
     batch = augment_views_on_device(batch, build_batch_augment(cfg), "cpu", apply_color=True)

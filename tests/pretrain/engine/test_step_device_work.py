@@ -44,17 +44,17 @@ def test_no_host_sync_in_a_non_logging_iteration(config, syncs):
 def test_the_counter_sees_a_host_sync():
     """The same measurement with one ``.item()`` added to the step reports exactly it."""
 
-    original = PretrainTrainer._watch_finite
+    original = PretrainTrainer._backward_and_step
 
     def with_a_read(self, total):
         original(self, total)
         total.item()
 
-    PretrainTrainer._watch_finite = with_a_read
+    PretrainTrainer._backward_and_step = with_a_read
     try:
         m = measure("configs/pretrain/demo_fashion_mnist_r18_mocom.yaml", procs=1)
     finally:
-        PretrainTrainer._watch_finite = original
+        PretrainTrainer._backward_and_step = original
     assert m["host_syncs"] == 1
     assert any("with_a_read" in where for where in m["syncs_by_source"])
 
@@ -77,11 +77,14 @@ def test_one_pass_colour_augmentation_equals_the_chunked_one(given):
         torch.testing.assert_close(one, chunked, rtol=0, atol=1e-5)
 
 
-def test_non_finite_loss_between_logs_is_never_checkpointed(tmp_path, image_folder):
-    """The finiteness flag stays on the device; it is read at the next logging or checkpointing
-    iteration, and the error names the first bad iteration and the intact checkpoint."""
+@pytest.mark.parametrize("static", [False, True])
+def test_non_finite_loss_between_logs_is_never_checkpointed(tmp_path, image_folder, static):
+    """The losses stay on the device (the static step's in its ring buffer); they are read at
+    the next logging or checkpointing iteration, and the error names the first bad iteration
+    and the intact checkpoint."""
     out = tmp_path / "run"
-    opts = {"SOLVER.MAX_ITER": 12, "SOLVER.LOG_PERIOD": 5, "SOLVER.CHECKPOINT_PERIOD": 4}
+    opts = {"SOLVER.MAX_ITER": 12, "SOLVER.LOG_PERIOD": 5, "SOLVER.CHECKPOINT_PERIOD": 4,
+            "SOLVER.STATIC_STEP": static}  # fmt: skip
     cfg = load_config(DEMO_CONFIG, tiny_opts(image_folder, out, **opts))
     trainer = PretrainTrainer(cfg)
 
@@ -102,18 +105,44 @@ def test_non_finite_loss_between_logs_is_never_checkpointed(tmp_path, image_fold
 
 
 def test_queue_pointer_is_restored_from_a_checkpoint(tmp_path, image_folder):
-    """The host-side queue pointer is read back from the loaded buffer."""
+    """The device queue pointer comes back with the checkpoint, and the next keys go where it
+    points (wrapping around at the queue's end), every queue at its own pointer."""
     out = tmp_path / "q"
     cfg = load_config(DEMO_CONFIG, tiny_opts(image_folder, out, **{"MODEL.QUEUE_SIZE": 64}))
     trainer = PretrainTrainer(cfg)
     trainer.train()  # 6 iterations of 8: the pointer is at 48
-    model = trainer.model
-    assert model.queue_ptr.tolist() == [48] and model._queue_ptr == [48]
+    assert trainer.model.queue_ptr.tolist() == [48]
     fresh = PretrainTrainer(cfg)
     assert fresh.resume()
-    assert fresh.model._queue_ptr is None
-    fresh.model._enqueue(0, torch.zeros(8, model.queues.shape[-1]))
-    assert fresh.model._queue_ptr == [56] and fresh.model.queue_ptr.tolist() == [56]
+    model = fresh.model
+    assert model.queue_ptr.tolist() == [48]
+    before = model.queues.clone()
+    keys = torch.randn(1, 8, model.queues.shape[-1])
+    for expected_ptr in (56, 0):
+        start = model.queue_ptr.tolist()[0]
+        model._enqueue(keys)
+        assert model.queue_ptr.tolist() == [expected_ptr]
+        torch.testing.assert_close(model.queues[0, start : start + 8], keys[0], rtol=0, atol=0)
+    torch.testing.assert_close(model.queues[0, :48], before[0, :48], rtol=0, atol=0)
+
+
+def test_each_queue_is_written_at_its_own_pointer():
+    """Two key crops, pointers apart: one index_copy_ writes each queue's rows."""
+    from pretrain.modeling import build_model
+
+    opts = {"MODEL.QUEUE_SIZE": 16, "SOLVER.IMS_PER_BATCH": 4, "DATASETS.ROOT": "/x",
+            "MODEL.DEVICE": "cpu"}  # fmt: skip
+    cfg = load_config(
+        str(ROOT / "configs" / "pretrain" / "in100_r18_lorac_beta2.yaml"),
+        [str(x) for kv in {**opts, "DATASETS.CLASS_LIST": ""}.items() for x in kv],
+    )
+    model = build_model(cfg)
+    model.queue_ptr.copy_(torch.tensor([4, 12]))
+    keys = torch.randn(2, 4, model.queues.shape[-1])
+    model._enqueue(keys)
+    torch.testing.assert_close(model.queues[0, 4:8], keys[0], rtol=0, atol=0)
+    torch.testing.assert_close(model.queues[1, 12:16], keys[1], rtol=0, atol=0)
+    assert model.queue_ptr.tolist() == [8, 0]
 
 
 def test_flush_covers_every_logged_iteration(tmp_path, image_folder):

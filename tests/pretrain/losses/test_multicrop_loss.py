@@ -141,7 +141,9 @@ def test_paper_layout_builds_five_row_q(monkeypatch):
 
     shapes = []
     real = losses.nuclear_norm
-    monkeypatch.setattr(losses, "nuclear_norm", lambda x: shapes.append(tuple(x.shape)) or real(x))
+    monkeypatch.setattr(
+        losses, "nuclear_norm", lambda x, *a: shapes.append(tuple(x.shape)) or real(x, *a)
+    )
     views, keys, queues = _unit(8, 3, 12, seed=8), _unit(2, 3, 12, seed=9), _unit(2, 8, 12, seed=1)
     losses.lorac_loss(
         views, keys, queues, key_views=[0, 1], lowrank_views=[0, 1, 2], tau=0.2, beta=2.0

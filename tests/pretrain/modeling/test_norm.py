@@ -81,7 +81,7 @@ def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> 
                 "mean": bn.running_mean,
                 "var": bn.running_var,
                 "y_channels_last": y.is_contiguous(memory_format=torch.channels_last),
-                "pending": bn.pending_batches,
+                "tracked": int(bn.num_batches_tracked),
             },
             out,
         )
@@ -98,7 +98,7 @@ def test_two_processes_equal_batchnorm_on_the_whole_batch(tmp_path, channels_las
     for key in ("y", "dx", "dw", "db", "mean", "var"):
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5, msg=key)
     assert got["y_channels_last"] == channels_last
-    assert got["pending"] == 1
+    assert got["tracked"] == 0  # the forward does not count itself: its owner adds the count
 
 
 def test_one_process_and_eval_mode_are_plain_batchnorm():
@@ -126,8 +126,9 @@ def test_convert_norm_keeps_the_state_and_replaces_every_bn():
 
 
 def test_counted_batchnorm_equals_batchnorm_and_adds_its_counts_in_one_op():
-    """The encoders' BatchNorm2d: the same outputs and state as nn.BatchNorm2d once the counted
-    forwards are added, with one device op for all layers instead of one per layer and call."""
+    """The encoders' BatchNorm2d: the same outputs and state as nn.BatchNorm2d once its owner
+    adds the forwards it made, with one device op for all layers instead of one per layer and
+    call; the forward changes no Python state (a compiled forward would recompile for it)."""
     import copy
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -148,12 +149,14 @@ def test_counted_batchnorm_equals_batchnorm_and_adds_its_counts_in_one_op():
     x = torch.randn(4, C, 3, 3)
     for _ in range(3):
         torch.testing.assert_close(counted(x), plain(x), rtol=0, atol=0)
+    before = {k: v for k, v in vars(counted[0]).items() if not k.startswith("_")}
     with _Ops() as ops:
         counted(x)
     assert not any("add_" in name for name in ops.names)  # no per-layer counter add
+    assert {k: v for k, v in vars(counted[0]).items() if not k.startswith("_")} == before
     plain(x)
     with _Ops() as ops:
-        add_counted_batches(counted)
+        add_counted_batches((counted, 4))
     assert ops.names == ["aten._foreach_add_.Scalar"]
     for (k, a), b in zip(counted.state_dict().items(), plain.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
