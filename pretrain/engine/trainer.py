@@ -14,6 +14,7 @@ from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, get_event_storage
+from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 
@@ -33,6 +34,7 @@ from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
+from pretrain.modeling.shuffle import ShufflePlan, shuffle_plan, static_shuffle_problem
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
@@ -136,7 +138,14 @@ class PretrainTrainer(SimpleTrainer):
         optimizer = build_optimizer(cfg, model)
         if world > 1:
             ids = [comm.get_local_rank()] if cfg.MODEL.DEVICE == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+            # the static step: DDP's graph of gradient hooks fixed after the first step (every
+            # step uses every parameter) and the gradients living in its buckets, so that every
+            # later step runs the same reductions on the same buffers (PyTorch's notes on CUDA
+            # graphs with DDP); the eager step keeps DDP's defaults
+            static = {"static_graph": True, "gradient_as_bucket_view": True} if self.static else {}
+            model = DistributedDataParallel(
+                model, device_ids=ids, broadcast_buffers=False, **static
+            )
         super().__init__(model, None, optimizer)
         amp = cfg.SOLVER.AMP
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
@@ -145,6 +154,10 @@ class PretrainTrainer(SimpleTrainer):
         # SOLVER.COMPILE: the model's forward and loss (and so their backward) compiled whole,
         # with static shapes; the first step compiles, the beta switch compiles once more
         self._model_call = self._compiled(self.model) if cfg.SOLVER.COMPILE.ENABLED else self.model
+        if cfg.SOLVER.COMPILE.ENABLED and unwrap(model).uses_shuffle_seeds:
+            problem = self._shuffle_problem()  # host-planned ShuffleBN would recompile each step
+            if problem is not None:
+                raise ConfigError(f"SOLVER.COMPILE.ENABLED True: {problem}")
         # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
             torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
@@ -353,8 +366,31 @@ class PretrainTrainer(SimpleTrainer):
             return data
         inputs = {"views": data["views"], "log_stats": True}
         if unwrap(self.model).uses_shuffle_seeds:
-            inputs["shuffle_seeds"] = data["shuffle_seeds"]
+            plans = self._shuffle_plans(data["shuffle_seeds"])
+            key = "shuffle_seeds" if plans is None else "shuffle_plans"
+            inputs[key] = data["shuffle_seeds"] if plans is None else plans
         return inputs
+
+    def _shuffle_problem(self) -> str | None:
+        """Why ShuffleBN cannot take the static plan's equal splits here (None: it can)."""
+        world = comm.get_world_size()
+        splits = unwrap(self.model).key_bn_splits
+        return static_shuffle_problem(world, self.cfg.SOLVER.IMS_PER_BATCH // world, splits)
+
+    def _shuffle_plans(self, seeds: list[int]) -> list[ShufflePlan] | None:
+        """The static ShuffleBN plans of this step's seeds on the model's device (copied without
+        a host sync), or None where equal splits do not fit (today's host-planned ShuffleBN,
+        which a graph replay cannot take: said once)."""
+        problem = self._shuffle_problem()
+        if problem is not None:
+            log_first_n(logging.WARNING, f"SOLVER.STATIC_STEP: {problem}", n=1)
+            return None
+        world, model = comm.get_world_size(), unwrap(self.model)
+        b, rank = self.cfg.SOLVER.IMS_PER_BATCH // world, comm.get_rank()
+        return [
+            shuffle_plan(s, world, b, model.key_bn_splits, rank=rank).to(model.device)
+            for s in seeds
+        ]
 
     def _raise_if_not_finite(self) -> None:
         """:class:`NonFiniteLossError` naming the run's real last checkpoint (or saying that none

@@ -38,6 +38,7 @@ from pretrain.modeling.distributed import (
 )
 from pretrain.modeling.encoder import Encoder, convert_norm
 from pretrain.modeling.norm import add_counted_batches
+from pretrain.modeling.shuffle import ShufflePlan, encode_shuffled
 from pretrain.utils.device import to_device
 from pretrain.utils.pixels import normalize_, to_unit_float
 
@@ -233,7 +234,11 @@ class MultiViewMoCo(nn.Module):
 
     @torch.no_grad()
     def _encode_keys(
-        self, x: torch.Tensor, seed: int | None, weights: dict[str, torch.Tensor] | None = None
+        self,
+        x: torch.Tensor,
+        seed: int | None,
+        weights: dict[str, torch.Tensor] | None = None,
+        plan: ShufflePlan | None = None,
     ) -> torch.Tensor:
         """g(x) with ShuffleBN; returns the keys of the whole global batch, in batch order.
 
@@ -247,6 +252,8 @@ class MultiViewMoCo(nn.Module):
         groups = n_proc * self.key_bn_splits
         if not self.shuffle_bn or groups == 1:
             return concat_all_gather(self._key_encoder(x, weights))
+        if plan is not None:  # the static step's: equal splits, indices given on the device
+            return encode_shuffled(x, plan, lambda group: self._key_encoder(group, weights))
         if seed is None:
             raise ValueError(
                 "ShuffleBN needs batch['shuffle_seeds'], one seed per key crop equal on every "
@@ -276,19 +283,23 @@ class MultiViewMoCo(nn.Module):
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
-        ``batch["shuffle_seeds"]``: J ints, the same on every process."""
+        ``batch["shuffle_seeds"]``: J ints, the same on every process, or (the static step)
+        ``batch["shuffle_plans"]``: J :class:`~pretrain.modeling.shuffle.ShufflePlan` on the
+        model's device, drawn from those seeds."""
         views = self._prepare(batch)
         b = views[0].shape[0]
         seeds = list(batch.get("shuffle_seeds") or [None] * self.num_key_crops)
-        if len(seeds) != self.num_key_crops:
-            raise ValueError(f"expected {self.num_key_crops} shuffle_seeds, got {len(seeds)}")
+        plans = list(batch.get("shuffle_plans") or [None] * self.num_key_crops)
+        if len(seeds) != self.num_key_crops or len(plans) != self.num_key_crops:
+            raise ValueError(f"expected {self.num_key_crops} shuffle seeds or plans")
         encoded, query_forwards = self._encode_queries(views)
         ref = encoded[self.query_views[0]]
         # (V, B, d); a view f skipped is never read by the objective
         q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
         weights = self._key_weights(views[0].device.type)
         global_keys = [
-            self._encode_keys(views[j], seeds[j], weights) for j in range(self.num_key_crops)
+            self._encode_keys(views[j], seeds[j], weights, plans[j])
+            for j in range(self.num_key_crops)
         ]
         r = rank()
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
