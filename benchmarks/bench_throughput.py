@@ -22,12 +22,15 @@ over a folder of tiny generated images, pinned on CUDA as the loader pins them) 
 replayed: no decoding in the timed iterations, so the figure is the step's. The prior is on from
 the first iteration (``LOSS.BETA_INF_EPOCHS 0``, the costlier phase). ``--opts KEY VALUE ...``
 go to every project config after these (a switch of the step, or the prior's phase, can be
-measured with and without it). ``make gpu-check`` runs it for 32 and 64 images per GPU;
+measured with and without it); ``--switch KEY VALUE ...`` measures each config and batch twice
+in the same process, without and with them (the static or compiled step: its row takes the
+FLOPs of the eager row before it). ``make gpu-check`` runs it for 32 and 64 images per GPU;
 docs/performance.md says how to read it. ``--device cpu --tiny`` runs every step at toy sizes
 (a test checks it), with ``--no-compile`` leaving out the compiled plain step.
 
 Run: .venv/bin/python -m benchmarks.bench_throughput [--device cuda] [--batch 32 64]
-    [--configs C ...] [--opts KEY VALUE ...] [--json OUT] [--device cpu --tiny --no-compile]
+    [--configs C ...] [--opts KEY VALUE ...] [--switch KEY VALUE ...] [--json OUT]
+    [--device cpu --tiny --no-compile]
 """
 
 from __future__ import annotations
@@ -116,13 +119,13 @@ class _Probe(HookBase):
     Registered last: its ``after_step`` follows every other hook's, so a window holds whole
     iterations, hooks included."""
 
-    def __init__(self, clock: _Clock, marks: set[int]) -> None:
-        self.clock, self.marks = clock, marks
+    def __init__(self, clock: _Clock, marks: set[int], count: bool = True) -> None:
+        self.clock, self.marks, self.count = clock, marks, count
         self.counter = FlopCounterMode(display=False)
         self.counting = False
 
     def before_step(self) -> None:
-        if self.trainer.iter == 0:
+        if self.trainer.iter == 0 and self.count:
             self.counter.__enter__()
             self.counting = True
 
@@ -196,11 +199,14 @@ def measure(
     *,
     windows: int = 1,
     opts: list[str] | tuple[str, ...] = (),
+    flops: int | None = None,
 ) -> dict:
     """Figures of the project's step: ``windows`` windows of ``iters`` iterations after
     ``warmup`` (at least 1: iteration 0 counts the FLOPs). ``sizes``: large and small view
     sizes; ``queue``: MODEL.QUEUE_SIZE (default: the config's, 65,536 for the shipped configs,
-    so that the memory figure is the real one); ``opts``: more KEY VALUE overrides."""
+    so that the memory figure is the real one); ``opts``: more KEY VALUE overrides; ``flops``:
+    the FLOPs of one step, counted elsewhere (a compiled step's kernels are no aten ops the
+    counter sees: its eager twin's count, the same maths)."""
     if warmup < 1 or windows < 1 or iters < 1:
         raise ValueError("warmup, windows and iters must be >= 1")
     total = warmup + windows * iters
@@ -213,7 +219,7 @@ def measure(
         trainer = PretrainTrainer(cfg)
         replay = _replayed_loader(cfg, trainer.source)
         clock = _Clock(device)
-        probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)})
+        probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
         trainer.register_hooks([probe])
         real, trainer_module.build_pretrain_loader = trainer_module.build_pretrain_loader, replay
         try:
@@ -223,7 +229,7 @@ def measure(
             probe.stop_counting()
         del trainer
         _release(device)  # before its OUTPUT_DIR goes
-    flops = probe.counter.get_total_flops()
+    flops = probe.counter.get_total_flops() if flops is None else flops
     if flops == 0:
         raise RuntimeError(f"{config}: no FLOPs counted in iteration 0 (a replayed graph?)")
     amp = cfg.SOLVER.AMP
@@ -316,14 +322,18 @@ def ratio_report(
     opts: list[str],
     compile_plain: bool = True,
     tiny: bool = False,
+    switch: list[str] | None = None,
     **overrides: Any,
 ) -> dict:
     """Every step of the table in one process: the plain step (eager, then compiled), then each
     config at each batch; each row's ``ratio`` is its TFLOP/s over the plain eager step's.
-    ``overrides``: values of :data:`FULL` (or :data:`TINY` with ``tiny``) to change (None:
-    keep)."""
+    ``switch`` (KEY VALUE pairs, e.g. SOLVER.COMPILE.ENABLED True): each config and batch once
+    more with them, its FLOPs the row before's (the same maths). ``overrides``: values of
+    :data:`FULL` (or :data:`TINY` with ``tiny``) to change (None: keep)."""
     p = {**(TINY if tiny else FULL), **{k: v for k, v in overrides.items() if v is not None}}
     first = _check_configs(device, configs, opts, p)
+    if switch:
+        _check_configs(device, configs, [*opts, *switch], p)
     amp = first.SOLVER.AMP.PRECISION if first.SOLVER.AMP.ENABLED else None
     timing = {k: p[k] for k in ("warmup", "windows", "iters")}
     plain = {
@@ -344,6 +354,14 @@ def ratio_report(
             m = measure(config, device, batch, p["iters"], p["warmup"], p["sizes"], queue,
                         windows=p["windows"], opts=opts)  # fmt: skip
             rows.append({"step": Path(config).stem, **m})
+            if switch:
+                _release(device)
+                m = measure(config, device, batch, p["iters"], p["warmup"], p["sizes"], queue,
+                            windows=p["windows"], opts=[*opts, *switch],
+                            flops=m["flops_per_step"])  # fmt: skip
+                rows.append({"step": f"{Path(config).stem} + {' '.join(switch)}", **m})
+                torch._dynamo.reset()
+            _release(device)
     for row in rows:
         row["ratio"] = row["tflops"] / reference
     return {
@@ -351,6 +369,7 @@ def ratio_report(
         "torch": torch.__version__,
         "reference": rows[0]["step"],
         "opts": [str(o) for o in opts],
+        "switch": [str(o) for o in switch or []],
         "rows": rows,
     }
 
@@ -396,6 +415,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", "--config", nargs="+", default=CONFIGS)
     parser.add_argument("--batch", type=int, nargs="+", help="images per GPU (32 64; tiny: 8)")
     parser.add_argument("--opts", nargs="*", default=[], help="KEY VALUE for every config")
+    parser.add_argument(
+        "--switch", nargs="*", default=[], help="KEY VALUE: each config once more with these"
+    )
     parser.add_argument("--plain-batch", type=int, help="the plain step's batch (256; tiny: 8)")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile plain step")
     parser.add_argument("--tiny", action="store_true", help="toy sizes (a CPU test runs them)")
@@ -404,12 +426,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iters", type=int, help="iterations per window (20; tiny: 1)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
-    if len(args.opts) % 2:
-        parser.error("--opts takes KEY VALUE pairs")
+    if len(args.opts) % 2 or len(args.switch) % 2:
+        parser.error("--opts and --switch take KEY VALUE pairs")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "error: --device cuda but no CUDA device is visible (use --device cpu)\n")
     report = ratio_report(
-        args.device, args.configs, args.opts, not args.no_compile, args.tiny,
+        args.device, args.configs, args.opts, not args.no_compile, args.tiny, args.switch,
         batch=args.batch, plain_batch=args.plain_batch, warmup=args.warmup,
         windows=args.windows, iters=args.iters,
     )  # fmt: skip

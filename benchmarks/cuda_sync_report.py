@@ -16,6 +16,8 @@ import argparse
 import collections
 import json
 import tempfile
+import threading
+import traceback
 import warnings
 from pathlib import Path
 
@@ -36,23 +38,68 @@ DEFAULT_CONFIGS = [
 
 
 class SyncDebug(HookBase):
-    """CUDA's sync detector (``mode``) on the iterations that neither log nor checkpoint."""
+    """CUDA's sync detector (``mode``) on the iterations that neither log nor checkpoint, from
+    iteration ``first`` on.
 
-    def __init__(self, mode: str = "warn") -> None:
-        self.mode = mode
+    Each synchronising call is kept with the thread it ran in and its Python stack, and charged
+    to the innermost frame of this project (``where``), where the call was asked for; a sync in
+    torch's own Python (a ``torch.cuda.synchronize()``, say) is then charged to the project line
+    that called it rather than to torch's file. Until 2026-11 this hook called
+    ``torch.cuda.synchronize()`` itself before turning the detector on; on an H100 and an H200
+    (torch 2.11) the first training of a process reported one sync at
+    ``torch/cuda/__init__.py:1270``, i.e. inside ``synchronize()``: the only synchronising call
+    in torch.cuda's Python, and this hook's. The detector is process-wide, so the hook now
+    makes no call of its own inside a checked window (the call was unnecessary: the detector
+    reports a sync where it is made, not where the queue drains).
+    """
+
+    def __init__(self, mode: str = "warn", first: int = 2) -> None:
+        self.mode, self.first = mode, first
         self.checked = 0
+        self.syncs: list[dict] = []
+        self._previous = None
 
     def before_step(self) -> None:
         flush_due = getattr(self.trainer, "_flush_due", lambda: False)()
-        # from iteration 2: on an H200 (torch 2.11) the first training of a process made one
-        # sync inside torch.cuda's own Python (torch/cuda/__init__.py) in one early iteration
-        if self.trainer.iter >= 2 and not flush_due:
-            torch.cuda.synchronize()
+        if self.trainer.iter >= self.first and not flush_due:
+            self._previous = warnings.showwarning
+            warnings.showwarning = self._keep
             torch.cuda.set_sync_debug_mode(self.mode)
             self.checked += 1
 
     def after_step(self) -> None:
         torch.cuda.set_sync_debug_mode("default")
+        if self._previous is not None:
+            warnings.showwarning, self._previous = self._previous, None
+
+    def _keep(self, message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if "synchroniz" not in str(message):
+            return
+        stack = traceback.extract_stack()[:-1]
+        self.syncs.append(
+            {
+                "iteration": self.trainer.iter,
+                "thread": threading.current_thread().name,
+                "origin": f"{_short(filename)}:{lineno}",
+                "where": _project_frame(stack) or f"{_short(filename)}:{lineno}",
+                "stack": [f"{_short(f.filename)}:{f.lineno} ({f.name})" for f in stack[-12:]],
+            }
+        )
+
+
+def _short(path: str) -> str:
+    if path.startswith(str(ROOT)):
+        return str(Path(path).relative_to(ROOT))
+    return path.split("site-packages/")[-1]
+
+
+def _project_frame(stack: list) -> str | None:
+    """The innermost frame in this project's packages (not this file)."""
+    for frame in reversed(stack):
+        path = frame.filename
+        if path.startswith(str(ROOT)) and not path.endswith("cuda_sync_report.py"):
+            return f"{_short(path)}:{frame.lineno} ({frame.name})"
+    return None
 
 
 def _images(root: Path) -> Path:
@@ -81,24 +128,20 @@ def report(config: str, extra: list[str] | None = None, iters: int = 8) -> dict:
         trainer = PretrainTrainer(load_config(str(ROOT / config), flat))
         hook = SyncDebug("warn")
         trainer.register_hooks([hook])
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
             try:
                 trainer.train()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-    where = collections.Counter(
-        f"{Path(w.filename).relative_to(ROOT) if w.filename.startswith(str(ROOT)) else w.filename}"
-        f":{w.lineno}"
-        for w in caught
-        if "synchroniz" in str(w.message)
-    )
+    where = collections.Counter(s["where"] for s in hook.syncs)
     n = max(hook.checked, 1)
     return {
         "config": config,
         "checked_iterations": hook.checked,
-        "syncs_per_iteration": sum(where.values()) / n,
+        "syncs_per_iteration": len(hook.syncs) / n,
         "by_source": {k: v / n for k, v in where.most_common()},
+        "syncs": hook.syncs,  # each with its iteration, thread, origin and stack
     }
 
 

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -277,7 +277,7 @@ def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
 
 def augment_views_on_device(
     batch: dict[str, Any],
-    augment: BatchColorAugment,
+    augment: BatchColorAugment | Callable[..., list[torch.Tensor]],
     device: torch.device | str,
     *,
     apply_color: bool,
@@ -288,7 +288,8 @@ def augment_views_on_device(
     The colour parameters are the loader's per-sample ``color_params`` (drawn in the workers from
     each sample's seed, so they do not depend on how the batch is split across processes);
     without them they are drawn from a generator seeded with the batch's first sample seed.
-    Returns a copy of ``batch`` with the new ``views``.
+    ``augment`` may also be a function called as a :class:`BatchColorAugment` is (its compiled
+    ``__call__``). Returns a copy of ``batch`` with the new ``views``.
     """
     views = [v.to(device, non_blocking=True) for v in batch["views"]]
     params = batch.get("color_params") if apply_color else None

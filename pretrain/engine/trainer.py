@@ -27,6 +27,7 @@ from pretrain.data.loader import (
     build_pretrain_loader,
     check_shared_memory,
 )
+from pretrain.data.prefetch import prefetch_to_device
 from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal, unwrap
@@ -152,8 +153,12 @@ class PretrainTrainer(SimpleTrainer):
         self.device_type = cfg.MODEL.DEVICE
         self.color_augment = build_batch_augment(cfg)
         # SOLVER.COMPILE: the model's forward and loss (and so their backward) compiled whole,
-        # with static shapes; the first step compiles, the beta switch compiles once more
+        # with static shapes; the first step compiles, the beta switch compiles once more (the
+        # prior's ops join)
         self._model_call = self._compiled(self.model) if cfg.SOLVER.COMPILE.ENABLED else self.model
+        # and the colour augmentation's static form: ~100 whole-batch ops per resolution fused
+        augment = self.color_augment
+        self._augment = self._compiled(augment.__call__) if cfg.SOLVER.COMPILE.ENABLED else augment
         if cfg.SOLVER.COMPILE.ENABLED and unwrap(model).uses_shuffle_seeds:
             problem = self._shuffle_problem()  # host-planned ShuffleBN would recompile each step
             if problem is not None:
@@ -236,7 +241,10 @@ class PretrainTrainer(SimpleTrainer):
         if comm.get_local_rank() == 0:  # one warning per machine: its processes share /dev/shm
             check_shared_memory(self.cfg, world, comm.get_local_size())
         self.reset_data_loader(
-            lambda: build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source)
+            lambda: prefetch_to_device(  # on a GPU the next batch is copied during this step
+                build_pretrain_loader(self.cfg, rank, world, self.start_iter, self.source),
+                self.cfg.MODEL.DEVICE,
+            )
         )
         loop_logger = logging.getLogger("detectron2.engine.train_loop")
         quiet = _UserErrorWithoutTraceback()
@@ -344,7 +352,7 @@ class PretrainTrainer(SimpleTrainer):
             # contrast's grayscale mean is a matmul, which autocast lowers).
             data = augment_views_on_device(
                 data,
-                self.color_augment,
+                self._augment,
                 self.device_type,
                 apply_color=self.cfg.INPUT.COLOR_ON_DEVICE,
             )

@@ -207,6 +207,10 @@ class MultiViewMoCo(nn.Module):
         dtype = torch.get_autocast_dtype(device_type)
         params = dict(self.encoder_k.named_parameters())
         src = [params[n] for n in self._lowp_names]
+        if torch.compiler.is_compiling():
+            # casts in the graph (compiled once per step): a kept buffer made on the first call
+            # would be a guard that recompiles the forward on the second
+            return {n: p.to(dtype) for n, p in zip(self._lowp_names, src, strict=True)}
         if (
             self._lowp is None
             or self._lowp[0].dtype != dtype

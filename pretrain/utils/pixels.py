@@ -37,6 +37,10 @@ _CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 def _constants(
     mean: tuple, std: tuple, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if torch.compiler.is_compiling():  # constants of the graph (a cache would be a guard)
+        return tuple(
+            torch.tensor(v, dtype=dtype, device=device).view(1, 3, 1, 1) for v in (mean, std)
+        )
     key = (mean, std, dtype, device)
     if key not in _CONSTANTS:
         _CONSTANTS[key] = tuple(
