@@ -43,14 +43,18 @@ class SyncDebug(HookBase):
 
     Each synchronising call is kept with the thread it ran in and its Python stack, and charged
     to the innermost frame of this project (``where``), where the call was asked for; a sync in
-    torch's own Python (a ``torch.cuda.synchronize()``, say) is then charged to the project line
-    that called it rather than to torch's file. Until 2026-11 this hook called
-    ``torch.cuda.synchronize()`` itself before turning the detector on; on an H100 and an H200
-    (torch 2.11) the first training of a process reported one sync at
-    ``torch/cuda/__init__.py:1270``, i.e. inside ``synchronize()``: the only synchronising call
-    in torch.cuda's Python, and this hook's. The detector is process-wide, so the hook now
-    makes no call of its own inside a checked window (the call was unnecessary: the detector
-    reports a sync where it is made, not where the queue drains).
+    torch's own Python is then charged to the project line that called it rather than to
+    torch's file.
+
+    Until 2026-11 this hook called ``torch.cuda.synchronize()`` itself before turning the
+    detector on, and on an H100 and an H200 (torch 2.11) the first training of a process
+    reported, in one iteration of four, one sync at ``torch/cuda/__init__.py:1270``. In torch
+    2.14 that file's only synchronising Python is ``synchronize()`` (lines 1271-1281), and the
+    only caller of it in a training process was this hook; the likeliest reading (not checked
+    on a GPU: none was lent since) is that call, made while the detector was on. The hook now
+    makes no call of its own in or around a checked window (it needed none: the detector
+    reports a sync where it is made), and the stacks kept here name the caller of any sync
+    that remains.
     """
 
     def __init__(self, mode: str = "warn", first: int = 2) -> None:
