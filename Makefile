@@ -122,8 +122,13 @@ GPU_BINARY := pycocotools==2.0.11
 GPU_PYTHONS := 3.10 3.11 3.12
 # the modules holding tests marked `cuda` (collecting only these keeps the GPU image's
 # packages enough: no test module of the transfer side is imported there)
-GPU_TESTS := tests/pretrain/engine/test_gpu.py tests/pretrain/data/test_transforms.py
+GPU_TESTS := tests/pretrain/engine/test_gpu.py tests/pretrain/data/test_transforms.py \
+	tests/pretrain/data/test_color_static.py tests/pretrain/losses/test_nuclear_norm.py \
+	tests/pretrain/modeling/test_shuffle.py
 GPU_STEP_CONFIGS := configs/pretrain/in1k_r50_lorac_200ep.yaml configs/pretrain/in1k_r50_mocom_200ep.yaml
+# the static step compiled with CUDA graphs (issue 41), measured against the eager step of the
+# same config in the same process (bench_throughput --switch)
+GPU_SWITCH := SOLVER.COMPILE.ENABLED True SOLVER.COMPILE.MODE reduce-overhead
 gpu-wheels: venv
 	rm -rf gpu_wheels && mkdir -p gpu_wheels
 	$(PY) tools/install_detectron2.py --wheel-dir gpu_wheels
@@ -153,10 +158,16 @@ gpu-check:
 	status=$$?; \
 	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 32 64 \
 		--json $(GPU_OUT)/throughput.json 2>&1 | tee $(GPU_OUT)/throughput.txt || status=1; \
+	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 32 64 --no-compile \
+		--configs configs/pretrain/in1k_r50_lorac_200ep.yaml --switch $(GPU_SWITCH) \
+		--json $(GPU_OUT)/throughput_compiled.json 2>&1 \
+		| tee $(GPU_OUT)/throughput_compiled.txt || status=1; \
 	$(GPU_PY) -m benchmarks.bench_gpu_costs --json $(GPU_OUT)/costs.json 2>&1 \
 		| tee $(GPU_OUT)/costs.txt || status=1; \
 	$(GPU_PY) -m benchmarks.cuda_sync_report --json $(GPU_OUT)/sync.json 2>&1 \
 		| tee $(GPU_OUT)/sync.txt || status=1; \
+	$(GPU_PY) -m benchmarks.cuda_sync_report --opts SOLVER.STATIC_STEP True \
+		--json $(GPU_OUT)/sync_static.json 2>&1 | tee $(GPU_OUT)/sync_static.txt || status=1; \
 	$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 1 --config $(GPU_STEP_CONFIGS) \
 		--json $(GPU_OUT)/step.json 2>&1 | tee $(GPU_OUT)/step.txt || status=1; \
 	if [ "$$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then \

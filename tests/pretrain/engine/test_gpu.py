@@ -10,6 +10,7 @@ batch without a sync; and, with two GPUs or more, that two NCCL processes train 
 from __future__ import annotations
 
 import json
+import math
 import socket
 
 import pytest
@@ -155,3 +156,63 @@ def test_gpu_throughput_benchmark_runs():
     result = throughput(batch=8, iters=2, warmup=1)
     assert result["images_per_second"] > 0
     assert json.dumps(result)
+
+
+# -- the static step (issue 41): what the CPU tests prove, asked of a GPU ----------------------
+STATIC = ["SOLVER.STATIC_STEP", "True"]
+
+
+@pytest.mark.parametrize(
+    "config", ["in100_r18_lorac_beta2.yaml", "in100_r18_mocom.yaml", "in100_r18_mocov2.yaml"]
+)
+def test_gpu_static_step_makes_no_host_sync(config):
+    """CUDA's sync detector, LORAC's prior on included (Jacobi's nuclear norm)."""
+    r = sync_report(f"configs/pretrain/{config}", STATIC)
+    assert r["checked_iterations"] >= 3
+    assert r["syncs_per_iteration"] == 0, r["syncs"]
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_gpu_compiled_step_trains_like_the_eager_one(tmp_path, image_folder, mode):
+    """SOLVER.COMPILE with inductor (and CUDA graphs): the first iterations' losses within
+    bfloat16's rounding of the eager static step's, finite to the end."""
+    losses = {}
+    for name, extra in (("eager", []), ("compiled", ["SOLVER.COMPILE.ENABLED", "True",
+                                                    "SOLVER.COMPILE.MODE", mode])):  # fmt: skip
+        out = tmp_path / name
+        opts = tiny_opts(image_folder, out, **{"MODEL.DEVICE": "cuda"}) + GPU_OPTS + STATIC
+        trainer = PretrainTrainer(load_config(IN100, opts + extra))
+        trainer.train()
+        lines = [json.loads(x) for x in (out / "metrics.json").read_text().splitlines()]
+        losses[name] = [x["total_loss"] for x in lines if "total_loss" in x]
+        del trainer
+        torch._dynamo.reset()
+    assert all(math.isfinite(x) for x in losses["compiled"])
+    assert losses["compiled"][:2] == pytest.approx(losses["eager"][:2], rel=2e-2)
+
+
+def test_gpu_prefetcher_copies_the_next_batch_on_a_side_stream():
+    """The batches arrive on the GPU equal to the loader's, the copy of each issued (on the
+    side stream) before the previous one is handed over."""
+    from pretrain.data.color import ColorSpec, sample_color_params
+    from pretrain.data.prefetch import prefetch_to_device
+
+    g = torch.Generator().manual_seed(0)
+
+    def view() -> torch.Tensor:
+        return torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8, generator=g).pin_memory()
+
+    batches = [
+        {"views": [view()], "color_params": [sample_color_params(4, ColorSpec(), g).pin_memory()],
+         "seeds": torch.arange(4)}
+        for _ in range(3)
+    ]  # fmt: skip
+    it = iter(prefetch_to_device(batches, "cuda"))
+    got = list(it)
+    assert len(got) == 3
+    for want, have in zip(batches, got, strict=True):
+        assert have["views"][0].is_cuda and not have["seeds"].is_cuda
+        torch.testing.assert_close(have["views"][0].cpu(), want["views"][0], rtol=0, atol=0)
+        for k, t in want["color_params"][0].tensors.items():
+            torch.testing.assert_close(have["color_params"][0].tensors[k].cpu(), t)
+    assert it.stream != torch.cuda.current_stream()

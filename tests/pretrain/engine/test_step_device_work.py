@@ -237,3 +237,30 @@ def test_the_counter_flags_a_collective_with_mixed_layouts(tmp_path):
     assert len(mixed.layout_mismatches) == 1 and "channels_last" in mixed.layout_mismatches[0]
     assert same.layout_mismatches == []
     assert same.collective_bytes == same.collective_bytes_received == x.numel() * 4
+
+
+def test_cuda_sync_report_charges_a_sync_to_the_project_line_that_asked_for_it():
+    """A sync reported in torch's own Python (as ``torch.cuda.synchronize``'s is) is charged to
+    the innermost frame of this project, with its thread and stack (benchmarks/cuda_sync_report:
+    CUDA's detector itself needs a GPU; this is its bookkeeping)."""
+    from types import SimpleNamespace
+
+    from benchmarks.cuda_sync_report import SyncDebug
+
+    hook = SyncDebug()
+    hook.trainer = SimpleNamespace(iter=3)
+
+    def a_step_that_syncs():
+        hook._keep(
+            UserWarning("called a synchronizing CUDA operation"), UserWarning,
+            "/x/site-packages/torch/cuda/__init__.py", 1281,
+        )  # fmt: skip
+
+    a_step_that_syncs()
+    hook._keep(UserWarning("an unrelated warning"), UserWarning, "f.py", 1)
+    assert len(hook.syncs) == 1
+    sync = hook.syncs[0]
+    assert sync["origin"] == "torch/cuda/__init__.py:1281"
+    assert sync["where"].startswith("tests/pretrain/engine/test_step_device_work.py:")
+    assert sync["where"].endswith("(a_step_that_syncs)")
+    assert sync["iteration"] == 3 and sync["thread"] == "MainThread"

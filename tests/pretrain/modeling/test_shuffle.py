@@ -334,6 +334,7 @@ def test_the_plan_travels_as_data():
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
+@pytest.mark.cuda  # make gpu-check runs the tests marked cuda
 @needs_gpu
 def test_a_cuda_graph_replays_the_plan_it_is_given():
     """Captured once, replayed with each step's plan copied into the static buffer (pinned,
