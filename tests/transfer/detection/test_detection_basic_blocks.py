@@ -85,6 +85,13 @@ def test_r18_weights_train_and_evaluate(r18, tmp_path):
     out = tmp_path / "run"
     opts = ["MODEL.RESNETS.DEPTH", "18", "TEST.PRECISE_BN.ENABLED", "False"]
     args = _instant_args("faster_rcnn", data, r18, out, *opts)
-    results = run(args)
+    try:
+        results = run(args)
+    finally:  # the name is test_detection_train's too, over its own files
+        from detectron2.data import DatasetCatalog, MetadataCatalog
+
+        if "instant_shapes" in DatasetCatalog.list():
+            DatasetCatalog.remove("instant_shapes")
+            MetadataCatalog.remove("instant_shapes")
     assert math.isfinite(results["instant_shapes"]["bbox"]["AP"])
     assert Path(out / "model_final.pth").is_file()
