@@ -4,6 +4,9 @@ pretraining config. No tests and no fixtures here (fixtures live in ``tests/conf
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,18 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def interrupt_group(proc: subprocess.Popen) -> str:
+    """SIGINT to a tool's process group (started in its own session), as a terminal's Ctrl-C;
+    its stderr once it ended, and no process of the group left (its data workers end with it)."""
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    deadline = time.monotonic() + 10
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not group_alive(proc.pid), "a process of the tool outlived it"
+    return err
 
 
 def make_image_folder(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> Path:

@@ -5,25 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-
-def describe(x: Any) -> Any:
-    """A hashable description of an op argument or result: a tensor by shape, strides, dtype and
-    device (not its values); numbers, lists of them (a collective's split sizes) and other plain
-    values by value; anything else (a process group, a collective's work handle) by type."""
-    if isinstance(x, torch.Tensor):
-        return ("tensor", tuple(x.shape), x.stride(), str(x.dtype), x.device.type)
-    if isinstance(x, (list, tuple)):
-        return tuple(describe(v) for v in x)
-    if isinstance(x, dict):
-        return tuple(sorted((k, describe(v)) for k, v in x.items()))
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    if isinstance(x, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return str(x)  # a string pickles with any protocol (a memory_format does not)
-    return type(x).__name__
+from benchmarks.bench_step import describe  # the step counter's: one description of an op
 
 
 class OpRecorder(TorchDispatchMode):

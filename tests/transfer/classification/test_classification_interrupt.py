@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.engine.trainer import PretrainTrainer
-from tests.helpers import ROOT, group_alive, make_image_folder, tiny_opts
+from tests.helpers import ROOT, interrupt_group, make_image_folder, tiny_opts
 from tests.helpers.analysis import make_run
 from tests.helpers.classification import IMAGENET_CLASSES, QUICK, make_dtd, make_imagenet
 from tests.helpers.mistakes import run_main
@@ -74,22 +74,11 @@ def _wait_for_iteration(out: Path, proc: subprocess.Popen, at_least: int) -> Non
     raise AssertionError(f"no iteration {at_least} (exit {proc.poll()})")
 
 
-def _ctrl_c(proc: subprocess.Popen) -> str:
-    """SIGINT to the tool's process group, as a terminal sends it; its stderr once it ended."""
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
-    deadline = time.monotonic() + 10  # its data worker ends with it
-    while group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not group_alive(proc.pid), "a process of the tool outlived it"
-    return err
-
-
 def test_linear_probe_ctrl_c_saves_and_resume_continues(data, tmp_path):
     out = tmp_path / "probe"
     proc = _probe(data, out)
     _wait_for_iteration(out, proc, 3)
-    err = _ctrl_c(proc)
+    err = interrupt_group(proc)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     line = [ln for ln in err.splitlines() if ln.startswith(STOPPED)]
@@ -101,7 +90,7 @@ def test_linear_probe_ctrl_c_saves_and_resume_continues(data, tmp_path):
     # --resume, after the overrides as users type it, continues after the saved iteration
     proc = _probe(data, out, "--resume")
     _wait_for_iteration(out, proc, stopped_at + 2)
-    err = _ctrl_c(proc)
+    err = interrupt_group(proc)
     assert proc.returncode == 130, err[-3000:]
     assert f"resuming from iteration {stopped_at + 1}" in (out / "log.txt").read_text()
 

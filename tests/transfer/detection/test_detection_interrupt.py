@@ -12,7 +12,6 @@ press Ctrl-C once training is under way (detectron2 writes its metrics every 20 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 import torchvision
 
-from tests.helpers import ROOT, group_alive
+from tests.helpers import ROOT, interrupt_group
 from tests.transfer.detection.test_detection_train import make_coco
 from transfer.detection.convert import convert_checkpoint
 
@@ -78,22 +77,12 @@ def _wait_for_iteration(cue: Path, proc: subprocess.Popen, at_least: int) -> Non
     raise AssertionError(f"no iteration {at_least} (exit {proc.poll()})")
 
 
-def _ctrl_c(proc: subprocess.Popen) -> str:
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
-    deadline = time.monotonic() + 10  # its data worker ends with it
-    while group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not group_alive(proc.pid), "a process of the tool outlived it"
-    return err
-
-
 def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     out, cue = tmp_path / "run", tmp_path / "iteration"
     argv = _argv(tmp_path, out)
     proc = _start(argv, cue)
     _wait_for_iteration(cue, proc, 1)
-    err = _ctrl_c(proc)
+    err = interrupt_group(proc)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     line = [ln for ln in err.splitlines() if ln.startswith("stopped after iteration")]
@@ -105,6 +94,6 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     # --resume, after the overrides as users type it, continues after the saved iteration
     proc = _start([*argv, "--resume"], cue)
     _wait_for_iteration(cue, proc, stopped_at + 1)
-    err = _ctrl_c(proc)
+    err = interrupt_group(proc)
     assert proc.returncode == 130, err[-3000:]
     assert f"Starting training from iteration {stopped_at + 1}" in (out / "log.txt").read_text()
