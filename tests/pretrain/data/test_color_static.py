@@ -60,6 +60,7 @@ def recorded_ops(drawn_by: ColorSpec, seed: int, static: bool, one_pass: bool) -
     aug = BatchColorAugment(
         SOME, cpu_chunk_pixels=24 * 24 * 2, one_pass=one_pass, static_shapes=static
     )
+    aug(views, None, params=params)  # a warm-up call (as before a capture): constants copied once
     with OpRecorder() as rec:
         aug(views, None, params=params)
     return rec.ops
