@@ -77,13 +77,17 @@ class _Crash(HookBase):
             raise RuntimeError("simulated preemption")
 
 
-@pytest.mark.parametrize("prior", ["laplace", "batchwise"])
-def test_stop_and_resume_equals_uninterrupted(tmp_path, image_folder, prior):
-    full = _train(tiny_opts(image_folder, tmp_path / "a", **{"LOSS.PRIOR": prior}))
+@pytest.mark.parametrize(
+    ("prior", "static"), [("laplace", False), ("batchwise", False), ("laplace", True)]
+)
+def test_stop_and_resume_equals_uninterrupted(tmp_path, image_folder, prior, static):
+    """Bit for bit, the static step too (its device lr, ring buffer and queue pointers)."""
+    opts = {"LOSS.PRIOR": prior, "SOLVER.STATIC_STEP": static}
+    full = _train(tiny_opts(image_folder, tmp_path / "a", **opts))
     with pytest.raises(RuntimeError, match="simulated preemption"):
-        _train(tiny_opts(image_folder, tmp_path / "b", **{"LOSS.PRIOR": prior}), [_Crash(4)])
+        _train(tiny_opts(image_folder, tmp_path / "b", **opts), [_Crash(4)])
     assert (tmp_path / "b" / "last_checkpoint").read_text() == "model_0000002.pth"
-    resumed = _train(tiny_opts(image_folder, tmp_path / "b", **{"LOSS.PRIOR": prior}))
+    resumed = _train(tiny_opts(image_folder, tmp_path / "b", **opts))
     assert resumed.start_iter == 3
     a, b = _params(full), _params(resumed)
     assert a.keys() == b.keys()
