@@ -161,3 +161,41 @@ def test_counted_batchnorm_equals_batchnorm_and_adds_its_counts_in_one_op():
     for (k, a), b in zip(counted.state_dict().items(), plain.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
     assert int(counted[0].num_batches_tracked) == 4
+
+
+def _compile_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, C, 3), convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm), nn.ReLU()
+    )
+    x = torch.randn(4, 3, 8, 8) + rank  # each process its own batch
+
+    def loss(inputs: torch.Tensor) -> torch.Tensor:
+        return net(inputs).square().sum()
+
+    explained = torch._dynamo.explain(loss)(x)
+    grads = {}
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    for name, fn in (("eager", loss), ("compiled", compiled)):
+        for p in net.parameters():
+            p.grad = None
+        xi = x.clone().requires_grad_(True)
+        fn(xi).backward()
+        grads[name] = [p.grad.clone() for p in net.parameters()] + [xi.grad.clone()]
+    if rank == 0:
+        torch.save({"breaks": explained.graph_break_count, "graphs": explained.graph_count,
+                    **grads}, out)  # fmt: skip
+    dist.destroy_process_group()
+
+
+def test_sync_batchnorm_compiles_with_its_collectives(tmp_path):
+    """Two gloo processes: the synchronised BatchNorm (an autograd Function with an all-gather
+    forward and an all-reduce backward) traces into one graph, and compiled gives eager's
+    gradients."""
+    out = tmp_path / "out.pt"
+    mp.spawn(_compile_worker, args=(f"file://{tmp_path / 'rdv'}", str(out)), nprocs=2, join=True)
+    got = torch.load(out)
+    assert (got["graphs"], got["breaks"]) == (1, 0)
+    for a, b in zip(got["eager"], got["compiled"], strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
