@@ -2,9 +2,19 @@
 (issue 34): each ends in exit 2, exactly one ``error:`` line, no traceback, and nothing written
 or changed (tests/helpers/mistakes.py), and no ``torch.jit.script`` deprecation noise.
 
-One row per mistake: ``(tool and arguments, text the error line must contain)``. ``{data}`` is a
-small image folder, ``{split}`` the same as ``train/`` + ``val/``, ``{ckpt}`` a MoCo-style
-checkpoint, ``{tmp}`` the test's directory; everything under ``{tmp}`` must stay as it was."""
+One row per mistake: ``(tool and arguments, text the error line must contain)``. The files every
+row reads are written once for the module (``{tiny}`` the overrides of a seconds-long run on a
+small image folder, ``{half}`` an image folder with ``train/`` only, ``{mixed}`` one with
+``train/`` and ``val/`` beside a class folder, ``{bad}`` a YAML syntax error, ``{ckpt}`` a
+MoCo-style checkpoint); ``{tmp}`` is the row's directory. Everything under ``{tmp}`` and the
+shared files must stay as they were.
+
+A row runs the tool's ``main`` in this process (:func:`run_main`), except the rows of
+:data:`IN_A_PROCESS`, one per tool, which run ``tools/<tool>.py`` as a shell runs it: what only a
+process shows (the entry point, an interpreter that starts by importing the tool, whose
+``torch.jit.script`` warning is filtered by the tool and not by pytest, and
+``CUDA_VISIBLE_DEVICES`` read when CUDA starts).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +26,7 @@ import torchvision
 
 from tests.helpers import make_image_folder, tiny_opts
 from tests.helpers.checkpoints import pre
-from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
+from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot, tool_main
 from transfer.classification.demo import DEMO_CONFIG
 
 PRETRAIN = ["tools/train_pretrain.py", "--config-file", DEMO_CONFIG]
@@ -34,7 +44,7 @@ ROWS = {
         "nowhere.yaml: no such config file",
     ),
     "pretrain-yaml-syntax": (
-        ["tools/train_pretrain.py", "--config-file", "{tmp}/bad.yaml"],
+        ["tools/train_pretrain.py", "--config-file", "{bad}"],
         "bad.yaml:4:2: invalid YAML: expected ',' or ']'",
     ),
     "pretrain-unknown-key": ([*PRETRAIN, "{tiny}", "SOLVER.BASE_LRR", "0.1"], "SOLVER.BASE_LRR"),
@@ -70,7 +80,7 @@ ROWS = {
     "convert-missing-input": ([D2, "{tmp}/nowhere.pth", "{tmp}/out.pkl"], "nowhere.pth"),
     "convert-onto-its-input": ([D2, "{ckpt}", "{ckpt}"], "is the input checkpoint"),
     "convert-bad-suffix": ([D2, "{ckpt}", "{tmp}/out.txt"], "must end in .pkl or .pth"),
-    "convert-not-a-checkpoint": ([D2, "{tmp}/bad.yaml", "{tmp}/out.pkl"], "bad.yaml"),
+    "convert-not-a-checkpoint": ([D2, "{bad}", "{tmp}/out.pkl"], "bad.yaml"),
     "export-onto-its-input": ([EXPORT, "{ckpt}", "{ckpt}"], "is the input checkpoint"),
     "export-missing-input": ([EXPORT, "{tmp}/nowhere.pth", "{tmp}/o.pth"], "nowhere.pth"),
     "export-safetensors-name": ([EXPORT, "--safetensors", "{ckpt}", "{tmp}/o.pth"], ".safetensors"),
@@ -98,20 +108,37 @@ ROWS = {
 }
 
 
-def _fill(argv: list[str], tmp: Path) -> list[str]:
-    """The row's arguments with its placeholders made real (data, files) under ``tmp``."""
-    data = tmp / "data"
-    if not data.exists():
-        make_image_folder(data, classes=2, per_class=4, size=16)
-        make_image_folder(tmp / "half" / "train", classes=2, per_class=2, size=16)
-        make_image_folder(tmp / "mixed" / "train", classes=2, per_class=2, size=16)
-        make_image_folder(tmp / "mixed" / "val", classes=2, per_class=2, size=16)
-        make_image_folder(tmp / "mixed", classes=1, per_class=2, size=16)  # mixed/class0
-        (tmp / "bad.yaml").write_text(f'_BASE_: "{DEMO_CONFIG}"\nSOLVER:\n  BASE_LR: [0.1\nX: 1\n')
-        q, k = torchvision.models.resnet18(), torchvision.models.resnet18()
-        state = pre("encoder_q.", q.state_dict()) | pre("encoder_k.", k.state_dict())
-        torch.save({"state_dict": state}, tmp / "moco.pth")
-    tiny = [o for o in tiny_opts(data, tmp / "run") if o != "cuda"]
+# one row per tool in a real process; the CUDA row must be one (CUDA_VISIBLE_DEVICES is read when
+# CUDA starts, once per process: in this one, a GPU machine's GPU would be visible)
+IN_A_PROCESS = [
+    "pretrain-cuda-without-gpu",
+    "demo-train-without-val",
+    "convert-onto-its-input",
+    "export-missing-input",
+    "submit-missing-data",
+]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """The files the rows read (no row may change them): image folders, a YAML file with a
+    syntax error, a MoCo-style checkpoint."""
+    root = tmp_path_factory.mktemp("shared")
+    make_image_folder(root / "data", classes=2, per_class=4, size=16)
+    make_image_folder(root / "half" / "train", classes=2, per_class=2, size=16)
+    make_image_folder(root / "mixed" / "train", classes=2, per_class=2, size=16)
+    make_image_folder(root / "mixed" / "val", classes=2, per_class=2, size=16)
+    make_image_folder(root / "mixed", classes=1, per_class=2, size=16)  # mixed/class0
+    (root / "bad.yaml").write_text(f'_BASE_: "{DEMO_CONFIG}"\nSOLVER:\n  BASE_LR: [0.1\nX: 1\n')
+    q, k = torchvision.models.resnet18(), torchvision.models.resnet18()
+    state = pre("encoder_q.", q.state_dict()) | pre("encoder_k.", k.state_dict())
+    torch.save({"state_dict": state}, root / "moco.pth")
+    return root
+
+
+def _fill(argv: list[str], tmp: Path, shared: Path) -> list[str]:
+    """The row's arguments with its placeholders made real."""
+    tiny = [o for o in tiny_opts(shared / "data", tmp / "run") if o != "cuda"]
     out: list[str] = []
     for arg in argv:
         if arg == "{tiny}":
@@ -119,18 +146,28 @@ def _fill(argv: list[str], tmp: Path) -> list[str]:
             continue
         out.append(
             arg.replace("{tmp}", str(tmp))
-            .replace("{half}", str(tmp / "half"))
-            .replace("{mixed}", str(tmp / "mixed"))
-            .replace("{ckpt}", str(tmp / "moco.pth"))
+            .replace("{half}", str(shared / "half"))
+            .replace("{mixed}", str(shared / "mixed"))
+            .replace("{bad}", str(shared / "bad.yaml"))
+            .replace("{ckpt}", str(shared / "moco.pth"))
         )
     return out
 
 
 @pytest.mark.parametrize("row", list(ROWS))
-def test_user_mistake(tmp_path, row):
+def test_user_mistake(tmp_path, shared, row):
     argv, match = ROWS[row]
-    argv = _fill(argv, tmp_path)
-    before = snapshot(tmp_path)
-    result = run_tool(argv, CUDA_VISIBLE_DEVICES="")
-    assert_user_error(result, before, tmp_path, match=match)
+    script, *args = _fill(argv, tmp_path, shared)
+    before = snapshot(tmp_path, shared)
+    if row in IN_A_PROCESS:
+        result = run_tool([script, *args], CUDA_VISIBLE_DEVICES="")
+    else:
+        result = run_main(tool_main(script), args)
+    assert_user_error(result, before, tmp_path, shared, match=match)
     assert "torch.jit.script" not in result.output, result.output
+
+
+def test_every_tool_has_a_row_in_a_real_process():
+    tools = {ROWS[row][0][0] for row in IN_A_PROCESS}
+    assert tools == {argv[0] for argv, _ in ROWS.values()}
+    assert len(tools) == len(IN_A_PROCESS)

@@ -1,9 +1,15 @@
-"""The evaluation tools with plausible mistakes, each in a real process: exit 2, one `error:`
-line, no traceback, and nothing written or changed (issue 34, findings 1, 4 and 8).
+"""The evaluation tools with plausible mistakes: exit 2, one `error:` line, no traceback, and
+nothing written or changed (issue 34, findings 1, 4 and 8).
 
 ``--device cuda`` on a machine without a visible GPU (``CUDA_VISIBLE_DEVICES=""``: the test
 means the same on a GPU machine), and reruns into the run directory of a finished run (a
 detection run and a kNN run) without ``--overwrite``, or with it but with a mistake.
+
+The ``--device cuda`` rows run ``tools/<tool>.py`` in a real process, one per tool: CUDA reads
+``CUDA_VISIBLE_DEVICES`` when it starts, once per process, and they show the entry point as a
+shell runs it. The other rows run the tool's ``main`` in this process (:func:`run_main`), where a
+process adds nothing; the detection rows under a dataset name of their own (``instant_shapes``,
+the name of the finished run's command, may be registered in this process over other files).
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ import torch
 import torchvision
 
 from tests.helpers.classification import make_imagenet
-from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
+from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
 from tests.transfer.detection.test_detection_run_dir import _argv as detection_argv
 from tests.transfer.detection.test_detection_run_dir import train_finished
 from tests.transfer.detection.test_detection_train import make_coco
-from transfer.cli import knn_eval
+from transfer.cli import knn_eval, linear_probe, train_net, transfer_linear
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 CUDA = "CUDA is not visible"
@@ -69,20 +75,20 @@ def test_transfer_missing_dataset_root_writes_nothing(tmp_path):
     argv = ["--random-init", "resnet18", "--output-dir", str(out), "--data-root", str(missing),
             "--datasets", "dtd"]  # fmt: skip
     before = snapshot(tmp_path)
-    r = run_tool(["tools/transfer_linear.py", *argv], **NO_GPU)
+    r = run_main(transfer_linear.main, argv)
     assert_user_error(r, before, tmp_path, match=str(missing / "dtd"))
 
 
 def test_knn_rerun_into_a_finished_run(imagenet, finished):
     before = snapshot(finished["knn"])
-    r = run_tool(["tools/knn_eval.py", *_knn_argv(imagenet, finished["knn"])], **NO_GPU)
+    r = run_main(knn_eval.main, _knn_argv(imagenet, finished["knn"]))
     assert_user_error(r, before, finished["knn"], match="holds a finished run (results.json")
 
 
 def test_knn_overwrite_with_a_missing_data_root(imagenet, finished, tmp_path):
     before = snapshot(finished["knn"])
     argv = _knn_argv(str(tmp_path / "nowhere"), finished["knn"], "--overwrite")
-    r = run_tool(["tools/knn_eval.py", *argv], **NO_GPU)
+    r = run_main(knn_eval.main, argv)
     assert_user_error(r, before, finished["knn"], match=str(tmp_path / "nowhere"))
 
 
@@ -91,13 +97,13 @@ def test_linear_probe_rerun_into_another_tools_run(imagenet, finished, tmp_path)
     before = snapshot(finished["knn"])
     argv = ["--random-init", "resnet18", "--data-root", imagenet, "--output-dir",
             str(finished["knn"])]  # fmt: skip
-    r = run_tool(["tools/linear_probe.py", *argv], **NO_GPU)
+    r = run_main(linear_probe.main, argv)
     assert_user_error(r, before, finished["knn"], match="--overwrite")
 
 
 def _detection(finished: dict, *opts: str, **kw: str) -> list[str]:
     argv = detection_argv(finished["coco"], finished["detection"], *opts, **kw)
-    return ["tools/train_net.py", *argv]
+    return [arg.replace("instant_shapes", "transfer_mistakes_shapes") for arg in argv]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +119,7 @@ def test_detection_into_a_finished_run(finished, what, flag, weights, match):
     out = finished["detection"]
     path = str(out.parent / weights) if weights else ""
     before = snapshot(out)
-    r = run_tool(_detection(finished, flag=flag, weights=path), **NO_GPU)
+    r = run_main(train_net.main, _detection(finished, flag=flag, weights=path))
     assert_user_error(r, before, out, match=match)
 
 

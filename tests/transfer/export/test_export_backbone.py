@@ -7,6 +7,10 @@ real pretraining model (the demo config) saved by the trainer's checkpointer. Fo
 exported file loaded ``strict=True`` into torchvision's and timm's ResNet must give the pooled
 features of the backbone it came from (to 1e-5), so a dropped, swapped or mis-mapped tensor
 shows. Bad inputs end the tool with exit status 2, one line naming the file and no output.
+
+The command line runs the tool's ``main`` in this process (:func:`run_main`), where a process
+adds nothing; one bad input (:data:`BAD_INPUT_IN_A_PROCESS`) runs ``tools/export_backbone.py``
+in a real process, as a shell runs it, and so does the README's export line in a fresh clone.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.modeling import build_model
 from tests.helpers import ROOT
 from tests.helpers.checkpoints import CASES, bb, d2_names, randomise_bn, write
+from tests.helpers.mistakes import ToolResult, run_main, run_tool
+from transfer.cli.export_backbone import main as export_main
 from transfer.export.backbone import export_backbone
 
 REPO = ROOT
@@ -179,15 +185,11 @@ def test_resnet50_depth_is_read_from_the_keys(image, tmp_path):
 # refusals: exit 2, one line naming the file, no output
 
 
-def _cli(*args: object, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "tools" / "export_backbone.py"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
+def _cli(*args: object, in_a_process: bool = False) -> ToolResult:
+    """``tools/export_backbone.py args``: its ``main`` in this process, or a real process."""
+    if in_a_process:
+        return run_tool(["tools/export_backbone.py", *map(str, args)])
+    return run_main(export_main, [*map(str, args)])
 
 
 def test_cli_exports_and_reports(net, other, tmp_path):
@@ -230,6 +232,9 @@ BAD_INPUTS = {
     "small-stem": ("model_final.pth", None, ["'small' stem", "conv1.weight"]),
     "missing": ("nothing.pth", None, ["no such checkpoint file"]),
 }
+# the bad input that also shows the entry point, the one line on stderr (no warning beside it)
+# and the exit status of a real process
+BAD_INPUT_IN_A_PROCESS = "truncated"
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
@@ -250,7 +255,7 @@ def test_bad_input_exits_2_naming_the_file_without_output(kind, net, other, tmp_
         writer(src, net)
     out_dir = tmp_path / "out"
     for args in ([out_dir / "r.pth"], [out_dir / "r.safetensors", "--safetensors"]):
-        result = _cli(src, *args)
+        result = _cli(src, *args, in_a_process=kind == BAD_INPUT_IN_A_PROCESS)
         assert result.returncode == 2, (result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -301,17 +306,23 @@ def _clone_env(clone: Path) -> dict[str, str]:
     return env
 
 
-def _hub_features(clone: Path, entry: str, weights: str | None, cwd: Path) -> torch.Tensor:
-    """torch.hub.load(clone, entry, source="local", weights=...) in a new process; its features
-    of a fixed input, saved to a file."""
+def _hub_features(
+    clone: Path, entry: str, weights: list[str | None], cwd: Path
+) -> list[torch.Tensor]:
+    """torch.hub.load(clone, entry, source="local", weights=w) for each ``w`` of ``weights``, one
+    after the other in one new process (each load imports the clone's hubconf.py afresh); the
+    features of a fixed input of each, saved to a file."""
     out = cwd / "features.pt"
     code = (
         "import sys, torch\n"
-        f"m = torch.hub.load({str(clone)!r}, {entry!r}, source='local', weights={weights!r})\n"
-        "assert isinstance(m.fc, torch.nn.Identity)\n"
         "x = torch.randn(2, 3, 64, 80, generator=torch.Generator().manual_seed(0))\n"
-        "with torch.no_grad():\n"
-        f"    torch.save(m.eval()(x), {str(out)!r})\n"
+        "features = []\n"
+        f"for w in {weights!r}:\n"
+        f"    m = torch.hub.load({str(clone)!r}, {entry!r}, source='local', weights=w)\n"
+        "    assert isinstance(m.fc, torch.nn.Identity)\n"
+        "    with torch.no_grad():\n"
+        "        features.append(m.eval()(x))\n"
+        f"torch.save(features, {str(out)!r})\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -333,17 +344,18 @@ def test_hub_loads_exports_and_checkpoints_in_a_fresh_clone(clone, image, tmp_pa
     exported = tmp_path / "r50.pth"
     export_backbone(str(src), str(exported))
     expected = _pooled(_without_fc(r50), image)
-    for weights in (exported, src):  # an export (torch only), a release (the project's reader)
-        got = _hub_features(clone, "lorac_resnet50", str(weights), tmp_path)
-        assert _close(got, expected), weights
-    random = _hub_features(clone, "lorac_resnet50", None, tmp_path)
+    # an export (torch only), a release (the project's reader), no weights
+    weights = [str(exported), str(src), None]
+    *got, random = _hub_features(clone, "lorac_resnet50", weights, tmp_path)
+    for path, features in zip(weights[:2], got, strict=True):
+        assert _close(features, expected), path
     assert random.shape == expected.shape and not _close(random, expected)
 
 
 def test_hub_resnet18_with_our_checkpoint(clone, image, tmp_path):
     model = _demo_model()
     ckpt = _save_ours(model, tmp_path / "run")
-    got = _hub_features(clone, "lorac_resnet18", str(ckpt), tmp_path)
+    [got] = _hub_features(clone, "lorac_resnet18", [str(ckpt)], tmp_path)
     assert _close(got, _pooled(model.encoder_q.backbone, image))
 
 

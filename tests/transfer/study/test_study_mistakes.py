@@ -1,7 +1,12 @@
-"""`tools/study.py` with plausible mistakes, each in a real process: exit 2, one `error:` line,
-no traceback, and nothing written (no run directory, no page, no docs/); with `--executor slurm`
-nothing submitted either (a missing folder is found before SLURM is asked, not in a job after its
-wait in the queue)."""
+"""`tools/study.py` with plausible mistakes: exit 2, one `error:` line, no traceback, and nothing
+written (no run directory, no page, no docs/); with `--executor slurm` nothing submitted either (a
+missing folder is found before SLURM is asked, not in a job after its wait in the queue).
+
+The rows run the study's ``main`` in this process (:func:`run_main`), with the row's directory
+as the working directory and its ``PATH`` set in ``os.environ``, which the study reads when it
+looks for SLURM's commands; the row of :data:`IN_A_PROCESS` runs ``tools/study.py`` in a real
+process, as a shell runs it.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import tiny_opts
-from tests.helpers.analysis import exit_status, make_fashion_mnist
-from tests.helpers.mistakes import ToolResult, assert_user_error, run_tool, snapshot
+from tests.helpers.analysis import make_fashion_mnist
+from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
 from transfer.cli.study import main as study_main
 
 # (what the user got wrong, arguments after the data overrides' options, a piece of the error)
@@ -28,6 +33,8 @@ MISTAKES = [
     ("zero nodes", ["--experiment", "in100-beta", "--dry-run", "--nodes", "0"], "--nodes must be"),
     ("--timeout 0", ["--executor", "slurm", "--timeout", "0"], "--timeout must be >= 1"),
 ]
+# the row that also shows the entry point, the one line and the exit status of a real process
+IN_A_PROCESS = ["probe budget of 0 iterations"]
 
 
 @pytest.fixture(scope="module")
@@ -36,33 +43,29 @@ def data(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("what,args,match", MISTAKES, ids=[m[0] for m in MISTAKES])
-def test_study_mistakes_are_one_error_line(tmp_path, data, what, args, match):
+def test_study_mistakes_are_one_error_line(tmp_path, data, monkeypatch, what, args, match):
     out, results = tmp_path / "out", tmp_path / "docs" / "results.md"
     opts = tiny_opts(data, out, **{"DATASETS.TYPE": "fashion_mnist", "SOLVER.MAX_ITER": 2})
     before = snapshot(tmp_path)
-    argv = ["tools/study.py", "--output-dir", str(out), "--results", str(results), *args, *opts]
-    result = run_tool(argv, cwd=tmp_path)
+    argv = ["--output-dir", str(out), "--results", str(results), *args, *opts]
+    if what in IN_A_PROCESS:
+        result = run_tool(["tools/study.py", *argv], cwd=tmp_path)
+    else:
+        monkeypatch.chdir(tmp_path)
+        result = run_main(study_main, argv)
     assert_user_error(result, before, tmp_path, match=match)
 
 
-def test_slurm_executor_off_a_cluster_writes_nothing(tmp_path, data):
+def test_slurm_executor_off_a_cluster_writes_nothing(tmp_path, data, monkeypatch):
     """Without SLURM (no squeue on PATH) the study says so before it creates its directory."""
     out, results = tmp_path / "out", tmp_path / "docs" / "results.md"
     opts = tiny_opts(data, out, **{"DATASETS.TYPE": "fashion_mnist", "SOLVER.MAX_ITER": 2})
     before = snapshot(tmp_path)
-    argv = ["tools/study.py", "--output-dir", str(out), "--results", str(results)]
-    argv += ["--executor", "slurm", *opts]
-    result = run_tool(argv, cwd=tmp_path, PATH=str(tmp_path / "no-slurm-here"))
+    argv = ["--output-dir", str(out), "--results", str(results), "--executor", "slurm", *opts]
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    monkeypatch.chdir(tmp_path)
+    result = run_main(study_main, argv)
     assert_user_error(result, before, tmp_path, match="cannot ask SLURM")
-
-
-def _in_process(argv: list[str], capsys) -> ToolResult:
-    """``tools/study.py argv`` in this process (its exit status, its output): what a process
-    adds, the interpreter's start, costs more than the check itself."""
-    capsys.readouterr()
-    code = exit_status(study_main, argv)
-    out, err = capsys.readouterr()
-    return ToolResult(["tools/study.py", *argv], code, out, err)
 
 
 def _fake_squeue(bin_dir: Path, body: str) -> str:
@@ -100,7 +103,7 @@ DATA_MISTAKES = [
 
 @pytest.mark.parametrize("what,overrides,match", DATA_MISTAKES, ids=[m[0] for m in DATA_MISTAKES])
 def test_an_experiments_data_is_checked_before_anything_is_submitted(
-    tmp_path, imagenet, monkeypatch, capsys, what, overrides, match
+    tmp_path, imagenet, monkeypatch, what, overrides, match
 ):
     """Each run's pretraining data (root, class list, the kNN monitor's train/ and val/) and its
     probe's: a missing file or folder was found by the job on a node after its queue wait."""
@@ -113,12 +116,12 @@ def test_an_experiments_data_is_checked_before_anything_is_submitted(
     before = snapshot(tmp_path)
     argv = ["--experiment", "in100-beta", "--seeds", "0", "--methods", "lorac_beta1",
             "--output-dir", str(out), "--executor", "slurm", *opts]  # fmt: skip
-    result = _in_process(argv, capsys)
+    result = run_main(study_main, argv)
     assert_user_error(result, before, tmp_path, match=match.format(root=imagenet))
     assert "squeue asked" not in result.output
 
 
-def test_slurm_down_says_what_slurm_says(tmp_path, data, monkeypatch, capsys):
+def test_slurm_down_says_what_slurm_says(tmp_path, data, monkeypatch):
     """squeue failing (the controller down) gave `... returned non-zero exit status 1`; the one
     line now carries SLURM's own reason."""
     out, results = tmp_path / "out", tmp_path / "docs" / "results.md"
@@ -128,5 +131,5 @@ def test_slurm_down_says_what_slurm_says(tmp_path, data, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
     argv = ["--output-dir", str(out), "--results", str(results), "--executor", "slurm", *opts]
-    result = _in_process(argv, capsys)
+    result = run_main(study_main, argv)
     assert_user_error(result, before, tmp_path, match=f"squeue exited with status 1: {down}")
