@@ -83,6 +83,8 @@ class _CudaPrefetchIterator:
 
     def __getattr__(self, name: str) -> Any:
         # the loader iterator's own (``_shutdown_workers``: the trainer shuts the workers down)
+        if name == "it":  # not set yet (a copy, an unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.it, name)
 
 
