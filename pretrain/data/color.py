@@ -254,11 +254,11 @@ class Jitter(ColorOp):
         coef, is_hue = _jitter_coefficients(params)  # on x's device, like params
         coef = coef.to(x.dtype)
         hue = params.factors[:, 3]
+        planes = x.new_empty((3, *x.shape[:1], *x.shape[2:]))  # (3, n, h, w), every slot's
         for slot in range(4):
             # Every term on every sample: a slot a sample does not use is x * 1 + 0, exact.
             fx, fg, fm = coef[:, :, slot].view(3, -1, 1, 1, 1)
             _blend_(x, fx, fg, fm)
-            planes = x.new_empty((3, *x.shape[:1], *x.shape[2:]))  # (3, n, h, w)
             _hue_into(x, hue, planes.unbind(0))
             _select_(x, is_hue[:, slot], planes.transpose(0, 1))
 

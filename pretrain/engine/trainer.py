@@ -159,10 +159,14 @@ class PretrainTrainer(SimpleTrainer):
         # and the colour augmentation's static form: ~100 whole-batch ops per resolution fused
         augment = self.color_augment
         self._augment = self._compiled(augment.__call__) if cfg.SOLVER.COMPILE.ENABLED else augment
-        if cfg.SOLVER.COMPILE.ENABLED and unwrap(model).uses_shuffle_seeds:
-            problem = self._shuffle_problem()  # host-planned ShuffleBN would recompile each step
-            if problem is not None:
-                raise ConfigError(f"SOLVER.COMPILE.ENABLED True: {problem}")
+        # why ShuffleBN cannot take the static plan's equal splits here (None: it can)
+        self._shuffle_problem = static_shuffle_problem(
+            world, cfg.SOLVER.IMS_PER_BATCH // world, unwrap(model).key_bn_splits
+        )
+        # host-planned ShuffleBN would recompile a compiled step at every step
+        shuffles = cfg.SOLVER.COMPILE.ENABLED and unwrap(model).uses_shuffle_seeds
+        if shuffles and self._shuffle_problem is not None:
+            raise ConfigError(f"SOLVER.COMPILE.ENABLED True: {self._shuffle_problem}")
         # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
             torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
@@ -379,19 +383,12 @@ class PretrainTrainer(SimpleTrainer):
             inputs[key] = data["shuffle_seeds"] if plans is None else plans
         return inputs
 
-    def _shuffle_problem(self) -> str | None:
-        """Why ShuffleBN cannot take the static plan's equal splits here (None: it can)."""
-        world = comm.get_world_size()
-        splits = unwrap(self.model).key_bn_splits
-        return static_shuffle_problem(world, self.cfg.SOLVER.IMS_PER_BATCH // world, splits)
-
     def _shuffle_plans(self, seeds: list[int]) -> list[ShufflePlan] | None:
         """The static ShuffleBN plans of this step's seeds on the model's device (copied without
         a host sync), or None where equal splits do not fit (today's host-planned ShuffleBN,
         which a graph replay cannot take: said once)."""
-        problem = self._shuffle_problem()
-        if problem is not None:
-            log_first_n(logging.WARNING, f"SOLVER.STATIC_STEP: {problem}", n=1)
+        if self._shuffle_problem is not None:
+            log_first_n(logging.WARNING, f"SOLVER.STATIC_STEP: {self._shuffle_problem}", n=1)
             return None
         world, model = comm.get_world_size(), unwrap(self.model)
         b, rank = self.cfg.SOLVER.IMS_PER_BATCH // world, comm.get_rank()
