@@ -6,7 +6,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo study study-beta study-views test lint format bench test-slurm test-golden-isa clean-venv gpu-wheels gpu-check
+.PHONY: venv demo study study-beta study-views test lint format bench test-slurm test-golden-isa test-compile clean-venv gpu-wheels gpu-env gpu-quick gpu-check gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -74,7 +74,12 @@ format: venv
 	$(PY) -m ruff check --fix .
 
 test: venv lint
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -m "not compile" $(PYTEST_ARGS) tests
+
+# torch.compile (aot_eager) of every shipped pretraining config at tiny sizes, three steps per
+# beta phase: one graph per phase, no recompile. About 20 s per config on 2 cores.
+test-compile: venv
+	$(PY) -m pytest -q -m compile $(PYTEST_ARGS) tests
 
 # The SLURM tests on a two-node cluster started on this machine (root; installs Debian's
 # slurm-wlm and munge when missing): pretraining jobs, and a study through --executor slurm.
@@ -139,7 +144,8 @@ gpu-wheels: venv
 		$(GPU_BINARY) || exit 1; done
 	printf '%s\n' sal-detectron2 $(GPU_PURE) $(GPU_BINARY) > gpu_wheels/requirements.txt
 
-gpu-check:
+# The GPU set-up every GPU target shares: the Python, a visible CUDA device, the wheels.
+gpu-env:
 	@$(GPU_PY) -c "import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 2)" \
 		|| { echo "error: gpu-check: $(GPU_PY) is Python $$($(GPU_PY) -c 'import platform; \
 		print(platform.python_version())'); gpu_wheels/ covers 3.10 to 3.12 (set GPU_PY)"; exit 2; }
@@ -153,15 +159,40 @@ gpu-check:
 		echo "installing gpu_wheels/ into $(GPU_OUT)/site"; \
 		$(GPU_PY) -m pip install -q --no-index --no-deps --find-links gpu_wheels \
 			--target $(GPU_OUT)/site -r gpu_wheels/requirements.txt || exit 1; }
-	set -o pipefail; export PYTHONPATH=$(abspath $(GPU_OUT))/site:$(CURDIR); \
-	$(GPU_PY) -m pytest -q -p no:cacheprovider -m cuda $(GPU_TESTS) 2>&1 | tee $(GPU_OUT)/tests.txt; \
-	status=$$?; \
-	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 32 64 \
-		--json $(GPU_OUT)/throughput.json 2>&1 | tee $(GPU_OUT)/throughput.txt || status=1; \
-	$(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 32 64 --no-compile \
-		--configs configs/pretrain/in1k_r50_lorac_200ep.yaml --switch $(GPU_SWITCH) \
-		--json $(GPU_OUT)/throughput_compiled.json 2>&1 \
-		| tee $(GPU_OUT)/throughput_compiled.txt || status=1; \
+
+GPU_RUN = set -o pipefail; export PYTHONPATH=$(abspath $(GPU_OUT))/site:$(CURDIR);
+# The one call that decides the step (benchmarks/gpu_quick.py): at most 9 minutes on one H100,
+# every figure in output/gpu_check/quick/quick.json as soon as it is measured; its cache/ folder
+# brought back makes a rerun start warm.
+gpu-quick: gpu-env
+	$(GPU_RUN) $(GPU_PY) -m benchmarks.gpu_quick --out $(GPU_OUT)/quick 2>&1 \
+		| tee $(GPU_OUT)/quick.txt
+
+# The full set, one target per GPU window (each well under 10 minutes on one H100); all of them
+# run (-k) when one fails, and the status says whether any failed.
+GPU_CHECKS := gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
+gpu-check: gpu-env
+	@$(MAKE) -k --no-print-directory $(GPU_CHECKS); status=$$?; \
+	echo "gpu-check: figures in $(GPU_OUT)/"; exit $$status
+
+gpu-check-tests: gpu-env
+	$(GPU_RUN) $(GPU_PY) -m pytest -q -p no:cacheprovider -m cuda $(GPU_TESTS) 2>&1 \
+		| tee $(GPU_OUT)/tests.txt
+
+gpu-check-throughput: gpu-env
+	$(GPU_RUN) $(GPU_PY) -m benchmarks.bench_throughput --device cuda --batch 32 64 \
+		--json $(GPU_OUT)/throughput.json 2>&1 | tee $(GPU_OUT)/throughput.txt
+
+# the compiled step with CUDA graphs against the eager step of the same config, one batch size a
+# command (two compiles each)
+gpu-check-compiled: gpu-env
+	for b in 32 64; do $(GPU_RUN) $(GPU_PY) -m benchmarks.bench_throughput --device cuda \
+		--batch $$b --no-compile --configs configs/pretrain/in1k_r50_lorac_200ep.yaml \
+		--switch $(GPU_SWITCH) --json $(GPU_OUT)/throughput_compiled_$$b.json 2>&1 \
+		| tee $(GPU_OUT)/throughput_compiled_$$b.txt || exit 1; done
+
+gpu-check-costs: gpu-env
+	status=0; $(GPU_RUN) \
 	$(GPU_PY) -m benchmarks.bench_gpu_costs --json $(GPU_OUT)/costs.json 2>&1 \
 		| tee $(GPU_OUT)/costs.txt || status=1; \
 	$(GPU_PY) -m benchmarks.cuda_sync_report --json $(GPU_OUT)/sync.json 2>&1 \
@@ -173,8 +204,7 @@ gpu-check:
 	if [ "$$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then \
 		$(GPU_PY) -m benchmarks.bench_step --device cuda --procs 2 --config $(GPU_STEP_CONFIGS) \
 			--json $(GPU_OUT)/step2.json 2>&1 | tee $(GPU_OUT)/step2.txt || status=1; \
-	fi; \
-	echo "gpu-check: figures in $(GPU_OUT)/"; exit $$status
+	fi; exit $$status
 
 clean-venv:
 	rm -rf .venv

@@ -11,7 +11,8 @@
   (torch.profiler), against the number of parameters: ``_foreach_*`` ops with per-parameter
   0-d tensors fall back to one kernel per parameter.
 
-Run (on a GPU): python -m benchmarks.bench_gpu_costs [--batch 64] [--rounds 3] [--json OUT]
+Run (on a GPU): python -m benchmarks.bench_gpu_costs [--batch 64] [--rounds 3] [--json OUT];
+``--device cpu --tiny`` runs both at toy sizes on the CPU (a test does, so that it cannot rot).
 """
 
 from __future__ import annotations
@@ -27,18 +28,26 @@ from benchmarks.common import report_json
 from pretrain.solver.build import LARS
 
 
-def _frobenius(x: torch.Tensor) -> torch.Tensor:
+def _frobenius(x: torch.Tensor, method: str = "eigh") -> torch.Tensor:
+    """A stand-in for :func:`pretrain.losses.nuclear.nuclear_norm` (same signature)."""
     return torch.linalg.vector_norm(x.float(), dim=(-2, -1))
 
 
-def norm_sync_cost(batch: int, rounds: int, iters: int) -> dict:
+def norm_sync_cost(batch: int, rounds: int, iters: int, device: str = "cuda", **toy) -> dict:
+    """``toy``: more arguments of :func:`benchmarks.bench_throughput.measure` (view sizes, the
+    queue) for a toy run."""
     exact, proxy = [], []
     original = lorac.nuclear_norm
+
+    def seconds() -> float:
+        m = measure(device=device, batch=batch, iters=iters, warmup=3, **toy)
+        return m["seconds_per_iteration"]
+
     for _ in range(rounds):
-        exact.append(measure(batch=batch, iters=iters, warmup=3)["seconds_per_iteration"])
+        exact.append(seconds())
         lorac.nuclear_norm = _frobenius
         try:
-            proxy.append(measure(batch=batch, iters=iters, warmup=3)["seconds_per_iteration"])
+            proxy.append(seconds())
         finally:
             lorac.nuclear_norm = original
     e, p = statistics.median(exact), statistics.median(proxy)
@@ -53,36 +62,45 @@ def norm_sync_cost(batch: int, rounds: int, iters: int) -> dict:
     }
 
 
-def lars_kernels() -> dict:
+def lars_kernels(device: str = "cuda", arch: str = "resnet50") -> dict:
+    """The kernels (on the CPU: the aten ops) of one LARS step over ``arch``'s parameters."""
     import torchvision
 
-    model = torchvision.models.resnet50().cuda()
+    model = torchvision.models.get_model(arch).to(device)
     params = [p for p in model.parameters()]
     for p in params:
         p.grad = torch.randn_like(p)
     opt = LARS(params, lr=0.1, momentum=0.9, weight_decay=1e-6)
     opt.step()  # the first step creates the buffers
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    cuda = device == "cuda"
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    with torch.profiler.profile(activities=[activity]) as prof:
         opt.step()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {"parameters": len(params), "cuda_kernels_per_step": len(kernels)}
+        if cuda:
+            torch.cuda.synchronize()
+    if cuda:
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:
+        kernels = [e for e in prof.events() if e.name.startswith("aten::_foreach")]
+    return {"parameters": len(params), "kernels_per_step": len(kernels)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--tiny", action="store_true", help="toy sizes (a CPU test runs them)")
     parser.add_argument("--batch", type=int, default=64, help="images per process")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("error: bench_gpu_costs needs a CUDA device")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: bench_gpu_costs needs a CUDA device (or --device cpu --tiny)")
+    toy = {"sizes": (32, 24), "queue": 16 * args.batch} if args.tiny else {}
     result = {
-        "device": torch.cuda.get_device_name(),
-        "norm_sync": norm_sync_cost(args.batch, args.rounds, args.iters),
-        "lars": lars_kernels(),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "norm_sync": norm_sync_cost(args.batch, args.rounds, args.iters, args.device, **toy),
+        "lars": lars_kernels(args.device, "resnet18" if args.tiny else "resnet50"),
     }
     report_json(result, args.json)
 

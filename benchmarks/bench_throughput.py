@@ -58,7 +58,7 @@ from benchmarks.bench_step import make_images
 from benchmarks.common import report_json
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.config import load_config
-from pretrain.data.loader import build_pretrain_loader, shuffle_seeds
+from pretrain.data.loader import build_pretrain_loader, shuffle_plans
 from pretrain.engine.trainer import PretrainTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ class _Probe(HookBase):
 
 def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]:
     """A stand-in for ``build_pretrain_loader``: the real loader's first :data:`POOL` batches,
-    replayed with each iteration's number and ShuffleBN seeds."""
+    replayed with each iteration's number and ShuffleBN plans."""
     loader = iter(build_pretrain_loader(cfg, 0, 1, 0, source, procs_on_machine=1))
     pool = [next(loader) for _ in range(POOL)]
     del loader
@@ -152,8 +152,13 @@ def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]
     def build(cfg: CfgNode, rank: int, world: int, start_iter: int, source: Any) -> Iterator:
         def batches() -> Iterator[dict]:
             for it in range(start_iter, 1 << 62):
-                seeds = shuffle_seeds(cfg.SEED, it, cfg.INPUT.KEY_CROPS)
-                yield {**pool[it % POOL], "iteration": it, "shuffle_seeds": seeds}
+                batch = pool[it % POOL]
+                crops, b = len(batch["shuffle_plans"]), len(batch["seeds"])
+                splits = cfg.MODEL.KEY_BN_SPLITS
+                plans = shuffle_plans(
+                    cfg.SEED, it, crops, world=world, rank=rank, b=b, splits=splits
+                )
+                yield {**batch, "iteration": it, "shuffle_plans": plans}
 
         return batches()
 

@@ -2,8 +2,8 @@
 
 ``make gpu-check`` runs with a stand-in interpreter (``GPU_PY``): a script that answers the
 recipe's probes (Python version, CUDA visible, packages importable) and plays pytest and the
-benchmarks with the exit status the test asks for. The recipe pipes each through ``tee``; before
-2026-11-26 it had no ``pipefail`` and exited 0 when the GPU tests failed.
+benchmarks with the exit status the test asks for. The recipes pipe each through ``tee``, whose
+own status must not hide a failure (``pipefail``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ exit 0
 """
 
 
-def _make(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def _make(tmp_path: Path, target: str = "gpu-check", **env: str) -> subprocess.CompletedProcess:
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "gpu_check"
-    cmd = ["make", "-s", "-C", str(ROOT), "gpu-check", f"GPU_PY={fake}", f"GPU_OUT={out}"]
+    cmd = ["make", "-s", "-C", str(ROOT), target, f"GPU_PY={fake}", f"GPU_OUT={out}"]
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env}
     )
@@ -51,6 +51,14 @@ def test_device_check_passes_when_everything_passes(tmp_path):
     # the throughput ratio: one process for both batches (the stand-in echoes the module it ran)
     ratio = (tmp_path / "gpu_check" / "throughput.txt").read_text()
     assert ratio.count("benchmarks.bench_throughput") == 1 and "--batch 32 64 " in ratio
+    for b in (32, 64):  # the compiled step: one command per batch size
+        assert "--switch" in (tmp_path / "gpu_check" / f"throughput_compiled_{b}.txt").read_text()
+
+
+def test_the_quick_check_runs_its_one_script(tmp_path):
+    r = _make(tmp_path, "gpu-quick")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "benchmarks.gpu_quick" in (tmp_path / "gpu_check" / "quick.txt").read_text()
 
 
 @pytest.mark.parametrize("failing", ["FAKE_PYTEST_RC", "FAKE_BENCH_RC"])
@@ -59,6 +67,7 @@ def test_device_check_fails_when_a_test_or_benchmark_fails(tmp_path, failing):
     assert r.returncode != 0, r.stdout + r.stderr
     # the figures are still written and the tests' output is kept
     assert (tmp_path / "gpu_check" / "tests.txt").exists()
+    assert (tmp_path / "gpu_check" / "costs.txt").exists()
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,6 @@ __all__ = [
     "check_world_size",
     "get_cfg",
     "load_config",
-    "nuclear_norm_method",
-    "static_step",
     "validate_cfg",
 ]
 
@@ -227,19 +225,6 @@ def _need(ok: bool, key: str, value: object, why: str) -> None:
         raise ConfigError(f"{key} = {value!r}: {why}")
 
 
-def static_step(cfg: CN) -> bool:
-    """Whether the step runs as a graph replay needs it (SOLVER.STATIC_STEP, implied by
-    SOLVER.COMPILE.ENABLED)."""
-    return bool(cfg.SOLVER.STATIC_STEP or cfg.SOLVER.COMPILE.ENABLED)
-
-
-def nuclear_norm_method(cfg: CN) -> str:
-    """LOSS.NUCLEAR_NORM with "auto" resolved for the step: the nuclear norm's own "auto"
-    (Jacobi on a GPU) in the static step, "eigh" in the eager one (see the key's comment)."""
-    method = cfg.LOSS.NUCLEAR_NORM
-    return "eigh" if method == "auto" and not static_step(cfg) else method
-
-
 def _one_of(node: CN, key: str, prefix: str, choices: Sequence[str]) -> None:
     _need(node[key] in choices, f"{prefix}.{key}", node[key], f"must be one of {tuple(choices)}")
 
@@ -254,9 +239,12 @@ def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     _check_input(cfg.INPUT)
     _check_model(cfg.MODEL)
     _check_solver(cfg.SOLVER, cfg.MODEL.QUEUE_SIZE, world_size)
+    check_world_size(cfg, world_size)
     _check_datasets(cfg.DATASETS)
     _need(cfg.DIST.TIMEOUT_MINUTES > 0, "DIST.TIMEOUT_MINUTES", cfg.DIST.TIMEOUT_MINUTES,
           "must be > 0 (minutes)")  # fmt: skip
+    workers = cfg.DATALOADER.NUM_WORKERS
+    _need(workers >= -1, "DATALOADER.NUM_WORKERS", workers, "a number >= 0, or -1 for one per core")
     _check_test(cfg.TEST, cfg.DATASETS.TYPE)
 
 
@@ -307,10 +295,20 @@ def _check_solver(sol: CN, queue_size: int, world_size: int) -> None:
     _need(queue_size % batch == 0, "MODEL.QUEUE_SIZE", queue_size,
           f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {batch}")  # fmt: skip
     _one_of(sol, "OPTIMIZER", "SOLVER", OPTIMIZERS)
-    _need(sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR, "must be > 0")
-    _need(sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR, "must be >= 0")
-    _need(sol.EPOCHS > 0 or sol.MAX_ITER > 0, "SOLVER.EPOCHS", sol.EPOCHS,
+    _need(math.isfinite(sol.BASE_LR) and sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR,
+          "must be > 0")  # fmt: skip
+    _need(math.isfinite(sol.FINAL_LR) and sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR,
+          "must be >= 0")  # fmt: skip
+    _need(sol.MAX_ITER >= 0, "SOLVER.MAX_ITER", sol.MAX_ITER, "must be >= 0 (0: from EPOCHS)")
+    _need(sol.EPOCHS > 0 or (sol.MAX_ITER > 0 and sol.EPOCHS >= 0), "SOLVER.EPOCHS", sol.EPOCHS,
           "must be > 0 unless SOLVER.MAX_ITER is set")  # fmt: skip
+    _need(sol.WARMUP_EPOCHS >= 0, "SOLVER.WARMUP_EPOCHS", sol.WARMUP_EPOCHS, "must be >= 0")
+    _need(0 <= sol.MOMENTUM < 1, "SOLVER.MOMENTUM", sol.MOMENTUM, "must be in [0, 1)")
+    _need(sol.WEIGHT_DECAY >= 0, "SOLVER.WEIGHT_DECAY", sol.WEIGHT_DECAY, "must be >= 0")
+    _need(sol.LARS_ETA > 0, "SOLVER.LARS_ETA", sol.LARS_ETA, "must be > 0")
+    for key in ("CHECKPOINT_PERIOD", "LOG_PERIOD"):
+        _need(sol[key] > 0, f"SOLVER.{key}", sol[key], "must be > 0 (iterations)")
+    _need(sol.MAX_TO_KEEP >= 0, "SOLVER.MAX_TO_KEEP", sol.MAX_TO_KEEP, "must be >= 0")
     _one_of(sol.AMP, "PRECISION", "SOLVER.AMP", AMP_PRECISIONS)
     _one_of(sol.COMPILE, "MODE", "SOLVER.COMPILE", COMPILE_MODES)
     _one_of(sol.COMPILE, "BACKEND", "SOLVER.COMPILE", COMPILE_BACKENDS)
@@ -323,13 +321,21 @@ def _check_batch_split(batch: int, world_size: int) -> None:
 
 def check_world_size(cfg: CN, world_size: int) -> None:
     """What :func:`validate_cfg` (run by :func:`load_config` for one process) checks that
-    depends on the number of processes: the global batch splits evenly among them."""
-    _check_batch_split(cfg.SOLVER.IMS_PER_BATCH, world_size)
+    depends on the number of processes: the global batch splits evenly among them, and each
+    process's key batch into BN groups of at least 2 rows (BatchNorm needs 2)."""
+    batch, splits = cfg.SOLVER.IMS_PER_BATCH, cfg.MODEL.KEY_BN_SPLITS
+    _check_batch_split(batch, world_size)
+    _need(splits >= 1, "MODEL.KEY_BN_SPLITS", splits, "must be >= 1")
+    shuffled = cfg.MODEL.SHUFFLE_BN and splits * world_size > 1  # ShuffleBN's groups
+    _need(not shuffled or batch // world_size >= 2 * splits, "MODEL.KEY_BN_SPLITS", splits,
+          f"leaves BN groups of under 2 rows of the {batch // world_size} images per process "
+          f"(SOLVER.IMS_PER_BATCH {batch} over {world_size} processes)")  # fmt: skip
 
 
 def _check_datasets(data: CN) -> None:
     _one_of(data, "TYPE", "DATASETS", DATASET_TYPES)
     _need(bool(data.ROOT), "DATASETS.ROOT", data.ROOT, "must name a dataset root")
+    _need(data.MAX_IMAGES >= 0, "DATASETS.MAX_IMAGES", data.MAX_IMAGES, "must be >= 0 (0: all)")
     _need(data.TYPE != IMAGEFILES or not data.CLASS_LIST, "DATASETS.CLASS_LIST", data.CLASS_LIST,
           f"DATASETS.TYPE {IMAGEFILES} has no classes to restrict (use imagefolder)")  # fmt: skip
 
@@ -340,5 +346,5 @@ def _check_test(test: CN, dataset_type: str) -> None:
     _need(dataset_type == FASHION_MNIST or bool(test.KNN_ROOT), "TEST.KNN_ROOT", test.KNN_ROOT,
           f"the kNN monitor (TEST.KNN_PERIOD > 0) of an {dataset_type} run needs a labelled root "
           "with train/ and val/ class folders (or TEST.KNN_PERIOD 0)")  # fmt: skip
-    for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE"):
+    for key in ("KNN_TRAIN_IMAGES", "KNN_TEST_IMAGES", "KNN_K", "KNN_BATCH_SIZE", "KNN_T"):
         _need(test[key] > 0, f"TEST.{key}", test[key], "must be > 0")

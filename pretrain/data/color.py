@@ -31,10 +31,12 @@ Departures from the reference, on purpose:
 Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fixes them whatever
 the device) and copied to the device through pinned memory without a host sync
 (:func:`pretrain.utils.device.to_device`); decisions that pick subsets of the batch are made on the
-CPU, so a CUDA batch never waits on a device-to-host synchronisation. Those subsets make the
-shapes vary from batch to batch; the static-shape mode (``static_shapes=True``) runs every op on
-the whole batch and picks samples with ``torch.where`` on device masks instead, for a CUDA graph
-or ``torch.compile`` (same draws, same result up to float rounding).
+CPU, so a CUDA batch never waits on a device-to-host synchronisation. Each op is one computation
+and picks its samples through :func:`pick_`, in one of two ways chosen when the augmentation is
+built (:data:`PICKS`): ``"subset"`` (the default) runs it on the host-picked samples only, whose
+number varies from batch to batch; ``"mask"`` runs it on the whole batch and keeps the other
+samples with ``torch.where`` on device masks, for a CUDA graph or ``torch.compile`` (same draws,
+same result up to float rounding).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "ColorSpec",
     "Grayscale",
     "Jitter",
+    "PICKS",
     "color_op",
     "GRAY_WEIGHTS",
     "adjust_brightness",
@@ -69,6 +72,7 @@ __all__ = [
     "apply_color_params",
     "blur_radius",
     "gaussian_blur",
+    "pick_",
     "rgb_to_grayscale",
     "sample_color_params",
 ]
@@ -78,6 +82,9 @@ GRAY_WEIGHTS: tuple[float, float, float] = (0.2989, 0.587, 0.114)
 
 # Op codes of the colour jitter; ``params.order[:, j]`` is the op run in slot j.
 BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
+
+# How the ops pick their samples (:func:`pick_`): host subsets, or device masks.
+PICKS = ("subset", "mask")
 
 
 class ColorParams:
@@ -119,9 +126,9 @@ class ColorParams:
             sum(len(p) for p in parts), {k: torch.cat([p.tensors[k] for p in parts]) for k in names}
         )
 
-    def __getitem__(self, index: slice) -> ColorParams:
-        """The parameters of a contiguous range of samples."""
-        n = len(range(self.n)[index])
+    def __getitem__(self, index: slice | torch.Tensor) -> ColorParams:
+        """The parameters of a range of samples, or of the samples an index tensor lists."""
+        n = len(range(self.n)[index]) if isinstance(index, slice) else len(index)
         return ColorParams(n, {k: t[index] for k, t in self.tensors.items()})
 
     def to(self, device: torch.device | str) -> ColorParams:
@@ -149,11 +156,10 @@ class ColorOp:
       that the runs that do not use it keep their random stream (``tests/golden`` checks it).
     * :meth:`sample`: its named parameters from its (n, width) uniforms.
     * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the
-      parameters alone (they may have been drawn in a data worker).
-    * :meth:`apply_static`: the same change in static shapes (``static_shapes=True`` of
-      :func:`apply_color_params`): the parameters are on x's device, the op runs on the whole
-      batch and keeps the samples it does not touch bit for bit (``torch.where`` on a per-sample
-      mask), and nothing it does (op, shape, host read) depends on the drawn values.
+      parameters alone (they may have been drawn in a data worker), picking the samples it
+      changes with :func:`pick_` and ``pick`` (:data:`PICKS`). With ``"mask"`` the parameters
+      are on x's device and nothing it does (op, shape, host read) may depend on their values;
+      with ``"subset"`` they are on the CPU, and host decisions from them are free.
     """
 
     config: ClassVar[dict[str, str]] = {}
@@ -166,12 +172,8 @@ class ColorOp:
     def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    @staticmethod
-    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        raise NotImplementedError
-
-    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        raise NotImplementedError(f"{type(self).__name__} has no static-shape form")
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement apply")
 
     @classmethod
     def from_cfg(cls, inp: Mapping[str, Any]) -> ColorOp:
@@ -233,34 +235,29 @@ class Jitter(ColorOp):
             "order": u[:, 4:8].argsort(dim=1),  # a uniform random permutation per sample
         }
 
-    @staticmethod
-    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        if not bool(params.jitter.any()):
-            return
-        coef, is_hue = _jitter_coefficients(params)
-        # Which slots need which terms, decided on the CPU: no device sync, no wasted passes.
-        has_gray, has_mean = (coef[1] != 0).any(0).tolist(), (coef[2] != 0).any(0).tolist()
-        has_scale = (coef[0] != 1).any(0).tolist()
-        coef_dev = to_device(coef, x.device, x.dtype)  # one host-to-device copy
-        hue = params.factors[:, 3]
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+        # Blend coefficients (3, n, 4) = (fx, fg, fm) per sample and slot (see _blend_): a slot
+        # where a sample runs the hue (or no jitter) is x * 1 + 0, which leaves it bit-identical.
+        f = params.factors
+        op = torch.where(params.jitter[:, None], params.order, -1)  # (n, 4); -1: no jitter
+        is_b, is_c, is_s = op == BRIGHTNESS, op == CONTRAST, op == SATURATION
+        fx = torch.where(is_b, f[:, 0:1], torch.where(is_c, f[:, 1:2], 1.0))
+        fx = torch.where(is_s, f[:, 2:3], fx)
+        fg = torch.where(is_s, 1.0 - f[:, 2:3], 0.0)
+        fm = torch.where(is_c, 1.0 - f[:, 1:2], 0.0)
+        coef, is_hue = torch.stack([fx, fg, fm]), (op == HUE) & (f[:, 3:4] != 0)  # (n, 4) hue
+        # The terms each slot needs: a host decision the subset pick takes (no wasted passes);
+        # the mask pick runs every term, whatever the draw.
+        identity = coef.new_tensor([1.0, 0.0, 0.0]).view(3, 1, 1)
+        need = (coef != identity).any(1).tolist() if pick == "subset" else [[True] * 4] * 3
+        coef = to_device(coef, x.device, x.dtype)  # one host-to-device copy (subset pick)
         for slot in range(4):
-            if has_scale[slot] or has_gray[slot] or has_mean[slot]:
-                fx, fg, fm = coef_dev[:, :, slot].view(3, -1, 1, 1, 1)
-                _blend_(x, fx, fg if has_gray[slot] else None, fm if has_mean[slot] else None)
-            # The hue is by far the costliest op: run it only on the samples that need it.
-            _subset_(x, is_hue[:, slot], lambda xs, i: adjust_hue(xs, hue[i]))
-
-    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        coef, is_hue = _jitter_coefficients(params)  # on x's device, like params
-        coef = coef.to(x.dtype)
-        hue = params.factors[:, 3]
-        planes = x.new_empty((3, *x.shape[:1], *x.shape[2:]))  # (3, n, h, w), every slot's
-        for slot in range(4):
-            # Every term on every sample: a slot a sample does not use is x * 1 + 0, exact.
-            fx, fg, fm = coef[:, :, slot].view(3, -1, 1, 1, 1)
-            _blend_(x, fx, fg, fm)
-            _hue_into(x, hue, planes.unbind(0))
-            _select_(x, is_hue[:, slot], planes.transpose(0, 1))
+            scale, gray, mean = (need[t][slot] for t in range(3))
+            if scale or gray or mean:
+                fx, fg, fm = coef[:, :, slot].view(3, -1, 1, 1, 1)
+                _blend_(x, fx, fg if gray else None, fm if mean else None)
+            # The hue is by far the costliest op: only its samples, when the pick allows it.
+            pick_(x, params, is_hue[:, slot], lambda xs, p: adjust_hue(xs, p.factors[:, 3]), pick)
 
 
 @color_op
@@ -279,12 +276,8 @@ class Grayscale(ColorOp):
     def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"grayscale": u[:, 0] < self.prob}
 
-    @staticmethod
-    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        _subset_(x, params.grayscale, lambda xs, i: rgb_to_grayscale(xs).expand_as(xs))
-
-    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        _select_(x, params.grayscale, rgb_to_grayscale(x))
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+        pick_(x, params, params.grayscale, lambda xs, p: rgb_to_grayscale(xs).expand_as(xs), pick)
 
 
 @color_op
@@ -296,7 +289,7 @@ class Blur(ColorOp):
     sigma: tuple[float, float] = (0.1, 2.0)
     prob: float = 0.5
     # ceil(3 sigma) of the largest sigma the draw can give (float32, as blur_radius), before
-    # the clamp to the view's size: the static form's one kernel size. Derived from ``sigma``.
+    # the clamp to the view's size: the mask pick's one kernel size. Derived from ``sigma``.
     max_radius: int = field(init=False, repr=False, compare=False)
     config = {"sigma": "BLUR_SIGMA", "prob": "BLUR_PROB"}
     names = ("blur", "sigma")
@@ -307,7 +300,7 @@ class Blur(ColorOp):
         if not 0.0 < lo <= hi:
             raise ValueError(f"blur_sigma must satisfy 0 < min <= max, got {self.sigma}")
         _check_prob(self, "prob")
-        # Computed here, not at apply time, so that the static form reads no tensor on the host.
+        # Computed here, not at apply time, so that the mask pick reads no tensor on the host.
         largest = self.sample(torch.full((1, 2), 1.0 - 2.0**-24))["sigma"]  # torch.rand's max
         object.__setattr__(self, "max_radius", int(torch.ceil(3.0 * largest).clamp_min(1)))
 
@@ -315,19 +308,33 @@ class Blur(ColorOp):
         lo, hi = self.sigma
         return {"blur": u[:, 0] < self.prob, "sigma": lo + (hi - lo) * u[:, 1]}
 
-    @staticmethod
-    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        _blur_subset_(x, params.blur, params.sigma, group_by_size=group_by_size)
-
-    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        # One kernel size for every sample: the largest the op draws (at this view size), each
-        # sample's own taps zero-padded to it (the same Gaussian as its own kernel size).
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+        """Each sample's own kernel size (:func:`blur_radius`). ``group_by_size`` blurs by shifted
+        sums (the CPU's cost is the taps), otherwise by depthwise convolutions (a GPU's cost is
+        the launches). The kernel sizes are host decisions of the subset pick: with the shifted
+        sums each size runs as its own slice of the picked samples (sorted by size), otherwise
+        one pass runs the largest picked size. The mask pick runs the largest size this op draws
+        (at this view size). The smaller kernels are zero-padded: the same Gaussian."""
         h, w = x.shape[-2:]
-        radius = min(self.max_radius, min(h, w) - 1)
-        sigma = params.sigma
-        taps = _gaussian_taps(sigma.double(), radius, blur_radius(sigma, h, w))
-        blurred = (_separable_blur if group_by_size else _separable_blur_conv)(x, taps)
-        _select_(x, params.blur, blurred)
+        subset = pick == "subset"
+
+        def blur(xs: torch.Tensor, p: ColorParams) -> torch.Tensor:
+            radii, sigma = blur_radius(p.sigma, h, w), p.sigma.double()
+            if subset and group_by_size:
+                out = torch.empty_like(xs)
+                sizes, counts = radii.unique_consecutive(return_counts=True)
+                start = 0
+                for r, count in zip(sizes.tolist(), counts.tolist(), strict=True):
+                    rows = slice(start, start + count)
+                    _separable_blur(xs[rows], _gaussian_taps(sigma[rows], r), out=out[rows])
+                    start += count
+                return out
+            r = int(radii.max()) if subset else min(self.max_radius, min(h, w) - 1)
+            taps = _gaussian_taps(sigma, r, radii)
+            return (_separable_blur if group_by_size else _separable_blur_conv)(xs, taps)
+
+        by_size = blur_radius(params.sigma, h, w) if subset else None
+        pick_(x, params, params.blur, blur, pick, order=by_size)
 
 
 @dataclass(frozen=True)
@@ -442,17 +449,12 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
     float rounding, in branch-free arithmetic: a hue rotation keeps each pixel's max and min
     channel, so only the hue H (in sextants, [0, 6)) is computed and mapped back with the
     hexcone's piecewise-linear functions. Boolean masks and ``torch.where`` are avoided because
-    their CPU kernels are several times slower than plain arithmetic.
+    their CPU kernels are several times slower than plain arithmetic. The result is a (n, 3, h, w)
+    view of contiguous (3, n, h, w) planes (``torch.compile`` cannot write a non-contiguous
+    ``out=``).
     """
-    out = torch.empty_like(x)
-    _hue_into(x, shift, out.unbind(dim=1))
-    return out
-
-
-def _hue_into(x: torch.Tensor, shift: torch.Tensor | float, planes: Sequence[torch.Tensor]) -> None:
-    """:func:`adjust_hue` of x written into the R, G, B ``planes`` (3 x (n, h, w)): slices of
-    (n, 3, h, w), or the contiguous ones of a (3, n, h, w) tensor (``torch.compile`` cannot
-    write a result into a non-contiguous ``out=``)."""
+    out = x.new_empty((3, x.shape[0], *x.shape[2:]))  # (3, n, h, w)
+    planes = out.unbind(0)
     r, g, b = x.unbind(dim=1)  # (n, h, w) each
     mx = torch.maximum(torch.maximum(r, g), b)
     mn = torch.minimum(torch.minimum(r, g), b)
@@ -476,6 +478,7 @@ def _hue_into(x: torch.Tensor, shift: torch.Tensor | float, planes: Sequence[tor
     w = torch.sub(h, 1.0).abs_().sub_(1.0)
     torch.minimum(w, torch.rsub(h, 6.0), out=w).clamp_(0.0, 1.0)
     torch.addcmul(mn, chroma, w, out=planes[2])
+    return out.transpose(0, 1)
 
 
 def blur_radius(sigma: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -555,115 +558,70 @@ def gaussian_blur(
     return _separable_blur(x, _gaussian_taps(sig, radius), out)
 
 
-def _blur_subset_(
-    x: torch.Tensor, mask: torch.Tensor, sigma: torch.Tensor, group_by_size: bool
-) -> None:
-    """Blur the samples of x picked by the CPU bool ``mask``, each with its own kernel size.
-
-    With ``group_by_size`` (for the CPU, where the cost is the taps) each kernel size runs as
-    its own slice; otherwise (GPUs, where the cost is kernel launches) one pass of depthwise
-    convolutions uses the largest size with the smaller kernels zero-padded. Both give the same
-    result up to float rounding.
-    """
-    idx = mask.nonzero().squeeze(1)
-    if idx.numel() == 0:
-        return
-    radii, order = blur_radius(sigma[idx], *x.shape[-2:]).sort(stable=True)
-    idx = idx[order]  # grouped by kernel size: each group is a slice, not another gather
-    sig = sigma[idx].double()
-    idx_dev = to_device(idx, x.device)
-    xs = x.index_select(0, idx_dev)
-    if not group_by_size:
-        r = int(radii[-1])
-        x.index_copy_(0, idx_dev, _separable_blur_conv(xs, _gaussian_taps(sig, r, radii)))
-        return
-    out = torch.empty_like(xs)
-    start = 0
-    kernel_radii, counts = radii.unique_consecutive(return_counts=True)
-    for r, count in zip(kernel_radii.tolist(), counts.tolist(), strict=True):
-        group = slice(start, start + count)
-        _separable_blur(xs[group], _gaussian_taps(sig[group], r), out=out[group])
-        start += count
-    x.index_copy_(0, idx_dev, out)
-
-
-def _subset_(
+def pick_(
     x: torch.Tensor,
+    params: ColorParams,
     mask: torch.Tensor,
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    fn: Callable[[torch.Tensor, ColorParams], torch.Tensor],
+    pick: str,
+    order: torch.Tensor | None = None,
 ) -> None:
-    """Replace the samples of x selected by the CPU bool ``mask`` with ``fn(x[mask], idx)``."""
+    """In place ``x[i] <- fn(x, params)[i]`` for the samples i the bool ``mask`` (n,) picks, the
+    others kept bit for bit: the one place where the colour ops pick samples, as ``pick`` says.
+
+    * ``"subset"``: the mask is a CPU tensor, read on the host (no device sync); ``fn`` runs on
+      the picked rows only (of x and of params; sorted by the CPU tensor ``order`` when given),
+      which go back by index. The least work; shapes vary with the draw.
+    * ``"mask"``: ``fn`` runs on the whole batch, and ``torch.where`` on the device mask keeps
+      the other rows whatever computed them (a conv or matmul under autocast too): no host
+      read, the same ops whatever the draw (a CUDA graph replay, ``torch.compile``).
+    """
+    if pick == "mask":
+        torch.where(mask.view(-1, 1, 1, 1), fn(x, params), x, out=x)  # elementwise: in place
+        return
     idx = mask.nonzero().squeeze(1)
     if idx.numel() == 0:
         return
-    if idx.numel() == x.shape[0]:
-        x.copy_(fn(x, idx))
+    if order is not None:
+        idx = idx[order[idx].sort(stable=True).indices]
+    elif idx.numel() == x.shape[0]:
+        x.copy_(fn(x, params))
         return
+    rows = params[idx]  # indexed by the host index (on a CPU, to_device returns idx itself)
     idx_dev = to_device(idx, x.device)
-    x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), idx))
-
-
-def _select_(x: torch.Tensor, mask: torch.Tensor, y: torch.Tensor) -> None:
-    """In place ``x[i] <- y[i]`` where the device bool ``mask`` (n,) is set, full-batch: the
-    other samples keep their bits, whatever computed y (a conv or matmul under autocast too)."""
-    torch.where(mask.view(-1, 1, 1, 1), y, x, out=x)  # elementwise: x may be its own output
-
-
-def _jitter_coefficients(params: ColorParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """Blend coefficients (3, n, 4) = (fx, fg, fm) per sample and slot, and the hue mask (n, 4).
-
-    Samples that run the hue (or no jitter) in a slot get fx = 1, fg = fm = 0 there, which
-    leaves them bit-identical (x * 1 + 0, already in [0, 1]).
-    """
-    f = params.factors
-    op = torch.where(params.jitter[:, None], params.order, -1)  # (n, 4); -1: no jitter
-    is_b, is_c, is_s = op == BRIGHTNESS, op == CONTRAST, op == SATURATION
-    fx = torch.where(is_b, f[:, 0:1], torch.where(is_c, f[:, 1:2], 1.0))
-    fx = torch.where(is_s, f[:, 2:3], fx)
-    fg = torch.where(is_s, 1.0 - f[:, 2:3], 0.0)
-    fm = torch.where(is_c, 1.0 - f[:, 1:2], 0.0)
-    return torch.stack([fx, fg, fm]), (op == HUE) & (f[:, 3:4] != 0)
+    x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), rows))
 
 
 def apply_color_params(
     x: torch.Tensor,
     params: ColorParams,
+    spec: ColorSpec,
     group_blur_by_size: bool | None = None,
     *,
-    static_shapes: bool = False,
-    spec: ColorSpec | None = None,
+    pick: str = "subset",
 ) -> torch.Tensor:
-    """Run every op whose parameters ``params`` holds (jitter, grayscale, blur, ...: the
-    registry's order) on float images (n, 3, h, w) in [0, 1], in place; returns x.
+    """Run every op of ``spec`` (the spec that drew ``params``) whose parameters ``params``
+    holds, in the registry's order, on float images (n, 3, h, w) in [0, 1], in place; returns x.
 
-    ``group_blur_by_size`` (default: on the CPU) runs each blur kernel size as its own slice
-    (the CPU's cost is the taps); otherwise one pass uses the largest size (a GPU's cost is the
-    launches). Both give the same result.
-
-    ``static_shapes`` runs each op of ``spec`` (the spec that drew ``params``; its settings fix
-    the blur's kernel size) in its static form (:meth:`ColorOp.apply_static`): ``params`` go to
-    x's device first (no copy when they are there), every op runs on the whole batch and picks
-    its samples with ``torch.where``, the blur uses the largest kernel the spec can draw, and no
-    op, shape or host read depends on the drawn values (what a CUDA graph replay or a compiled
-    graph needs: one graph, no sync). Same result up to float rounding (about 1e-6), slower on
-    the CPU (every op on every sample); ``group_blur_by_size`` then picks the blur's
-    shifted sums (on) or its depthwise convolutions (off).
+    ``pick`` (:data:`PICKS`, see :func:`pick_`): ``"subset"`` runs each op on the samples it
+    picks on the host; ``"mask"`` moves ``params`` to x's device (no copy when they are there)
+    and runs every op on the whole batch, picking with ``torch.where``, so that no op, shape or
+    host read depends on the drawn values (a CUDA graph replay or a compiled graph: one graph,
+    no sync). Same result up to float rounding (about 1e-6); the mask pick is slower on the CPU
+    (every op on every sample, the blur with the largest kernel the spec draws).
+    ``group_blur_by_size`` (default: on the CPU) is the blur's form (:meth:`Blur.apply`).
     """
+    if pick not in PICKS:
+        raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
     if group_blur_by_size is None:
         group_blur_by_size = x.device.type == "cpu"
     if len(params) != x.shape[0]:
         raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
-    if not static_shapes:
-        for kind in COLOR_OPS:
-            if all(name in params.tensors for name in kind.names):
-                kind.apply(x, params, group_blur_by_size)
-        return x
-    if spec is None:
-        raise ValueError("static_shapes needs the ColorSpec the parameters were drawn from")
-    params = params.to(x.device)
+    if pick == "mask":
+        params = params.to(x.device)
     for op in spec.ops:
         if all(name in params.tensors for name in op.names):
-            op.apply_static(x, params, group_blur_by_size)
+            op.apply(x, params, pick, group_blur_by_size)
     return x
 
 
@@ -681,12 +639,12 @@ class BatchColorAugment:
     (2x faster than whole-batch passes on one core). Neither changes the random parameters or
     the result.
 
-    ``static_shapes`` (default off) runs the ops in their static forms (``static_shapes`` of
-    :func:`apply_color_params`): the same op sequence, shapes and strides whatever the draw and
-    no host sync, so that a CUDA graph can replay the augmentation or ``torch.compile`` take it
-    in one graph. Meant for GPUs (with ``one_pass``); on the CPU it is slower than the default
-    (every op runs on every sample and the blur always uses the largest kernel). The random
-    draws do not change, the result only by float rounding.
+    ``pick`` (:data:`PICKS`; :func:`apply_color_params`) is how the ops pick their samples:
+    ``"subset"`` (the default) on the host; ``"mask"`` with device masks, for the same op
+    sequence, shapes and strides whatever the draw and no host sync, so that a CUDA graph can
+    replay the augmentation or ``torch.compile`` take it in one graph. Meant for GPUs (with
+    ``one_pass``); on the CPU it is slower (every op runs on every sample and the blur always
+    uses the largest kernel). The random draws do not change, the result only by float rounding.
     """
 
     def __init__(
@@ -697,16 +655,18 @@ class BatchColorAugment:
         *,
         cpu_chunk_pixels: int = 2**19,
         one_pass: bool | None = None,
-        static_shapes: bool = False,
+        pick: str = "subset",
     ) -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
+        if pick not in PICKS:
+            raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
         self.color = color
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.cpu_chunk_pixels = cpu_chunk_pixels
         self.one_pass = one_pass
-        self.static_shapes = static_shapes
+        self.pick = pick
 
     def __call__(
         self,
@@ -742,7 +702,7 @@ class BatchColorAugment:
                 group_params = sample_color_params(sum(sizes), self.color, generator)
             else:
                 group_params = None
-            if group_params is not None and self.static_shapes:
+            if group_params is not None and self.pick == "mask":
                 group_params = group_params.to(views[members[0]].device)  # one copy per group
             if self._one_pass(views[members[0]].device):
                 # Views of one size run as one batch: fewer, larger kernel launches.
@@ -771,13 +731,8 @@ class BatchColorAugment:
             xc = x[start : start + step]  # a view: every op below works in place
             xc.copy_(v[start : start + step]).div_(255.0)  # as torchvision's ToTensor
             if params is not None:
-                apply_color_params(
-                    xc,
-                    params[start : start + step],
-                    not one_pass,
-                    static_shapes=self.static_shapes,
-                    spec=self.color,
-                )
+                sub = params[start : start + step]
+                apply_color_params(xc, sub, self.color, not one_pass, pick=self.pick)
             self.normalize_(xc)
         return x
 

@@ -3,8 +3,9 @@
 (``augment_views_on_device``: colour augmentation and normalisation, run by the trainer).
 
 Every random choice of iteration t is a function of (SEED, t, position in the global batch):
-the sampler's per-sample seeds drive crops and colours, and each batch carries one ShuffleBN
-seed per key crop (``shuffle_seeds``, the same on every process) for the model.
+the sampler's per-sample seeds drive crops and colours, and each batch carries this process's
+part of one ShuffleBN plan per key crop (``shuffle_plans``, drawn from (SEED, t, key crop) alike
+on every process) for the model.
 
 The workers use the cores there are: ``DATALOADER.NUM_WORKERS -1`` (the default) becomes the
 cores of this process's CPU affinity less one for the training process
@@ -15,6 +16,7 @@ maps without a copy (:func:`collate_views`); ``benchmarks/bench_loader.py`` meas
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -29,7 +31,7 @@ from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
-from pretrain.config.defaults import static_step
+from pretrain.config.step_policy import StepPolicy
 from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
 from pretrain.data.datasets import (
     BadImageError,
@@ -41,6 +43,7 @@ from pretrain.data.datasets import (
 from pretrain.data.sampler import IterationBatchSampler, sample_seed
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.shuffle_plan import ShufflePlan, shuffle_plan
 from pretrain.utils.signals import shield_data_worker
 
 __all__ = [
@@ -54,7 +57,7 @@ __all__ = [
     "collate_views",
     "resolve_num_workers",
     "shared_memory_need",
-    "shuffle_seeds",
+    "shuffle_plans",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,8 +77,10 @@ def resolve_num_workers(
     cores: set[int] | None = None,
     machine_cores: int | None = None,
     environ: Mapping[str, str] | None = None,
+    name: str = "DATALOADER.NUM_WORKERS",
 ) -> int:
-    """DATALOADER.NUM_WORKERS as a number of data workers for one training process.
+    """DATALOADER.NUM_WORKERS (or the setting ``name``: a tool's ``--num-workers``) as a
+    number of data workers for one training process.
 
     A number >= 0 is kept. ``-1`` (:data:`AUTO_WORKERS`) counts the cores this process may run
     on (``os.sched_getaffinity(0)``; ``cores`` replaces it, for tests), at most SLURM's
@@ -90,9 +95,7 @@ def resolve_num_workers(
     if configured >= 0:
         return configured
     if configured != AUTO_WORKERS:
-        raise ConfigError(
-            f"DATALOADER.NUM_WORKERS = {configured}: a number >= 0, or -1 for one per core"
-        )
+        raise ConfigError(f"{name} = {configured}: a number >= 0, or -1 for one per core")
     if cores is None:
         cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     n = len(cores) if cores is not None else os.cpu_count() or 1
@@ -169,9 +172,16 @@ class PretrainDataset(Dataset):
         )
 
 
-def shuffle_seeds(run_seed: int, iteration: int, key_crops: int) -> list[int]:
-    """The ShuffleBN permutation seed of each key crop at ``iteration``, equal on every process."""
-    return [sample_seed(run_seed, iteration, -2 - crop) >> 16 for crop in range(key_crops)]
+def shuffle_plans(
+    run_seed: int, iteration: int, key_crops: int, *, world: int, rank: int, b: int, splits: int
+) -> list[ShufflePlan]:
+    """The ShuffleBN plan of each key crop at ``iteration`` for process ``rank`` of ``world`` (``b``
+    rows, ``splits`` BN groups each), from a seed of (SEED, iteration, key crop): every process
+    draws the same global plan and keeps its part."""
+    return [
+        shuffle_plan(sample_seed(run_seed, iteration, -2 - crop) >> 16, world, b, splits, rank=rank)
+        for crop in range(key_crops)
+    ]
 
 
 def _allocate(specs: list[tuple[tuple[int, ...], torch.dtype]], shared: bool) -> list[torch.Tensor]:
@@ -202,11 +212,15 @@ def collate_views(
     key_crops: int = 0,
     *,
     shared_memory: bool = False,
+    world: int = 1,
+    rank: int = 0,
+    splits: int = 1,
 ) -> dict[str, Any]:
     """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v);
-    ``shuffle_seeds`` holds :func:`shuffle_seeds` for ``key_crops`` key crops.
+    ``shuffle_plans`` holds :func:`shuffle_plans` of process ``rank`` of ``world`` (``splits``
+    BN groups) for ``key_crops`` key crops (0 where ShuffleBN does nothing).
 
-    Every tensor of the batch (views, indices, seeds, colour parameters) is written straight
+    Every tensor of the batch (views, indices, seeds, colour parameters, plans) is written straight
     into one block of memory, in shared memory with ``shared_memory`` (what a data worker
     does: see :func:`_allocate`); ``color_params[v]`` are views of one (views, B, ...) tensor
     per :class:`ColorParams` tensor.
@@ -221,7 +235,10 @@ def collate_views(
         value = first["color"].tensors[f]  # (views, ...) of one sample
         specs.append(((value.shape[0], n, *value.shape[1:]), value.dtype))
     specs += [((n,), torch.int64), ((n,), torch.int64)]
-    out = _allocate(specs, shared_memory)
+    it = first["iteration"]
+    plans = shuffle_plans(run_seed, it, key_crops, world=world, rank=rank, b=n, splits=splits)
+    out = _allocate(specs + [(p.table.shape, p.table.dtype) for p in plans], shared_memory)
+    out, tables = out[: len(specs)], out[len(specs) :]
     views, params, (index, seeds) = out[:n_views], out[n_views:-2], out[-2:]
     for v, dst in enumerate(views):
         torch.stack([b["views"][v] for b in batch], out=dst)
@@ -243,13 +260,16 @@ def collate_views(
         "index": index,
         "seeds": seeds,
         "iteration": first["iteration"],
-        "shuffle_seeds": shuffle_seeds(run_seed, first["iteration"], key_crops),
+        "shuffle_plans": [
+            dataclasses.replace(p, table=t.copy_(p.table))
+            for p, t in zip(plans, tables, strict=True)
+        ],
         "skipped_files": [p for b in batch for p in b["skipped_files"]],
     }
 
 
 class _WithIteration:
-    """Adds the iteration number to each sampler item (the batch's ShuffleBN seeds need it)."""
+    """Adds the iteration number to each sampler item (the batch's ShuffleBN plans need it)."""
 
     def __init__(self, sampler: IterationBatchSampler) -> None:
         self.sampler = sampler
@@ -270,9 +290,10 @@ def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
 
 
 def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
-    """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec; in
-    the static step (SOLVER.STATIC_STEP) with static shapes (masked whole-batch ops)."""
-    return BatchColorAugment(build_train_transform(cfg)[1], static_shapes=static_step(cfg))
+    """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec; the
+    step's policy (:class:`~pretrain.config.step_policy.StepPolicy`) says how ops pick samples."""
+    pick = StepPolicy.from_config(cfg).pick
+    return BatchColorAugment(build_train_transform(cfg)[1], pick=pick)
 
 
 def augment_views_on_device(
@@ -318,6 +339,8 @@ def build_pretrain_loader(
     )
     procs = comm.get_local_size() if procs_on_machine is None else procs_on_machine
     workers = _num_workers(cfg, procs)
+    # the model's uses_shuffle_plans: ShuffleBN across more than one BN group
+    shuffles = cfg.MODEL.SHUFFLE_BN and world_size * cfg.MODEL.KEY_BN_SPLITS > 1
     return DataLoader(
         PretrainDataset(source, transform, color if cfg.INPUT.COLOR_ON_DEVICE else None),
         batch_sampler=_WithIteration(sampler),
@@ -325,7 +348,10 @@ def build_pretrain_loader(
         collate_fn=functools.partial(
             collate_views,
             run_seed=cfg.SEED,
-            key_crops=cfg.INPUT.KEY_CROPS,
+            key_crops=cfg.INPUT.KEY_CROPS if shuffles else 0,
+            world=world_size,
+            rank=rank,
+            splits=cfg.MODEL.KEY_BN_SPLITS,
             shared_memory=workers > 0,  # collated in a worker: straight into shared memory
         ),
         pin_memory=cfg.MODEL.DEVICE == "cuda",

@@ -7,8 +7,8 @@ handed to the step, the copy of the following one is issued on a side stream; th
 waits for that copy only when it takes that batch (an event, not a host sync), and each tensor is
 marked as used by the compute stream (``record_stream``) so that the caching allocator does not
 reuse its memory while the step still reads it. The copies come from the loader's pinned memory
-(``pin_memory=True`` pins the views and, through :meth:`~pretrain.data.color.ColorParams.
-pin_memory`, the colour parameters): asynchronous, no host sync.
+(``pin_memory=True`` pins the views and, through their ``pin_memory``, the colour parameters and
+ShuffleBN's plans): asynchronous, no host sync.
 
 Only CUDA has streams: elsewhere the loader's batches are handed over as they are (the step
 moves them, a no-op on the CPU).
@@ -22,12 +22,13 @@ from typing import Any
 import torch
 
 from pretrain.data.color import ColorParams
+from pretrain.utils.shuffle_plan import ShufflePlan
 
 __all__ = ["DEVICE_KEYS", "prefetch_to_device"]
 
 # What the step reads on the device; the rest of a batch (sample seeds, indices, file names, the
-# iteration and ShuffleBN's seeds) is read on the host.
-DEVICE_KEYS = ("views", "color_params")
+# iteration) is read on the host.
+DEVICE_KEYS = ("views", "color_params", "shuffle_plans")
 
 
 def prefetch_to_device(loader: Iterable[dict], device: torch.device | str) -> Iterable[dict]:
@@ -91,7 +92,7 @@ class _CudaPrefetchIterator:
 def _to(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(device, non_blocking=True)
-    if isinstance(value, ColorParams):
+    if isinstance(value, (ColorParams, ShufflePlan)):
         return value.to(device)  # non-blocking, through pinned memory
     if isinstance(value, (list, tuple)):
         return type(value)(_to(v, device) for v in value)
@@ -103,6 +104,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
         return [value]
     if isinstance(value, ColorParams):
         return list(value.tensors.values())
+    if isinstance(value, ShufflePlan):
+        return [value.table]
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []

@@ -220,7 +220,7 @@ class MultiCropTransform:
     def _color(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Colour-augment uint8 (n, 3, s, s) views of one image; rounds back to uint8 once."""
         params = sample_color_params(x.shape[0], self.color, generator)
-        y = apply_color_params(to_unit_float(x), params)
+        y = apply_color_params(to_unit_float(x), params, self.color)
         return y.mul_(255.0).round_().clamp_(0.0, 255.0).to(torch.uint8)
 
     def __repr__(self) -> str:

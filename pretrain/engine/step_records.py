@@ -1,11 +1,11 @@
 """The iterations not yet logged: their device values, kept without a host sync until the trainer
 reads them all at once at its logging period (:meth:`StepRecords.take`).
 
-Eager step: each record keeps references to its step's loss and metric tensors. Static step
-(SOLVER.STATIC_STEP): each step's values are copied into a row of a device ring buffer whose row
-index is itself a device counter, so that every step runs the same two ops on the same tensors
-and nothing holds on to the step's own outputs (a CUDA graph replay, torch.compile's included,
-overwrites its outputs at the next replay).
+Each step's values are copied into a row of a device ring buffer whose row index is itself a
+device counter, so that a step runs the same two ops on the same tensors and nothing holds on
+to the step's own outputs (a CUDA graph replay, torch.compile's included, overwrites its outputs
+at the next replay). A step may log fewer values than the row holds (the eager step logs
+||Q||_* only on logging iterations): the row is zero-padded, and its record knows its count.
 """
 
 from __future__ import annotations
@@ -72,35 +72,31 @@ def _on_device(v: Any) -> bool:
 
 
 class StepRecords:
-    """The records of the iterations since the last :meth:`take` (at most ``ring_rows`` of them
-    with a ring buffer: the trainer takes them at least every logging period)."""
+    """The records of the iterations since the last :meth:`take`: at most ``ring_rows`` of them
+    (the trainer takes them at least every logging period), each with at most ``width`` device
+    values."""
 
-    def __init__(self, ring_rows: int | None = None) -> None:
-        self.ring_rows = ring_rows
+    def __init__(self, ring_rows: int, width: int = 16) -> None:
+        self.ring_rows, self.width = ring_rows, width
         self._records: list[StepRecord] = []
-        self._ring: torch.Tensor | None = None  # (ring_rows, values per step) float32
+        self._ring: torch.Tensor | None = None  # (ring_rows, width) float32
         self._slot: torch.Tensor | None = None  # (1,) long: the next row
 
     def __len__(self) -> int:
         return len(self._records)
 
     def append(self, record: StepRecord) -> None:
-        if self.ring_rows is None:
-            self._records.append(record)
-            return
-        values = torch.stack([t.detach().float().reshape(()) for t in record.tensors()])
-        if self._ring is None or self._ring.shape[1] != values.numel():
-            if self._records:
-                raise RuntimeError(
-                    f"iteration {record.iteration} logs {values.numel()} device values, the "
-                    f"iterations before it {self._ring.shape[1]}: the static step logs the "
-                    "same values every iteration"
-                )
-            self._ring = values.new_zeros(self.ring_rows, values.numel())
-            self._slot = torch.zeros(1, dtype=torch.long, device=values.device)
+        tensors = record.tensors()
+        if len(tensors) > self.width:
+            raise ValueError(f"{len(tensors)} logged device values, at most {self.width}")
         if len(self._records) >= self.ring_rows:
             raise RuntimeError(f"more than {self.ring_rows} iterations without a flush")
-        self._ring.index_copy_(0, self._slot, values[None])
+        values = torch.stack([t.detach().float().reshape(()) for t in tensors])
+        if self._ring is None or self._ring.device != values.device:
+            self._ring = values.new_zeros(self.ring_rows, self.width)
+            self._slot = torch.zeros(1, dtype=torch.long, device=values.device)
+        row = torch.nn.functional.pad(values, (0, self.width - values.numel()))
+        self._ring.index_copy_(0, self._slot, row[None])
         self._slot.add_(1)
         self._records.append(record.in_ring())
 
@@ -109,10 +105,6 @@ class StepRecords:
         records, self._records = self._records, []
         if not records:
             return []
-        if self.ring_rows is None:
-            device = torch.stack([t.double() for r in records for t in r.tensors()])
-        else:  # float32 values, exact in float64 as above
-            device = self._ring[: len(records)].double().reshape(-1)
-            self._slot.zero_()
-        values = iter(device.tolist() if device.numel() else [])  # the one device-to-host read
-        return [r.on_host(values) for r in records]
+        rows = self._ring[: len(records)].tolist()  # the one device-to-host read
+        self._slot.zero_()
+        return [r.on_host(iter(row)) for r, row in zip(records, rows, strict=True)]

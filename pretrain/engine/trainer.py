@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
 import time
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -14,12 +15,13 @@ from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, get_event_storage
-from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset
 
-from pretrain.config.defaults import ConfigError, check_world_size, static_step
+from pretrain.config.defaults import ConfigError, check_world_size
 from pretrain.config.resume import RESUME_FLAG, check_resume_config
+from pretrain.config.step_policy import StepPolicy
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -28,14 +30,13 @@ from pretrain.data.loader import (
     check_shared_memory,
 )
 from pretrain.data.prefetch import prefetch_to_device
-from pretrain.engine.checkpoint import AtomicCheckpointer
+from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal, unwrap
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
-from pretrain.modeling.shuffle import ShufflePlan, shuffle_plan, static_shuffle_problem
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
@@ -110,7 +111,11 @@ class PretrainTrainer(SimpleTrainer):
     """
 
     def __init__(
-        self, cfg: CfgNode, stop_on_interrupt: bool = False, resume_with_changes: bool = False
+        self,
+        cfg: CfgNode,
+        stop_on_interrupt: bool = False,
+        resume_with_changes: bool = False,
+        source: Dataset | None = None,
     ) -> None:
         world = comm.get_world_size()
         check_world_size(cfg, world)  # the rest was validated by load_config
@@ -118,34 +123,34 @@ class PretrainTrainer(SimpleTrainer):
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
-        self.static = static_step(cfg)  # SOLVER.STATIC_STEP: every step the same device ops
+        self.policy = StepPolicy.from_config(cfg)  # how the one step runs (eager or graph-safe)
         # before anything is written: a resume with another config is refused (every rank; the
         # tools' setup() checked already, before its log file: this is for the library's users)
         # resume_with_changes: a changed lr or schedule length is allowed, and recorded in resume()
         self.config_changes = check_resume_config(cfg, resume_with_changes)
+        check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated or missing one: before any write
         self.train_seconds = 0.0  # time spent in train() by pretrain.engine.run.run_pretraining
+        # the data, scanned once (ImageNet has 1.28M files: a caller that scanned passes
+        # ``source``), checked before anything is written: an empty root, a batch larger than it
+        self.source = build_source(cfg, "train") if source is None else source
+        self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
+            cfg, len(self.source)
+        )
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
             self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)
             # with changes, config.yaml is replaced when they are recorded (resume())
             dump_run_info(cfg.OUTPUT_DIR, None if self.config_changes else cfg)
-        self.source = build_source(cfg, "train")  # scanned once: ImageNet has 1.28M files
-        self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
-            cfg, len(self.source)
-        )
         if self.config_changes:  # before the hooks create their files
             check_changed_schedule(cfg.OUTPUT_DIR, max_iter)
         model = build_model(cfg, world)
         optimizer = build_optimizer(cfg, model)
         if world > 1:
             ids = [comm.get_local_rank()] if cfg.MODEL.DEVICE == "cuda" else None
-            # the static step: DDP's graph of gradient hooks fixed after the first step (every
-            # step uses every parameter) and the gradients living in its buckets, so that every
-            # later step runs the same reductions on the same buffers (PyTorch's notes on CUDA
-            # graphs with DDP); the eager step keeps DDP's defaults
-            static = {"static_graph": True, "gradient_as_bucket_view": True} if self.static else {}
+            # no buffer broadcast in the forward: the queues are the same on every rank by
+            # construction and each key encoder's BN statistics are its own (ShuffleBN)
             model = DistributedDataParallel(
-                model, device_ids=ids, broadcast_buffers=False, **static
+                model, device_ids=ids, forward_sync_buffers=False, **self.policy.ddp
             )
         super().__init__(model, None, optimizer)
         amp = cfg.SOLVER.AMP
@@ -155,18 +160,13 @@ class PretrainTrainer(SimpleTrainer):
         # SOLVER.COMPILE: the model's forward and loss (and so their backward) compiled whole,
         # with static shapes; the first step compiles, the beta switch compiles once more (the
         # prior's ops join)
-        self._model_call = self._compiled(self.model) if cfg.SOLVER.COMPILE.ENABLED else self.model
-        # and the colour augmentation's static form: ~100 whole-batch ops per resolution fused
+        # and the colour augmentation's masked form: ~100 whole-batch ops per resolution fused
+        compiled = self.policy.compile
+        self._model_call = torch.compile(self.model, **compiled) if compiled else self.model
         augment = self.color_augment
-        self._augment = self._compiled(augment.__call__) if cfg.SOLVER.COMPILE.ENABLED else augment
-        # why ShuffleBN cannot take the static plan's equal splits here (None: it can)
-        self._shuffle_problem = static_shuffle_problem(
-            world, cfg.SOLVER.IMS_PER_BATCH // world, unwrap(model).key_bn_splits
-        )
-        # host-planned ShuffleBN would recompile a compiled step at every step
-        shuffles = cfg.SOLVER.COMPILE.ENABLED and unwrap(model).uses_shuffle_seeds
-        if shuffles and self._shuffle_problem is not None:
-            raise ConfigError(f"SOLVER.COMPILE.ENABLED True: {self._shuffle_problem}")
+        self._augment = torch.compile(augment.__call__, **compiled) if compiled else augment
+        self._compiled_phases: set[bool] = set()  # the beta phases (prior on?) compiled so far
+        logger.info(f"pretraining with the {self.policy.describe()}")
         # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
             torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
@@ -180,8 +180,8 @@ class PretrainTrainer(SimpleTrainer):
         )
         self.start_iter, self.max_iter = 0, max_iter
         self._skipped: set[str] = set()
-        # iterations not yet logged (device values; the static step's in a device ring buffer)
-        self._pending = StepRecords(cfg.SOLVER.LOG_PERIOD if self.static else None)
+        # iterations not yet logged: their device values in a device ring buffer
+        self._pending = StepRecords(cfg.SOLVER.LOG_PERIOD)
         self._first_bad = -1  # the first iteration with a non-finite loss (seen at a flush)
         self.register_hooks(self.build_hooks())
 
@@ -316,13 +316,14 @@ class PretrainTrainer(SimpleTrainer):
         start = time.perf_counter()
         data = self._fetch()
         data_time = time.perf_counter() - start
-        # statistics that cost a host sync (||Q||_* alone) only where they will be logged
-        # (the static step computes them every step: the same ops in every step)
-        data = {**data, "log_stats": self.static or self._flush_due()}
-        out = self._forward(data)
-        losses = {k: v for k, v in out.items() if k.startswith("loss")}
-        total = sum(losses.values())
-        self._backward_and_step(total)
+        # statistics that cost a host sync (||Q||_* alone with eigh) only where they will be
+        # logged, or every step where the policy computes them sync-free
+        data = {**data, "log_stats": self.policy.stats_every_step or self._flush_due()}
+        with self._announce_compile():
+            out = self._forward(data)
+            losses = {k: v for k, v in out.items() if k.startswith("loss")}
+            total = sum(losses.values())
+            self._backward_and_step(total)
         self._pending.append(
             StepRecord(
                 self.iter,
@@ -362,40 +363,28 @@ class PretrainTrainer(SimpleTrainer):
             )
             return self._model_call(self._model_inputs(data))
 
-    def _compiled(self, fn: Any) -> Any:
-        """``fn`` under torch.compile as SOLVER.COMPILE says: whole graphs (a graph break is an
-        error, not a silent fall back to eager), static shapes."""
-        c = self.cfg.SOLVER.COMPILE
-        mode = c.MODE if c.BACKEND == "inductor" else None  # the modes are inductor's
-        return torch.compile(fn, fullgraph=True, dynamic=False, backend=c.BACKEND, mode=mode)
+    @contextlib.contextmanager
+    def _announce_compile(self) -> Iterator[None]:
+        """A compiled step's first iteration of each beta phase compiles its graphs (minutes with
+        inductor): said before, and its measured duration after."""
+        phase = unwrap(self.model).criterion.prior.active(unwrap(self.model).criterion.beta)
+        if not self.policy.compile or phase in self._compiled_phases:
+            yield
+            return
+        what = "the prior on" if phase else "beta = inf"
+        backend = self.policy.compile["backend"]
+        logger.info(f"compiling the step ({backend}, {what}); inductor takes minutes ...")
+        start = time.perf_counter()
+        yield
+        self._compiled_phases.add(phase)
+        logger.info(f"compiled the step ({what}) in {time.perf_counter() - start:.1f} s")
 
     def _model_inputs(self, data: dict) -> dict:
-        """What the model reads of the batch. The static step hands it only tensors of fixed
-        shapes and constants (a compiled forward guards on every Python value it reads: the
-        iteration, the file names or a seed that changes each step would recompile it); the
-        ShuffleBN seeds only where ShuffleBN runs."""
-        if not self.static:
-            return data
-        inputs = {"views": data["views"], "log_stats": True}
-        if unwrap(self.model).uses_shuffle_seeds:
-            plans = self._shuffle_plans(data["shuffle_seeds"])
-            key = "shuffle_seeds" if plans is None else "shuffle_plans"
-            inputs[key] = data["shuffle_seeds"] if plans is None else plans
-        return inputs
-
-    def _shuffle_plans(self, seeds: list[int]) -> list[ShufflePlan] | None:
-        """The static ShuffleBN plans of this step's seeds on the model's device (copied without
-        a host sync), or None where equal splits do not fit (today's host-planned ShuffleBN,
-        which a graph replay cannot take: said once)."""
-        if self._shuffle_problem is not None:
-            log_first_n(logging.WARNING, f"SOLVER.STATIC_STEP: {self._shuffle_problem}", n=1)
-            return None
-        world, model = comm.get_world_size(), unwrap(self.model)
-        b, rank = self.cfg.SOLVER.IMS_PER_BATCH // world, comm.get_rank()
-        return [
-            shuffle_plan(s, world, b, model.key_bn_splits, rank=rank).to(model.device)
-            for s in seeds
-        ]
+        """What the model reads of the batch: tensors of fixed shapes and constants only (a
+        compiled forward guards on every Python value it reads: the iteration, the file names
+        would recompile it); the loader's ShuffleBN plans travel on the device with the views."""
+        keys = ("views", "shuffle_plans", "log_stats")
+        return {k: data[k] for k in keys if k in data}
 
     def _raise_if_not_finite(self) -> None:
         """:class:`NonFiniteLossError` naming the run's real last checkpoint (or saying that none

@@ -66,6 +66,7 @@ __all__ = [
     "lorac_loss",
     "nuclear_norm",
     "resolve_lowrank_views",
+    "take_views",
 ]
 
 # The names ``prior`` accepts (those registered in pretrain.losses.priors.PRIOR_REGISTRY at import).
@@ -114,6 +115,20 @@ def resolve_lowrank_views(spec: str, num_views: int, num_large: int, num_keys: i
     if spec == "queries":
         return [v for v in range(num_views) if num_keys > 1 or v != 0]
     raise ValueError(f"LOSS.LOWRANK_VIEWS = {spec!r}: expected one of {LOWRANK_VIEW_SETS}")
+
+
+def take_views(x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
+    """``x[idx]`` along dim 0 from slices: a run of consecutive views is a view of ``x``, any
+    other set the concatenation of its runs. No index tensor: a Python list as an index is copied
+    to the device each call (a host sync), and a device index kept between calls is state that a
+    compiled forward guards on (it recompiled on the second step)."""
+    idx = [int(i) for i in idx]
+    if not idx:
+        return x[:0]
+    starts = [k for k, i in enumerate(idx) if k == 0 or i != idx[k - 1] + 1]
+    runs = [idx[a:b] for a, b in zip(starts, [*starts[1:], len(idx)], strict=True)]
+    parts = [x[r[0] : r[-1] + 1] for r in runs]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _q_matrix(low: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -208,14 +223,12 @@ class LoracLoss(nn.Module):
         )
         self.nuclear_norm_method = nuclear_norm_method
         self.prior_m = prior_m
-        # device copies of the view index sets that are not runs (see take_views)
-        self._device_indices: dict[tuple, torch.Tensor] = {}
 
     @classmethod
     def from_config(cls, cfg: Any, nuclear_norm_method: str | None = None) -> LoracLoss:
         """The loss of a pretraining config (its LOSS and INPUT nodes); ``nuclear_norm_method``
         replaces LOSS.NUCLEAR_NORM (the model passes its "auto" resolved for the step:
-        :func:`pretrain.config.defaults.nuclear_norm_method`)."""
+        :class:`pretrain.config.step_policy.StepPolicy`)."""
         inp, loss = cfg.INPUT, cfg.LOSS
         num_views = inp.LARGE_CROPS + inp.SMALL_CROPS
         return cls(
@@ -322,23 +335,6 @@ class LoracLoss(nn.Module):
                 f"must be ({low}, N_global >= {n}, {d}), got {tuple(global_lowrank.shape)}",
             )
 
-    def take_views(self, x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
-        """``x[idx]`` along dim 0 without a host index tensor in the step.
-
-        Indexing a CUDA tensor with a Python list copies the list to the device with a blocking
-        copy, a host sync in the forward and again in the backward. A run of consecutive views
-        is a slice (a view: no copy, no kernel); any other set an ``index_select`` whose device
-        index is made once per (set, device) and kept.
-        """
-        idx = tuple(int(i) for i in idx)
-        if idx and idx == tuple(range(idx[0], idx[0] + len(idx))):
-            return x[idx[0] : idx[0] + len(idx)]
-        key = (idx, x.device)
-        index = self._device_indices.get(key)
-        if index is None:
-            index = self._device_indices[key] = torch.tensor(idx, dtype=torch.long).to(x.device)
-        return x.index_select(0, index)
-
     def _prior_terms(
         self,
         x: torch.Tensor,
@@ -359,7 +355,7 @@ class LoracLoss(nn.Module):
         if not (log_norm or prior_on):  # the norm would only be logged
             return x.new_zeros(len(kv), n), None
         if prior.batchwise:
-            lowq = self.take_views(x, low) if global_lowrank is None else global_lowrank.float()
+            lowq = take_views(x, low) if global_lowrank is None else global_lowrank.float()
             p = _p_matrix(lowq)  # (N_global * L, d), Eq. (15)
             rows = p.shape[0] if prior_m is None else lowq.shape[1] * prior_m
             with torch.set_grad_enabled(grad_through_norm):
@@ -370,10 +366,10 @@ class LoracLoss(nn.Module):
                 lp = x.new_zeros(len(kv), n)
             return lp, nuc.detach()
         if self.q_construction == "instance":
-            q_mats = [_q_matrix(self.take_views(x, low), k)] * len(kv)  # (N, L + J, d)
+            q_mats = [_q_matrix(take_views(x, low), k)] * len(kv)  # (N, L + J, d)
         else:  # per_key_crop: the large queries other than view j, and k_j
             q_mats = [
-                _q_matrix(self.take_views(x, [i for i in low if i != kv[j]]), k[j : j + 1])
+                _q_matrix(take_views(x, [i for i in low if i != kv[j]]), k[j : j + 1])
                 for j in range(len(kv))
             ]
         distinct = q_mats[:1] if self.q_construction == "instance" else q_mats
@@ -436,7 +432,7 @@ class LoracLoss(nn.Module):
             losses, correct = [], []
             for j, key_view in enumerate(self.key_views):
                 # (V-1, N, d): SwAV's pairing
-                q = self.take_views(x, [i for i in range(v) if i != key_view])
+                q = take_views(x, [i for i in range(v) if i != key_view])
                 sim_pos = torch.einsum("mnd,nd->mn", q, k[j]) / tau  # (V-1, N)
                 l_pos = sim_pos + lp[j]
                 l_neg = torch.matmul(q, queues[j].t()) / tau  # (V-1, N, K)

@@ -1,8 +1,9 @@
 """torch.distributed helpers that degrade to no-ops on one process (no rank assumptions).
 
-Every collective here gets input and output tensors of one memory layout (NCCL copies raw bytes:
-a channels_last tensor gathered into NCHW buffers, or the reverse, would scramble the images),
-and index tensors reach the device without a host sync (:func:`pretrain.utils.device.to_device`).
+Every collective here moves plainly contiguous tensors (images as :func:`as_rows`: ``(N,
+features)`` in their memory order), a layout no collective can misread: NCCL copies raw bytes,
+and a compiled collective allocates its output contiguous whatever its input's strides, so a
+channels_last tensor exchanged as it is would arrive as NCHW bytes (scrambled images).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch.autograd.function import FunctionCtx
-
-from pretrain.utils.device import to_device
 
 
 def world_size() -> int:
@@ -32,55 +31,33 @@ def memory_format(x: torch.Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def as_rows(x: torch.Tensor) -> torch.Tensor:
+    """``(N, features)``: each row of ``x`` flattened in ``x``'s memory order, contiguous (a view
+    of a channels_last or plainly contiguous ``x``); :func:`rows_as` undoes it."""
+    if memory_format(x) == torch.channels_last:
+        x = x.permute(0, 2, 3, 1)
+    return x.reshape(x.shape[0], -1).contiguous()
+
+
+def rows_as(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """:func:`as_rows`'s ``rows`` (any number of them) in the shape and memory layout of
+    ``like``'s rows (a view)."""
+    if memory_format(like) == torch.channels_last:
+        _, c, h, w = like.shape
+        return rows.view(rows.shape[0], h, w, c).permute(0, 3, 1, 2)
+    return rows.view(rows.shape[0], *like.shape[1:])
+
+
 @torch.no_grad()
 def concat_all_gather(x: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``x`` from every process along dim 0, in rank order (no gradient); the
-    buffers share ``x``'s memory layout."""
-    n = world_size()
-    if n == 1:
+    """Concatenate ``x`` from every process along dim 0, in rank order (no gradient), in
+    ``x``'s memory layout; the collective moves :func:`as_rows`."""
+    if world_size() == 1:
         return x
-    x = x.contiguous(memory_format=memory_format(x))
-    out = [torch.empty_like(x) for _ in range(n)]  # empty_like keeps x's layout
-    dist.all_gather(out, x)
-    return torch.cat(out)
-
-
-@torch.no_grad()
-def take_global_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Rows ``rows[rank * b : (rank + 1) * b]`` of the global batch (every process's ``x``, b
-    rows each, concatenated in rank order), on this process, in that order (no gradient).
-
-    ``rows`` is a host tensor, the same on every process (e.g. ShuffleBN's permutation drawn
-    from a shared seed), so every process knows who needs what without asking: each sends only
-    the rows the others take, in one ``all_to_all`` (b rows per process in and out, where an
-    all-gather would move the whole global batch to every process). One process: ``x[rows]``.
-    """
-    n, r, b = world_size(), rank(), x.shape[0]
-    if rows.numel() != n * b:
-        raise ValueError(f"rows has {rows.numel()} entries for {n} processes x {b} rows")
-    rows = rows.to(torch.long)
-    fmt = memory_format(x)
-    if n == 1:
-        return x.index_select(0, to_device(rows, x.device)).contiguous(memory_format=fmt)
-    wanted = rows.view(n, b)  # wanted[s]: the global rows process s takes
-    owner = wanted // b
-    # what this process sends to each process s: its rows that s takes, in s's order
-    send = [wanted[s][owner[s] == r] % b for s in range(n)]
-    # what it receives from each process s, and where each lands in its own order
-    mine = owner[r]
-    recv_counts = [int((mine == s).sum()) for s in range(n)]
-    arrival = torch.empty(b, dtype=torch.long)  # arrival[i]: position of row i in the buffer
-    offsets = torch.tensor([0, *recv_counts]).cumsum(0)
-    for s in range(n):
-        (where,) = (mine == s).nonzero(as_tuple=True)
-        arrival[where] = offsets[s] + torch.arange(len(where))
-    send_rows = to_device(torch.cat(send), x.device)
-    outgoing = x.index_select(0, send_rows).contiguous(memory_format=fmt)
-    incoming = torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=fmt)
-    dist.all_to_all_single(
-        incoming, outgoing, output_split_sizes=recv_counts, input_split_sizes=[len(t) for t in send]
-    )
-    return incoming.index_select(0, to_device(arrival, x.device)).contiguous(memory_format=fmt)
+    rows = as_rows(x)
+    out = [torch.empty_like(rows) for _ in range(world_size())]
+    dist.all_gather(out, rows)
+    return rows_as(torch.cat(out), x)
 
 
 class _GatherWithGrad(torch.autograd.Function):

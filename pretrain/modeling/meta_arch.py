@@ -13,7 +13,7 @@ instance from LOSS.LOWRANK_VIEWS and all keys by default). MoCo-M is the same mo
 
 The model is encoders, queues and the loss: its input views arrive augmented and normalised (the
 data path's last step, :func:`pretrain.data.loader.augment_views_on_device`, run by the trainer
-on the model's device), with the ShuffleBN seeds of the iteration.
+on the model's device), with the ShuffleBN plans the loader drew for the iteration.
 """
 
 from __future__ import annotations
@@ -26,21 +26,15 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.config.defaults import nuclear_norm_method
-from pretrain.losses.lorac import LoracLoss
+from pretrain.config.step_policy import StepPolicy
+from pretrain.losses.lorac import LoracLoss, take_views
 from pretrain.modeling.build import META_ARCH_REGISTRY
-from pretrain.modeling.distributed import (
-    all_gather_with_grad,
-    concat_all_gather,
-    rank,
-    take_global_rows,
-    world_size,
-)
+from pretrain.modeling.distributed import all_gather_with_grad, concat_all_gather, rank, world_size
 from pretrain.modeling.encoder import Encoder, convert_norm
 from pretrain.modeling.norm import add_counted_batches
-from pretrain.modeling.shuffle import ShufflePlan, encode_shuffled
-from pretrain.utils.device import to_device
+from pretrain.modeling.shuffle import encode_shuffled
 from pretrain.utils.pixels import normalize_, to_unit_float
+from pretrain.utils.shuffle_plan import ShufflePlan
 
 __all__ = ["MultiViewMoCo"]
 
@@ -122,7 +116,7 @@ class MultiViewMoCo(nn.Module):
             "num_key_crops": inp.KEY_CROPS,
             "queue_size": mod.QUEUE_SIZE,
             "momentum": mod.MOMENTUM,
-            "criterion": LoracLoss.from_config(cfg, nuclear_norm_method(cfg)),
+            "criterion": LoracLoss.from_config(cfg, StepPolicy.from_config(cfg).nuclear_norm),
             "shuffle_bn": mod.SHUFFLE_BN,
             "key_bn_splits": mod.KEY_BN_SPLITS,
             "norm": norm,
@@ -228,46 +222,24 @@ class MultiViewMoCo(nn.Module):
         return torch.func.functional_call(self.encoder_k, weights, (x,), strict=False)
 
     @property
-    def uses_shuffle_seeds(self) -> bool:
-        """Whether the forward reads ``batch["shuffle_seeds"]`` (ShuffleBN across BN groups)."""
+    def uses_shuffle_plans(self) -> bool:
+        """Whether the forward reads ``batch["shuffle_plans"]`` (ShuffleBN across BN groups)."""
         return self.shuffle_bn and world_size() * self.key_bn_splits > 1
 
     def _key_forwards(self) -> int:
         """Forwards of the key encoder per key crop (its BN groups)."""
-        return self.key_bn_splits if self.uses_shuffle_seeds else 1
+        return self.key_bn_splits if self.uses_shuffle_plans else 1
 
     @torch.no_grad()
     def _encode_keys(
-        self,
-        x: torch.Tensor,
-        seed: int | None,
-        weights: dict[str, torch.Tensor] | None = None,
-        plan: ShufflePlan | None = None,
+        self, x: torch.Tensor, plan: ShufflePlan | None, weights: dict[str, torch.Tensor] | None
     ) -> torch.Tensor:
-        """g(x) with ShuffleBN; returns the keys of the whole global batch, in batch order.
-
-        The global batch is permuted with ``seed``, shared by all processes (the permutation is
-        drawn on the host, so every process knows it without a host sync), each process takes
-        its slice of the permuted batch (one all-to-all: only the images it takes travel),
-        encodes it in ``key_bn_splits`` BN groups, and the keys are gathered and un-permuted.
-        With one process and one split this is a plain forward (BN is permutation invariant).
-        """
-        n_proc, b = world_size(), x.shape[0]
-        groups = n_proc * self.key_bn_splits
-        if not self.shuffle_bn or groups == 1:
+        """g(x): the keys of the whole global batch, in batch order, with ShuffleBN from
+        ``plan``; without one (one process, one BN group) a plain forward: BN is permutation
+        invariant."""
+        if plan is None:
             return concat_all_gather(self._key_encoder(x, weights))
-        if plan is not None:  # the static step's: equal splits, indices given on the device
-            return encode_shuffled(x, plan, lambda group: self._key_encoder(group, weights))
-        if seed is None:
-            raise ValueError(
-                "ShuffleBN needs batch['shuffle_seeds'], one seed per key crop equal on every "
-                "process (pretrain.data.loader.shuffle_seeds)"
-            )
-        perm = torch.randperm(n_proc * b, generator=torch.Generator().manual_seed(seed))
-        mine = take_global_rows(x, perm)  # global rows perm[rank * b : (rank + 1) * b]
-        k_mine = torch.cat([self._key_encoder(c, weights) for c in mine.chunk(self.key_bn_splits)])
-        k_perm = concat_all_gather(k_mine)  # k_perm[i] is the key of global row perm[i]
-        return k_perm.index_select(0, to_device(torch.argsort(perm), k_perm.device))
+        return encode_shuffled(x, plan, lambda group: self._key_encoder(group, weights))
 
     @torch.no_grad()
     def _enqueue(self, keys: torch.Tensor) -> None:
@@ -286,31 +258,34 @@ class MultiViewMoCo(nn.Module):
         self.queue_ptr.add_(n).remainder_(k)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN,
-        ``batch["shuffle_seeds"]``: J ints, the same on every process, or (the static step)
-        ``batch["shuffle_plans"]``: J :class:`~pretrain.modeling.shuffle.ShufflePlan` on the
-        model's device, drawn from those seeds."""
+        """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN
+        (:attr:`uses_shuffle_plans`), ``batch["shuffle_plans"]``: J
+        :class:`~pretrain.utils.shuffle_plan.ShufflePlan` on the model's device, one per key
+        crop (the loader's)."""
         views = self._prepare(batch)
         b = views[0].shape[0]
-        seeds = list(batch.get("shuffle_seeds") or [None] * self.num_key_crops)
-        plans = list(batch.get("shuffle_plans") or [None] * self.num_key_crops)
-        if len(seeds) != self.num_key_crops or len(plans) != self.num_key_crops:
-            raise ValueError(f"expected {self.num_key_crops} shuffle seeds or plans")
+        plans = [None] * self.num_key_crops
+        if self.uses_shuffle_plans:
+            plans = list(batch.get("shuffle_plans") or [])
+            if len(plans) != self.num_key_crops:
+                raise ValueError(
+                    f"ShuffleBN needs batch['shuffle_plans']: {self.num_key_crops} "
+                    f"ShufflePlan(s), one per key crop, got {len(plans)}"
+                )
         encoded, query_forwards = self._encode_queries(views)
         ref = encoded[self.query_views[0]]
         # (V, B, d); a view f skipped is never read by the objective
         q = torch.stack([e if e is not None else ref.new_zeros(ref.shape) for e in encoded])
         weights = self._key_weights(views[0].device.type)
         global_keys = [
-            self._encode_keys(views[j], seeds[j], weights, plans[j])
-            for j in range(self.num_key_crops)
+            self._encode_keys(views[j], plans[j], weights) for j in range(self.num_key_crops)
         ]
         r = rank()
         keys = torch.stack([k[r * b : (r + 1) * b] for k in global_keys])  # (J, B, d)
         global_lowrank = None
         if self.criterion.prior.batchwise:  # Eq. (15): one P over the global batch
             # a slice for a run of views: q[list] would copy the list to the device each step
-            low = self.criterion.take_views(q, self.lowrank_views)
+            low = take_views(q, self.lowrank_views)
             global_lowrank = all_gather_with_grad(low, dim=1)
         # ||Q||_* only for the log costs a host sync on a GPU with eigh: the eager step skips it
         # on the iterations it does not log (batch["log_stats"]; default: every iteration)

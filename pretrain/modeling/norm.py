@@ -20,12 +20,13 @@ statistics are E[x^2] - E[x]^2 in the input's dtype (bfloat16 under autocast) an
 elementwise pass per term.
 
 Here every process has the same, non-empty batch (the pretraining sampler guarantees it; an
-empty batch is refused), so nothing is masked. On CUDA the statistics, the reduction across
-processes and the elementwise passes are torch's fused kernels (those ``torch.nn.SyncBatchNorm``
-uses); on the CPU the same arithmetic in float32 with plain ops, so that multi-process CPU runs
-and tests go through this module too. One all-gather of (mean, invstd) per layer forward and one
-all-reduce of (sum dy, sum dy (x - mean)) per layer backward, input and output of each in one
-layout. Gradients of weight and bias are this process's (DDP averages them), as in torch.
+empty batch is refused), so nothing is masked. One implementation for every device, of plain
+float32 ops that torch.compile traces whole (torch's fused SyncBN kernels, CUDA only, have no
+meta kernels: a compiled graph would run them through FakeTensor's fallback and could not fuse
+BatchNorm with its ReLU): one all-gather of (mean, var) per layer forward, one all-reduce of
+(sum dy, sum dy (x - mean)) per layer backward, each on one flat buffer. The running statistics
+are updated in place by the module's forward, as buffer mutations a compiled graph declares.
+Gradients of weight and bias are this process's (DDP averages them), as in torch.
 """
 
 from __future__ import annotations
@@ -41,96 +42,53 @@ from pretrain.modeling.distributed import memory_format
 __all__ = ["BatchNorm2d", "SyncBatchNorm", "add_counted_batches", "convert_batchnorm"]
 
 
-def _all_gather_rows(x: torch.Tensor, world: int) -> torch.Tensor:
-    """(world, *x.shape): ``x`` of every process, in rank order (x contiguous, 1-d)."""
-    out = torch.empty((world, *x.shape), dtype=x.dtype, device=x.device)
-    if dist.get_backend() == "gloo":  # gloo has no all_gather_into_tensor
-        dist.all_gather(list(out.unbind(0)), x)
-    else:
-        dist.all_gather_into_tensor(out, x)
-    return out
-
-
 def _per_channel(v: torch.Tensor) -> torch.Tensor:
     return v.view(1, -1, 1, 1)
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
+    """Training BatchNorm over every process's batch (equal, non-empty); also returns the
+    global mean and biased variance, for the running statistics."""
+
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: FunctionCtx,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor,
-        running_mean: torch.Tensor | None,
-        running_var: torch.Tensor | None,
-        eps: float,
-        momentum: float,
-        world: int,
-    ) -> torch.Tensor:
-        channels = x.shape[1]
-        count = x.numel() // channels  # per process; the same on every process
-        if x.is_cuda:
-            mean, invstd = torch.batch_norm_stats(x, eps)  # float32 (C,) each
-        else:
-            var, mean = torch.var_mean(x.float(), dim=(0, 2, 3), correction=0)
-            invstd = torch.rsqrt(var + eps)
-        stats = _all_gather_rows(torch.cat([mean, invstd]), world)  # (world, 2C)
-        mean_all, invstd_all = stats[:, :channels], stats[:, channels:]
-        if x.is_cuda:
-            counts = torch.full((world,), count, dtype=mean.dtype, device=x.device)
-            mean, invstd = torch.batch_norm_gather_stats_with_counts(
-                x, mean_all, invstd_all, running_mean, running_var, momentum, eps, counts
-            )
-        else:  # the same reduction: equal counts, variances combined around the global mean
-            mean = mean_all.mean(0)
-            var_all = invstd_all.pow(-2) - eps
-            var = (var_all + (mean_all - mean).pow(2)).mean(0)
-            invstd = torch.rsqrt(var + eps)
-            if running_mean is not None:
-                total = count * world
-                running_mean.mul_(1 - momentum).add_(mean, alpha=momentum)
-                unbiased = var * (total / max(total - 1, 1))
-                running_var.mul_(1 - momentum).add_(unbiased, alpha=momentum)
+        ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        world = dist.get_world_size()
+        var, mean = torch.var_mean(x.float(), dim=(0, 2, 3), correction=0)  # float32 (C,)
+        stats = mean.new_empty(world * 2 * mean.numel())
+        dist.all_gather_single(stats, torch.cat([mean, var]))
+        means, variances = stats.view(world, 2, -1).unbind(1)  # (world, C) each
+        mean = means.mean(0)  # equal counts: the variances combined around the global mean
+        var = (variances + (means - mean).square()).mean(0)
+        invstd = torch.rsqrt(var + eps)
         ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.count, ctx.world = count, world
-        if x.is_cuda:
-            return torch.batch_norm_elemt(x, weight, bias, mean, invstd, eps)
+        ctx.mark_non_differentiable(mean, var)
+        ctx.set_materialize_grads(False)  # no zero gradients for (mean, var)
+        # y = x * scale + shift (as F.batch_norm on the CPU), in float32, written in x's dtype
+        # and layout by the same pass
         scale = invstd * weight
-        y = (x.float() - _per_channel(mean)) * _per_channel(scale) + _per_channel(bias)
-        return y.to(x.dtype)
+        y = torch.empty_like(x)
+        torch.addcmul(_per_channel(bias - mean * scale), x, _per_channel(scale), out=y)
+        return y, mean, var
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: FunctionCtx, grad: torch.Tensor, *_: torch.Tensor
+    ) -> tuple:
         x, weight, mean, invstd = ctx.saved_tensors
-        channels = x.shape[1]
         grad = grad.contiguous(memory_format=memory_format(x))
-        if x.is_cuda:
-            sum_dy, sum_dy_xmu, grad_weight, grad_bias = torch.batch_norm_backward_reduce(
-                grad, x, mean, invstd, weight, True, True, True
-            )
-        else:
-            g, xmu = grad.float(), x.float() - _per_channel(mean)
-            sum_dy, sum_dy_xmu = g.sum((0, 2, 3)), (g * xmu).sum((0, 2, 3))
-            grad_weight, grad_bias = sum_dy_xmu * invstd, sum_dy
-        combined = torch.cat([sum_dy, sum_dy_xmu])
-        dist.all_reduce(combined)
-        sum_dy, sum_dy_xmu = combined[:channels], combined[channels:]
-        if x.is_cuda:
-            counts = torch.full((ctx.world,), ctx.count, dtype=torch.int32, device=x.device)
-            w = weight.to(mean.dtype)
-            grad_input = torch.batch_norm_backward_elemt(
-                grad, x, mean, invstd, w, sum_dy, sum_dy_xmu, counts
-            )
-        else:
-            total = ctx.count * ctx.world
-            mean_dy, mean_dy_xmu = sum_dy / total, sum_dy_xmu / total
-            grad_input = (
-                (g - _per_channel(mean_dy) - xmu * _per_channel(invstd.pow(2) * mean_dy_xmu))
-                * _per_channel(invstd * weight)
-            ).to(grad.dtype)
-        return grad_input, grad_weight.to(weight.dtype), grad_bias.to(weight.dtype), *[None] * 5
+        xmu = x - _per_channel(mean)  # float32
+        sum_dy, sum_dy_xmu = grad.sum((0, 2, 3), dtype=torch.float32), (grad * xmu).sum((0, 2, 3))
+        sums = torch.cat([sum_dy, sum_dy_xmu])
+        dist.all_reduce(sums)  # every process's sums; the weight and bias get this process's
+        mean_dy, mean_dy_xmu = (sums / (x.numel() // x.shape[1] * dist.get_world_size())).chunk(2)
+        # (grad - mean_dy - xmu * invstd^2 * mean_dy_xmu) * scale in two passes
+        scale = invstd * weight
+        grad_input = torch.addcmul(_per_channel(-mean_dy * scale), grad, _per_channel(scale))
+        grad_input.addcmul_(xmu, _per_channel(-invstd.square() * mean_dy_xmu * scale))
+        return grad_input.to(grad.dtype), sum_dy_xmu * invstd, sum_dy, None
 
 
 class BatchNorm2d(nn.BatchNorm2d):
@@ -168,16 +126,12 @@ class SyncBatchNorm(BatchNorm2d):
             raise ValueError(f"SyncBatchNorm expects a non-empty (N, C, H, W) batch, got {x.shape}")
         if self.momentum is None or not self.affine:
             raise ValueError("SyncBatchNorm needs a momentum and affine parameters")
-        return _SyncBatchNormFunction.apply(
-            x,
-            self.weight,
-            self.bias,
-            self.running_mean,
-            self.running_var,
-            self.eps,
-            self.momentum,
-            dist.get_world_size(),
-        )
+        y, mean, var = _SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
+        if self.running_mean is not None:  # buffer updates the compiled graph makes too
+            total = x.numel() // x.shape[1] * dist.get_world_size()
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * (total / max(total - 1, 1)), self.momentum)
+        return y
 
 
 def add_counted_batches(*counts: tuple[nn.Module, int]) -> None:

@@ -28,7 +28,8 @@ from fvcore.common.param_scheduler import (
     ParamScheduler,
 )
 
-from pretrain.config.defaults import OPTIMIZERS, static_step
+from pretrain.config.defaults import OPTIMIZERS
+from pretrain.config.step_policy import StepPolicy
 
 __all__ = [
     "LARS",
@@ -149,20 +150,17 @@ class LARS(torch.optim.Optimizer):
 
 
 def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """LARS (LORAC, MoCo-M) or SGD (MoCo-v2) over the query encoder's parameters. In the
-    static step (:func:`static_step`) both are :class:`LARS` with a device lr (SGD: without the
-    trust ratio), whose every step runs the same ops."""
+    """:class:`LARS` over the query encoder's parameters: with LARC's trust ratio (LORAC,
+    MoCo-M) or without it (SGD: MoCo-v2, the same update as ``torch.optim.SGD`` with momentum
+    and weight decay); the lr a device tensor where the step's policy says so."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
     if s.OPTIMIZER not in OPTIMIZERS:
         raise ValueError(f"SOLVER.OPTIMIZER = {s.OPTIMIZER!r}: expected one of {OPTIMIZERS}")
-    lars = s.OPTIMIZER == "LARS"
-    if lars or static_step(cfg):
-        return LARS(
-            params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY,
-            eta=s.LARS_ETA, adapt=lars, device_lr=static_step(cfg),
-        )  # fmt: skip
-    return torch.optim.SGD(params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY)
+    return LARS(
+        params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY, eta=s.LARS_ETA,
+        adapt=s.OPTIMIZER == "LARS", device_lr=StepPolicy.from_config(cfg).device_lr,
+    )  # fmt: skip
 
 
 def lr_multiplier(cfg: CfgNode, max_iter: int, iters_per_epoch: int) -> ParamScheduler:

@@ -50,6 +50,8 @@ def torchrun_run(data, tmp_path_factory) -> Path:
            *tiny_opts(data, out, **BASE)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # quiet: no warning from the project's own calls (DDP's arguments), no loader-worker warning
+    assert "FutureWarning" not in proc.stderr and "worker processes" not in proc.stderr, proc.stderr
     return out
 
 

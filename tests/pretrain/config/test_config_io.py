@@ -137,3 +137,20 @@ def test_a_misspelt_section_and_no_suggestion_when_nothing_is_close(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_strict(_defaults(), "", ["LOSS.TYPOO", "7"])
     assert str(e.value) == "command-line override: unknown config key LOSS.TYPOO (value '7')"
+
+
+@pytest.mark.parametrize(
+    "opts, match",
+    [
+        (["MODEL.KEY_BN_SPLITS", "0"], r"MODEL\.KEY_BN_SPLITS = 0: must be >= 1"),
+        (["MODEL.KEY_BN_SPLITS", "5", "SOLVER.IMS_PER_BATCH", "8", "MODEL.QUEUE_SIZE", "64"],
+         r"MODEL\.KEY_BN_SPLITS = 5: leaves BN groups of under 2 rows of the 8 images"),
+    ],
+)  # fmt: skip
+def test_key_bn_groups_that_batchnorm_cannot_take_are_refused(opts, match):
+    """Before any data worker draws a ShuffleBN plan of groups of one row."""
+    from pretrain.config import load_config
+    from tests.helpers import ROOT
+
+    with pytest.raises(ConfigError, match=match):
+        load_config(str(ROOT / "configs" / "pretrain" / "demo_fashion_mnist_r18.yaml"), opts)

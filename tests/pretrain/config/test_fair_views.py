@@ -53,7 +53,7 @@ def f_batches(path: Path, opts: list) -> list[list[int]]:
     b = 2
     views = [torch.full((b, 3, s, s), float(i)) for i, s in enumerate(model.view_sizes)]
     with torch.no_grad():
-        model({"views": views, "shuffle_seeds": list(range(cfg.INPUT.KEY_CROPS))})
+        model({"views": views})
     assert seen, "the query encoder never ran"
     return seen
 

@@ -23,6 +23,7 @@ from pretrain.data.color import (
     Jitter,
     apply_color_params,
     color_op,
+    pick_,
     sample_color_params,
 )
 from pretrain.data.loader import build_train_transform
@@ -48,14 +49,12 @@ class Solarize(ColorOp):
             "solarize_threshold": torch.full((u.shape[0],), self.threshold),
         }
 
-    @staticmethod
-    def apply(x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        t = params.solarize_threshold.to(x).view(-1, 1, 1, 1)
-        on = params.solarize.to(x.device).view(-1, 1, 1, 1)
-        x.copy_(torch.where(on & (x >= t), 1.0 - x, x))
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+        def solarize(xs: torch.Tensor, p: ColorParams) -> torch.Tensor:
+            t = p.solarize_threshold.to(xs).view(-1, 1, 1, 1)
+            return torch.where(xs >= t, 1.0 - xs, xs)
 
-    def apply_static(self, x: torch.Tensor, params: ColorParams, group_by_size: bool) -> None:
-        self.apply(x, params, group_by_size)  # already full-batch, picked by torch.where
+        pick_(x, params, params.solarize, solarize, pick)
 
 
 @pytest.fixture
@@ -97,18 +96,18 @@ def test_a_new_op_that_is_off_keeps_the_stream_of_the_others(solarize):
     assert torch.equal(g1.get_state(), g2.get_state())
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
-def test_a_new_op_runs_on_device_batches_and_in_the_workers(solarize, static):
+@pytest.mark.parametrize("pick", ["subset", "mask"])
+def test_a_new_op_runs_on_device_batches_and_in_the_workers(solarize, pick):
     only = ColorSpec((Jitter(prob=0.0), Grayscale(0.0), Blur(prob=0.0), Solarize(0.4, 1.0)))
     x = torch.rand(6, 3, 16, 16)
     params = sample_color_params(6, only, torch.Generator().manual_seed(0))
     assert params.solarize.all()
-    ours = apply_color_params(x.clone(), params, static_shapes=static, spec=only)
+    ours = apply_color_params(x.clone(), params, only, pick=pick)
     assert torch.equal(ours, TF.solarize(x, 0.4))
     # the per-sample draws of the workers, stacked by name, drive the device-side pipeline
     views = (x * 255).round().to(torch.uint8)
     per_sample = [sample_color_params(1, only) for _ in range(6)]
-    augment = BatchColorAugment(only, static_shapes=static)
+    augment = BatchColorAugment(only, pick=pick)
     (out,) = augment([views], None, params=[ColorParams.cat(per_sample)])
     ref = BatchColorAugment(only).normalize_(TF.solarize(views.float() / 255, 0.4))
     torch.testing.assert_close(out, ref)

@@ -23,7 +23,6 @@ from pretrain.data.color import (
     ColorSpec,
     Grayscale,
     Jitter,
-    _blur_subset_,
     adjust_brightness,
     adjust_contrast,
     adjust_hue,
@@ -153,19 +152,19 @@ def test_same_seed_same_views_other_seed_other_views(color_on_device):
     assert not any(torch.equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
-def test_batch_color_is_reproducible_and_chunking_does_not_change_it(static):
+@pytest.mark.parametrize("pick", ["subset", "mask"])
+def test_batch_color_is_reproducible_and_chunking_does_not_change_it(pick):
     views = [
         TF.to_dtype(random_images(12, 16, 16, seed=s), torch.uint8, scale=True) for s in (1, 2)
     ]
     color = ColorSpec()
-    whole = BatchColorAugment(color, cpu_chunk_pixels=1 << 30, static_shapes=static)(
+    whole = BatchColorAugment(color, cpu_chunk_pixels=1 << 30, pick=pick)(
         views, torch.Generator().manual_seed(3)
     )
-    chunked = BatchColorAugment(color, cpu_chunk_pixels=16 * 16 * 5, static_shapes=static)(
+    chunked = BatchColorAugment(color, cpu_chunk_pixels=16 * 16 * 5, pick=pick)(
         views, torch.Generator().manual_seed(3)
     )
-    other = BatchColorAugment(color, static_shapes=static)(views, torch.Generator().manual_seed(4))
+    other = BatchColorAugment(color, pick=pick)(views, torch.Generator().manual_seed(4))
     for w, c, o in zip(whole, chunked, other, strict=True):
         assert w.dtype == torch.float32 and w.shape == c.shape
         torch.testing.assert_close(w, c, rtol=0, atol=1e-5)  # vector tails round differently
@@ -355,12 +354,12 @@ def reference_color(x: torch.Tensor, p: ColorParams) -> torch.Tensor:
     return torch.stack(out)
 
 
-# The colour pipeline's modes: the default (blur grouped by kernel size on the CPU) and the
-# static-shape mode with each of its blur forms (shifted sums, depthwise convolutions).
+# The colour pipeline's modes: the subset pick (blur grouped by kernel size on the CPU) and the
+# mask pick with each of its blur forms (shifted sums, depthwise convolutions).
 MODES = {
-    "default": {},
-    "static-sums": {"group_blur_by_size": True, "static_shapes": True, "spec": ColorSpec()},
-    "static-conv": {"group_blur_by_size": False, "static_shapes": True, "spec": ColorSpec()},
+    "subset": {},
+    "mask-sums": {"group_blur_by_size": True, "pick": "mask"},
+    "mask-conv": {"group_blur_by_size": False, "pick": "mask"},
 }
 
 
@@ -372,7 +371,7 @@ def test_random_order_pipeline_matches_torchvision_per_sample(mode):
     assert 0 < int(params.jitter.sum()) < n and 0 < int(params.blur.sum()) < n
     assert 0 < int(params.grayscale.sum()) < n
     assert len({tuple(o) for o in params.order.tolist()}) > 12  # many op orders
-    ours = apply_color_params(x.clone(), params, **MODES[mode])
+    ours = apply_color_params(x.clone(), params, ColorSpec(), **MODES[mode])
     torch.testing.assert_close(ours, reference_color(x, params), rtol=0, atol=2e-5)
 
 
@@ -398,24 +397,21 @@ def test_color_params_follow_color_jitter_ranges():
 
 def blur_in_mode(x: torch.Tensor, mask: torch.Tensor, sigma: torch.Tensor, mode: str) -> None:
     """Blur the samples of x that ``mask`` picks, in place, as ``MODES[mode]`` does."""
-    kw = MODES[mode]
-    if kw.get("static_shapes"):
-        params = ColorParams(len(x), {"blur": mask, "sigma": sigma})
-        kw["spec"].op(Blur).apply_static(x, params, kw["group_blur_by_size"])
-    else:
-        _blur_subset_(x, mask, sigma, group_by_size=True)
+    kw = {"pick": "subset", "group_blur_by_size": True, **MODES[mode]}
+    params = ColorParams(len(x), {"blur": mask, "sigma": sigma})
+    Blur().apply(x, params, kw["pick"], kw["group_blur_by_size"])
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_blur_by_kernel_size_groups_equals_one_zero_padded_pass(mode):
     # The CPU path runs each kernel size separately, the GPU path one pass with the largest;
-    # the static mode runs the largest size the spec draws on every sample, picked by the mask.
+    # the mask pick runs the largest size the spec draws on every sample, picked by the mask.
     x = random_images(40, h=16, w=16, seed=2)
     mask = torch.arange(40) % 3 != 0
     sigma = torch.linspace(0.1, 2.0, 40)
     ours, padded = x.clone(), x.clone()
     blur_in_mode(ours, mask, sigma, mode)
-    _blur_subset_(padded, mask, sigma, group_by_size=False)
+    Blur().apply(padded, ColorParams(40, {"blur": mask, "sigma": sigma}), "subset", False)
     torch.testing.assert_close(ours, padded, rtol=0, atol=1e-6)
     assert torch.equal(ours[~mask], x[~mask]) and not torch.allclose(ours[mask], x[mask])
     k = [2 * int(blur_radius(s[None], 16, 16)) + 1 for s in sigma]
@@ -431,10 +427,10 @@ def test_blur_kernel_size_is_three_sigma():
     assert blur_radius(sigma, 5, 100).tolist() == [1, 2, 3, 4, 4]  # reflect padding < side
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
-def test_without_color_only_converts_and_normalizes(static):
+@pytest.mark.parametrize("pick", ["subset", "mask"])
+def test_without_color_only_converts_and_normalizes(pick):
     v = TF.to_dtype(random_images(5), torch.uint8, scale=True)
-    aug = BatchColorAugment(ColorSpec(), static_shapes=static)
+    aug = BatchColorAugment(ColorSpec(), pick=pick)
     (out,) = aug([v], torch.Generator(), apply_color=False)
     ref = TF.normalize(
         TF.to_dtype(v, torch.float32, scale=True), IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
@@ -443,18 +439,18 @@ def test_without_color_only_converts_and_normalizes(static):
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
-def test_batch_color_rejects_float_views(static):
+@pytest.mark.parametrize("pick", ["subset", "mask"])
+def test_batch_color_rejects_float_views(pick):
     with pytest.raises(ValueError, match="uint8"):
-        BatchColorAugment(ColorSpec(), static_shapes=static)([torch.rand(2, 3, 8, 8)], None)
+        BatchColorAugment(ColorSpec(), pick=pick)([torch.rand(2, 3, 8, 8)], None)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("static", [False, True], ids=["default", "static"])
-def test_cuda_matches_cpu(static):
+@pytest.mark.parametrize("pick", ["subset", "mask"])
+def test_cuda_matches_cpu(pick):
     views = [TF.to_dtype(random_images(16, 32, 32), torch.uint8, scale=True)]
-    aug = BatchColorAugment(ColorSpec(), static_shapes=static)
+    aug = BatchColorAugment(ColorSpec(), pick=pick)
     cpu = BatchColorAugment(ColorSpec())(views, torch.Generator().manual_seed(0))
     gpu = aug([v.cuda() for v in views], torch.Generator().manual_seed(0))
     assert gpu[0].device.type == "cuda"

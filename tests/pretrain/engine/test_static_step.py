@@ -15,7 +15,9 @@ step needs, proven on the CPU (issue 41).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -142,7 +144,7 @@ def _train(tmp_path: Path, image_folder: Path, name: str, **extra) -> list[dict]
 
 @pytest.mark.parametrize("amp", [False, True])
 def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase(
-    tmp_path, image_folder, amp
+    tmp_path, image_folder, amp, caplog
 ):
     """float32: equal to float rounding, weights included; bfloat16 autocast (channels_last, as
     the GPU configs): the first iterations' losses within bfloat16's rounding (the traced
@@ -152,10 +154,18 @@ def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase
     amp_opts = {"SOLVER.AMP.ENABLED": amp, "MODEL.CHANNELS_LAST": amp}
     eager, eager_state = _train(tmp_path, image_folder, "eager", **amp_opts)
     counters.clear()
-    compiled, compiled_state = _train(
-        tmp_path, image_folder, "compiled", **amp_opts,
-        **{"SOLVER.COMPILE.ENABLED": True, "SOLVER.COMPILE.BACKEND": "aot_eager"},
-    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="pretrain.engine.trainer"):
+        compiled, compiled_state = _train(
+            tmp_path, image_folder, "compiled", **amp_opts,
+            **{"SOLVER.COMPILE.ENABLED": True, "SOLVER.COMPILE.BACKEND": "aot_eager"},
+        )  # fmt: skip
+    # the waits say what they are: the step's kind, each phase's compile and its duration
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("pretraining with the compiled step (aot_eager") for m in said)
+    for phase in ("beta = inf", "the prior on"):
+        assert sum(m.startswith(f"compiling the step (aot_eager, {phase})") for m in said) == 1
+        assert any(re.match(rf"compiled the step \({re.escape(phase)}\) in [0-9.]+ s", m)
+                   for m in said), said  # fmt: skip
     betas = [x["beta"] for x in compiled]
     assert math.inf in betas and 2.0 in betas  # both phases ran
     # the model: one graph per beta phase; the colour augmentation: one; no recompile per step

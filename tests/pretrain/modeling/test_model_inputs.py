@@ -1,4 +1,4 @@
-"""The model is encoders + queues + loss: the data path augments, the batch carries the seeds.
+"""The model is encoders + queues + loss: the data path augments, the batch carries the plans.
 
 The random stream of a whole run (crops, colours, ShuffleBN) is pinned end to end by the resume
 tests (test_pretrain_engine.py, test_cluster_signals.py) and the 1 vs 2 process tests
@@ -16,8 +16,9 @@ from pretrain.config.defaults import load_config
 from pretrain.data.loader import (
     augment_views_on_device,
     build_batch_augment,
+    build_pretrain_loader,
     collate_views,
-    shuffle_seeds,
+    shuffle_plans,
 )
 from pretrain.modeling import build_model
 from tests.helpers import ROOT
@@ -51,27 +52,81 @@ def test_model_rejects_views_the_data_path_did_not_finish():
     assert torch.isfinite(model(batch)["loss_contrastive"])
 
 
-def test_shufflebn_takes_its_seeds_from_the_batch():
-    """With two key BN groups the permutation comes from batch["shuffle_seeds"]: another seed
-    gives other keys (BN statistics over other groups), the same seed the same keys."""
+def _plans(iteration: int, splits: int, crops: int = 1) -> list:
+    return shuffle_plans(0, iteration, crops, world=1, rank=0, b=8, splits=splits)
+
+
+def test_shufflebn_takes_its_plans_from_the_batch():
+    """With two key BN groups the grouping comes from batch["shuffle_plans"]: a batch without
+    them is refused, another iteration's plan gives other keys (BN statistics over other
+    groups), the same plan the same keys."""
     cfg, model, batch = _tiny(**{"MODEL.KEY_BN_SPLITS": 2})
     batch = augment_views_on_device(batch, build_batch_augment(cfg), "cpu", apply_color=True)
     model.eval()  # no enqueue: both forwards see the same queue
     model.encoder_k.train()  # BN in training mode, as in real steps: groups matter
-    with pytest.raises(ValueError, match="shuffle_seeds"):
+    with pytest.raises(ValueError, match="shuffle_plans"):
         model(batch)
-    a = model({**batch, "shuffle_seeds": shuffle_seeds(0, 3, 1)})["loss_contrastive"]
-    again = model({**batch, "shuffle_seeds": shuffle_seeds(0, 3, 1)})["loss_contrastive"]
-    other = model({**batch, "shuffle_seeds": shuffle_seeds(0, 4, 1)})["loss_contrastive"]
+    a = model({**batch, "shuffle_plans": _plans(3, 2)})["loss_contrastive"]
+    again = model({**batch, "shuffle_plans": _plans(3, 2)})["loss_contrastive"]
+    other = model({**batch, "shuffle_plans": _plans(4, 2)})["loss_contrastive"]
     assert a.item() == again.item() and a.item() != other.item()
 
 
-def test_collated_batches_carry_one_shuffle_seed_per_key_crop():
-    item = {"views": [torch.zeros(3, 4, 4, dtype=torch.uint8)], "color": None, "index": 0,
-            "seed": 5, "iteration": 7, "skipped_files": []}  # fmt: skip
-    batch = collate_views([item, item], run_seed=11, key_crops=2)
-    assert batch["shuffle_seeds"] == shuffle_seeds(11, 7, 2)
-    assert len(set(batch["shuffle_seeds"])) == 2
+@pytest.mark.parametrize(("splits", "channels_last"), [(2, False), (3, True)])
+def test_shufflebn_keys_are_the_key_encoders_keys_of_each_bn_group(splits, channels_last):
+    """One process, MODEL.KEY_BN_SPLITS groups (3 groups of 8 rows: 3, 3 and 2): each key is
+    the un-shuffled key encoder's on the BN group the plan puts its row in, on its row."""
+    _, model, batch = _tiny(**{"MODEL.KEY_BN_SPLITS": splits,
+                               "MODEL.CHANNELS_LAST": channels_last})  # fmt: skip
+    x = model._prepare({"views": [torch.randn(v.shape) for v in batch["views"]]})[0]
+    model.encoder_k.train()
+    (plan,) = _plans(3, splits)
+    keys = model._encode_keys(x, plan, None)
+    want = torch.empty_like(keys)
+    with torch.no_grad():
+        for rows in plan.global_order().tensor_split(splits):
+            want[rows] = model.encoder_k(x[rows])
+        plain = model.encoder_k(x)
+    torch.testing.assert_close(keys, want, rtol=0, atol=1e-6)
+    assert not torch.allclose(keys, plain, atol=1e-3)  # the groups matter
+
+
+def _item(iteration: int = 7) -> dict:
+    return {"views": [torch.zeros(3, 4, 4, dtype=torch.uint8)], "color": None, "index": 0,
+            "seed": 5, "iteration": iteration, "skipped_files": []}  # fmt: skip
+
+
+def test_collated_batches_carry_this_process_plan_per_key_crop():
+    """The plans of (SEED, iteration, key crop) for this rank, in the batch's one block of
+    (shared) memory, one per key crop; none where the loader asks for no key crop."""
+    batch = collate_views([_item()] * 5, run_seed=11, key_crops=2, world=2, rank=1, splits=2,
+                          shared_memory=True)  # fmt: skip
+    want = shuffle_plans(11, 7, 2, world=2, rank=1, b=5, splits=2)
+    block = batch["views"][0].untyped_storage().data_ptr()
+    assert len(batch["shuffle_plans"]) == 2
+    for got, plan in zip(batch["shuffle_plans"], want, strict=True):
+        assert (got.world, got.rank, got.b, got.splits) == (2, 1, 5, 2)
+        assert torch.equal(got.table, plan.table) and got.table.is_shared()
+        assert got.table.untyped_storage().data_ptr() == block
+    assert not torch.equal(want[0].table, want[1].table)
+    assert collate_views([_item(), _item()])["shuffle_plans"] == []
+
+
+@pytest.mark.parametrize(
+    ("world", "extra", "plans"),
+    [(2, {}, 1), (1, {"MODEL.KEY_BN_SPLITS": 2}, 1), (1, {}, 0),
+     (2, {"MODEL.SHUFFLE_BN": False}, 0)],
+)  # fmt: skip
+def test_the_loader_draws_plans_where_shufflebn_runs(world, extra, plans):
+    """ShuffleBN across more than one BN group (the model's uses_shuffle_plans): this rank's
+    plans of the batch's iteration; none for one process with one group or without ShuffleBN."""
+    cfg, model, _ = _tiny(**{"DATALOADER.NUM_WORKERS": 0, **extra})
+    loader = build_pretrain_loader(cfg, world - 1, world, 0, source=range(64), procs_on_machine=1)
+    got = loader.collate_fn([_item(iteration=3)] * 4)["shuffle_plans"]
+    want = shuffle_plans(cfg.SEED, 3, plans, world=world, rank=world - 1, b=4,
+                         splits=cfg.MODEL.KEY_BN_SPLITS)  # fmt: skip
+    assert len(got) == len(want) == plans
+    assert all(torch.equal(g.table, w.table) for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -8,6 +8,8 @@ rounding, for NCHW and channels_last inputs, and the collectives keep one layout
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -163,39 +165,94 @@ def test_counted_batchnorm_equals_batchnorm_and_adds_its_counts_in_one_op():
     assert int(counted[0].num_batches_tracked) == 4
 
 
-def _compile_worker(rank: int, init: str, out: str) -> None:
+STEPS = 3
+CASES = [(autocast, channels_last) for autocast in (False, True) for channels_last in (False, True)]
+
+
+def _compiled_worker(rank: int, init: str, out: str) -> None:
+    """Per case: STEPS training forwards and backwards of conv -> SyncBN -> ReLU, eager and
+    compiled (aot_eager, whole graph), from the same state, on the same batches."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
-    torch.manual_seed(0)
-    net = nn.Sequential(
-        nn.Conv2d(3, C, 3), convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm), nn.ReLU()
-    )
-    x = torch.randn(4, 3, 8, 8) + rank  # each process its own batch
-
-    def loss(inputs: torch.Tensor) -> torch.Tensor:
-        return net(inputs).square().sum()
-
-    explained = torch._dynamo.explain(loss)(x)
-    grads = {}
-    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-    for name, fn in (("eager", loss), ("compiled", compiled)):
-        for p in net.parameters():
-            p.grad = None
-        xi = x.clone().requires_grad_(True)
-        fn(xi).backward()
-        grads[name] = [p.grad.clone() for p in net.parameters()] + [xi.grad.clone()]
-    if rank == 0:
-        torch.save({"breaks": explained.graph_break_count, "graphs": explained.graph_count,
-                    **grads}, out)  # fmt: skip
+    torch.set_num_threads(1)
+    results = []
+    for autocast, channels_last in CASES:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        bn = convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm)
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+        nn.init.uniform_(bn.bias, -0.5, 0.5)
+        eager = nn.Sequential(nn.Conv2d(3, C, 3), bn, nn.ReLU())
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        eager.to(memory_format=fmt)
+        nets = {"eager": eager, "compiled": copy.deepcopy(eager)}
+        counter = CompileCounterWithBackend("aot_eager")
+        compiled = torch.compile(nets["compiled"], fullgraph=True, backend=counter)
+        calls = {"eager": eager, "compiled": compiled}
+        g = torch.Generator().manual_seed(rank)
+        batches = [torch.randn(4, 3, 8, 8, generator=g) * 2 + rank + step for step in range(STEPS)]
+        got = {}
+        for name, call in calls.items():
+            net, steps = nets[name], []
+            for x in batches:
+                net.zero_grad(set_to_none=True)
+                x = x.contiguous(memory_format=fmt).requires_grad_(True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    y = call(x)
+                (y.float() * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum().backward()
+                steps.append([y.detach(), x.grad] + [p.grad for p in net.parameters()])
+            got[name] = {
+                "steps": steps,
+                "buffers": [b.clone() for b in net.buffers()],
+                "layout": (y.dtype, y.is_contiguous(memory_format=fmt)),
+            }
+        got["frames"] = counter.frame_count
+        results.append(got)
+    torch.save(results, f"{out}.{rank}")
     dist.destroy_process_group()
 
 
-def test_sync_batchnorm_compiles_with_its_collectives(tmp_path):
-    """Two gloo processes: the synchronised BatchNorm (an autograd Function with an all-gather
-    forward and an all-reduce backward) traces into one graph, and compiled gives eager's
-    gradients."""
+def test_compiled_sync_batchnorm_equals_eager_in_one_graph(tmp_path):
+    """Two gloo processes, float32 and bfloat16 autocast, NCHW and channels_last: compiled whole
+    (torch.compile fullgraph, aot_eager), conv -> SyncBN -> ReLU gives eager's outputs, input
+    and parameter gradients at each of three steps, and eager's running statistics (updated by
+    the compiled graph) and num_batches_tracked after them; one graph, not recompiled."""
     out = tmp_path / "out.pt"
-    mp.spawn(_compile_worker, args=(f"file://{tmp_path / 'rdv'}", str(out)), nprocs=2, join=True)
-    got = torch.load(out)
-    assert (got["graphs"], got["breaks"]) == (1, 0)
-    for a, b in zip(got["eager"], got["compiled"], strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    mp.spawn(_compiled_worker, args=(f"file://{tmp_path / 'rdv'}", str(out)), nprocs=2, join=True)
+    for rank in range(2):
+        for (autocast, channels_last), got in zip(CASES, torch.load(f"{out}.{rank}"), strict=True):
+            case = f"rank {rank}, autocast {autocast}, channels_last {channels_last}"
+            assert got["frames"] == 1, case  # one graph for the three calls
+            eager, compiled = got["eager"], got["compiled"]
+            dtype = torch.bfloat16 if autocast else torch.float32
+            assert compiled["layout"] == eager["layout"] == (dtype, True), case
+            for step, (want, have) in enumerate(
+                zip(eager["steps"], compiled["steps"], strict=True)
+            ):
+                for i, (a, b) in enumerate(zip(want, have, strict=True)):
+                    torch.testing.assert_close(
+                        b, a, rtol=0, atol=0, msg=f"{case}, step {step}, {i}"
+                    )
+            for a, b in zip(eager["buffers"], compiled["buffers"], strict=True):
+                torch.testing.assert_close(b, a, rtol=0, atol=0, msg=case)
+            assert int(compiled["buffers"][-1]) == 0  # num_batches_tracked: its owner adds it
+
+
+def test_sync_batchnorm_runs_where_compile_traces_it_on_cuda(tmp_path):
+    """Every op of the training forward has a meta kernel, on (fake) CUDA tensors too: torch's
+    fused SyncBN kernels (batch_norm_stats, ..._gather_stats_with_counts, ..._elemt and the
+    backward's two) have none, and a compiled graph would run them through FakeTensor's unsafe
+    fallback, which is off here. The forward runs on this CPU machine; the backward needs the
+    autograd engine on a real CUDA device."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        with FakeTensorMode(allow_fallback_kernels=False):
+            bn = SyncBatchNorm(C, device="cuda")
+            x = torch.randn(4, C, 3, 3, device="cuda", dtype=torch.bfloat16)
+            y = bn(x.contiguous(memory_format=torch.channels_last))
+        assert (y.device.type, y.dtype, bn.running_var.dtype) == ("cuda", x.dtype, torch.float32)
+    finally:
+        dist.destroy_process_group()

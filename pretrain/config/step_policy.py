@@ -1,0 +1,78 @@
+"""How the one training step runs, chosen once from the config when the trainer is built.
+
+There is one step (fetch, colour augmentation, forward, loss, backward, optimiser, logged values
+into a device ring buffer) and two ways of running it, which differ only in these choices:
+
+* **eager** (the default, fastest on a CPU): the colour ops run on the host-picked subsets of
+  the batch they touch, the nuclear norm is LAPACK's ``eigh`` and is computed for the log only
+  on logging iterations, the learning rate is the parameter group's float;
+* **graph-safe** (``SOLVER.STATIC_STEP``, implied by ``SOLVER.COMPILE.ENABLED``): every step runs
+  the same device ops on tensors of the same shapes with no host read, as a CUDA graph replay or
+  a compiled graph needs: the colour ops pick their samples with device masks, the norm is the
+  sync-free Jacobi solver on a GPU and is computed every step, the learning rate is a device
+  tensor, DDP's graph of gradient hooks is static.
+
+The float learning rate stays in the eager step because the device one changes the update's
+rounding (a multiply then a subtract, where the float's update is one fused multiply-add):
+every eager run would move by a rounding, and the stored golden records with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fvcore.common.config import CfgNode
+
+__all__ = ["StepPolicy"]
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """The step's choices (see the module docstring); :meth:`from_config` is the one place that
+    reads SOLVER.STATIC_STEP and SOLVER.COMPILE."""
+
+    graph_safe: bool = False
+    pick: str = "subset"  # how colour ops pick their samples: "subset" (host) or "mask" (device)
+    nuclear_norm: str = "eigh"  # LOSS.NUCLEAR_NORM with "auto" resolved for the step
+    stats_every_step: bool = False  # the logged-only statistics (||Q||_*) on every iteration
+    device_lr: bool = False  # the optimiser multiplies by a device copy of each group's lr
+    ddp: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel's options
+    compile: dict[str, Any] | None = None  # torch.compile's arguments, None: not compiled
+
+    @classmethod
+    def from_config(cls, cfg: CfgNode) -> StepPolicy:
+        s = cfg.SOLVER
+        graph_safe = bool(s.STATIC_STEP or s.COMPILE.ENABLED)
+        method = cfg.LOSS.NUCLEAR_NORM
+        if not graph_safe:
+            return cls(nuclear_norm="eigh" if method == "auto" else method)
+        compiled = None
+        if s.COMPILE.ENABLED:
+            # whole graphs (a graph break is an error, not a silent fall back to eager), static
+            # shapes; the modes are inductor's
+            mode = s.COMPILE.MODE if s.COMPILE.BACKEND == "inductor" else None
+            compiled = {"fullgraph": True, "dynamic": False, "backend": s.COMPILE.BACKEND}
+            compiled["mode"] = mode
+        return cls(
+            graph_safe=True,
+            pick="mask",
+            nuclear_norm=method,  # "auto": the norm's own (Jacobi on a GPU, eigh on a CPU)
+            stats_every_step=True,
+            device_lr=True,
+            # DDP's hooks fixed after the first step and the gradients in its buckets, so that
+            # every later step runs the same reductions on the same buffers
+            ddp={"static_graph": True, "gradient_as_bucket_view": True},
+            compile=compiled,
+        )
+
+    def describe(self) -> str:
+        """One line for the log: what this step does differently from the eager one."""
+        if not self.graph_safe:
+            return "eager step"
+        how = "compiled" if self.compile else "static"
+        extra = f" ({self.compile['backend']}, mode {self.compile['mode']})" if self.compile else ""
+        return (
+            f"{how} step{extra}: the same device ops every step (colour ops by device masks, "
+            f"nuclear norm {self.nuclear_norm} every step, device learning rate, static DDP)"
+        )
