@@ -13,7 +13,9 @@ read-only (the tests run as root, for whom a mode bit does not make a directory 
 ``{badbase}`` a config whose ``_BASE_`` is missing and ``{mid}`` one whose base is
 ``{badbase}``; data: ``{images}`` class folders, ``{imagenet}`` train/ and val/ class folders,
 ``{split}`` a label split of it, ``{transfer}`` the DTD transfer set, ``{run}`` a pretraining
-run, ``{fm}`` Fashion-MNIST idx files, ``{coco_json}`` and ``{coco_images}`` a COCO set.
+run, ``{fm}`` Fashion-MNIST idx files, ``{coco_json}`` and ``{coco_images}`` a COCO set;
+checkpoints: ``{cut}`` a MoCo checkpoint cut off half-way, ``{detector}`` a fine-tuned
+detectron2 detector (its ResNet's stride placement unknown).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+import torchvision
 
 from tests.helpers import ROOT, make_image_folder, tiny_opts
 from tests.helpers.analysis import make_fashion_mnist, make_run
+from tests.helpers.checkpoints import bb, d2_names, pre
 from tests.helpers.classification import (  # noqa: F401 (no_md5: a fixture)
     IMAGENET_CLASSES,
     QUICK,
@@ -99,6 +104,34 @@ ROWS = {
                                "got ['TRANSFER.NUM_LRS']"),
     "demo-odd-overrides": ([*DEMO, "--output-dir", "{tmp}/demo", "SOLVER.BASE_LR"],
                            "got ['DATASETS.TYPE', 'imagefolder', 'DATASETS.ROOT', "),
+    # numbers out of range, checked as the command line is read
+    "knn-no-neighbours": ([*KNN, "--output-dir", "{tmp}/knn", "--k", "0"],
+                          "argument --k: must be >= 1, got 0"),
+    "knn-negative-temperature": ([*KNN, "--output-dir", "{tmp}/knn", "--temperature", "-0.07"],
+                                 "argument --temperature: must be a number > 0, got -0.07"),
+    "detection-negative-lr": ([*DETECTION, "OUTPUT_DIR", "{tmp}/det", "SOLVER.BASE_LR", "-0.02"],
+                              "SOLVER.BASE_LR = -0.02: must be > 0"),
+    "linear-no-processes": ([*LINEAR, "--output-dir", "{tmp}/run", "--num-gpus", "0"],
+                            "argument --num-gpus: must be >= 1, got 0"),
+    # a mistyped option: named with the closest one, wherever it stands
+    "knn-mistyped-required-option": (
+        [*KNN, "--outptu-dir", "{tmp}/knn"],
+        "unrecognized option --outptu-dir; did you mean --output-dir?"),
+    "detection-mistyped-option-after-overrides": (
+        [*DETECTION, "OUTPUT_DIR", "{tmp}/det", "--resum"],
+        "unrecognized option --resum; did you mean --resume?"),
+    # a value named by the flag that gives it
+    "semi-without-split-file": ([*SEMI[:-2], "--output-dir", "{tmp}/semi"],
+                                "--split-file is missing"),
+    "transfer-unknown-dataset": ([*TRANSFER[:-1], "dtdx", "--output-dir", "{tmp}/run"],
+                                 "argument --datasets: unknown name 'dtdx'; did you mean dtd?"),
+    # checkpoints the one reader refuses, for every tool
+    "knn-truncated-checkpoint": (["knn_eval", "--checkpoint", "{cut}", *KNN[3:], "--output-dir",
+                                  "{tmp}/knn"], "cut.pth: incomplete checkpoint, truncated"),
+    "linear-truncated-checkpoint": ([*LINEAR[:3], "--checkpoint", "{cut}", *LINEAR[5:],
+                                     "--output-dir", "{tmp}/run"], "incomplete checkpoint"),
+    "knn-detector-checkpoint": (["knn_eval", "--checkpoint", "{detector}", *KNN[3:],
+                                 "--output-dir", "{tmp}/knn"], "__author__ None"),
 }  # fmt: skip
 # a row also run in a real process, as a shell runs it
 IN_A_PROCESS = ["pretrain-output-dir-a-file"]
@@ -113,7 +146,16 @@ def data(tmp_path_factory) -> dict[str, str]:
     split = root / "1percent.txt"
     split.write_text("".join(f"{c}_{i}.JPEG\n" for c in IMAGENET_CLASSES for i in range(2)))
     make_dtd(str(root / "transfer" / "dtd"))
+    net = torchvision.models.resnet18()
+    torch.save({"state_dict": pre("module.encoder_q.", net.state_dict())}, root / "cut.pth")
+    whole = (root / "cut.pth").read_bytes()
+    (root / "cut.pth").write_bytes(whole[: len(whole) // 2])
+    detector = {k: torch.as_tensor(v) for k, v in d2_names(bb(net), "backbone.bottom_up.").items()}
+    detector |= {"roi_heads.box_predictor.cls_score.weight": torch.zeros(3, 8)}
+    torch.save({"model": detector, "iteration": 90000}, root / "detector.pth")
     return {
+        "{cut}": str(root / "cut.pth"),
+        "{detector}": str(root / "detector.pth"),
         "{images}": str(images),
         "{imagenet}": imagenet,
         "{split}": str(split),

@@ -5,9 +5,11 @@ or changed (tests/helpers/mistakes.py), and no ``torch.jit.script`` deprecation 
 One row per mistake: ``(tool and arguments, text the error line must contain)``. The files every
 row reads are written once for the module (``{tiny}`` the overrides of a seconds-long run on a
 small image folder, ``{half}`` an image folder with ``train/`` only, ``{mixed}`` one with
-``train/`` and ``val/`` beside a class folder, ``{bad}`` a YAML syntax error, ``{ckpt}`` a
-MoCo-style checkpoint); ``{tmp}`` is the row's directory. Everything under ``{tmp}`` and the
-shared files must stay as they were.
+``train/`` and ``val/`` beside a class folder, ``{empty}`` an empty folder, ``{flat}`` images
+without class folders, ``{bad}`` a YAML syntax error, ``{inf}`` a config spelling infinity as
+YAML does not, ``{ckpt}`` a MoCo-style checkpoint, ``{cut}`` a run whose last checkpoint is
+truncated, ``{cut_ckpt}`` that checkpoint); ``{tmp}`` is the row's directory. Everything under
+``{tmp}`` and the shared files must stay as they were.
 
 A row runs the tool's ``main`` in this process (:func:`run_main`), except the rows of
 :data:`IN_A_PROCESS`, one per tool, which run ``tools/<tool>.py`` as a shell runs it: what only a
@@ -24,6 +26,7 @@ import pytest
 import torch
 import torchvision
 
+from pretrain.config.defaults import load_config
 from tests.helpers import make_image_folder, tiny_opts
 from tests.helpers.checkpoints import pre
 from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot, tool_main
@@ -56,6 +59,45 @@ ROWS = {
         [*PRETRAIN, "{tiny}", "DATASETS.ROOT", "{tmp}/nowhere"],
         "nowhere': no such directory",
     ),
+    "pretrain-yaml-inf": (
+        ["tools/train_pretrain.py", "--config-file", "{inf}"],
+        "LOSS.BETA; YAML spells infinity .inf, not inf",
+    ),
+    # train_pretrain: the command line, wherever a mistyped option stands
+    "pretrain-mistyped-option-after-overrides": (
+        [*PRETRAIN, "{tiny}", "--resume-with-change"],
+        "unrecognized option --resume-with-change; did you mean --resume-with-changes?",
+    ),
+    "pretrain-mistyped-option-before-overrides": (
+        ["tools/train_pretrain.py", "--confg-file", DEMO_CONFIG, "{tiny}"],
+        "unrecognized option --confg-file; did you mean --config-file?",
+    ),
+    # train_pretrain: processes and data, checked before the run directory is written or workers
+    # start
+    "pretrain-no-processes": (
+        [*PRETRAIN, "--num-gpus", "0", "{tiny}"],
+        "argument --num-gpus: must be >= 1, got 0",
+    ),
+    "pretrain-batch-not-split-by-processes": (
+        [*PRETRAIN, "--num-gpus", "3", "{tiny}"],
+        "SOLVER.IMS_PER_BATCH = 8: must be divisible by the number of processes (3)",
+    ),
+    "pretrain-empty-imagefiles-root": (
+        [*PRETRAIN, "{tiny}", "DATASETS.TYPE", "imagefiles", "DATASETS.ROOT", "{empty}"],
+        "no image files in it or its subfolders",
+    ),
+    "pretrain-batch-larger-than-dataset": (
+        [*PRETRAIN, "{tiny}", "SOLVER.IMS_PER_BATCH", "16", "MODEL.QUEUE_SIZE", "32"],
+        "SOLVER.IMS_PER_BATCH = 16 exceeds the dataset size (8 images",
+    ),
+    "pretrain-imagefolder-without-classes": (
+        [*PRETRAIN, "{tiny}", "DATASETS.ROOT", "{flat}"],
+        "not an image folder: no class folders",
+    ),
+    "pretrain-resume-from-truncated-checkpoint": (
+        [*PRETRAIN, "{tiny}", "OUTPUT_DIR", "{cut}"],
+        "model_0000002.pth, the checkpoint {cut}/last_checkpoint names, is truncated",
+    ),
     "pretrain-knn-root-without-val": (
         [*PRETRAIN, "{tiny}", "TEST.KNN_PERIOD", "3", "TEST.KNN_ROOT", "{half}"],
         "half': no val/ folder of labelled images for the kNN monitor",
@@ -81,6 +123,14 @@ ROWS = {
     "convert-onto-its-input": ([D2, "{ckpt}", "{ckpt}"], "is the input checkpoint"),
     "convert-bad-suffix": ([D2, "{ckpt}", "{tmp}/out.txt"], "must end in .pkl or .pth"),
     "convert-not-a-checkpoint": ([D2, "{bad}", "{tmp}/out.pkl"], "bad.yaml"),
+    "convert-truncated-checkpoint": (
+        [D2, "{cut_ckpt}", "{tmp}/out.pkl"],
+        "incomplete checkpoint, truncated",
+    ),
+    "export-truncated-checkpoint": (
+        [EXPORT, "{cut_ckpt}", "{tmp}/o.pth"],
+        "incomplete checkpoint, truncated",
+    ),
     "export-onto-its-input": ([EXPORT, "{ckpt}", "{ckpt}"], "is the input checkpoint"),
     "export-missing-input": ([EXPORT, "{tmp}/nowhere.pth", "{tmp}/o.pth"], "nowhere.pth"),
     "export-safetensors-name": ([EXPORT, "--safetensors", "{ckpt}", "{tmp}/o.pth"], ".safetensors"),
@@ -130,6 +180,21 @@ def shared(tmp_path_factory) -> Path:
     make_image_folder(root / "mixed" / "val", classes=2, per_class=2, size=16)
     make_image_folder(root / "mixed", classes=1, per_class=2, size=16)  # mixed/class0
     (root / "bad.yaml").write_text(f'_BASE_: "{DEMO_CONFIG}"\nSOLVER:\n  BASE_LR: [0.1\nX: 1\n')
+    (root / "inf.yaml").write_text(f'_BASE_: "{DEMO_CONFIG}"\nLOSS:\n  BETA: inf\n')
+    (root / "empty").mkdir()
+    flat = make_image_folder(root / "flat", classes=1, per_class=3, size=16) / "class0"
+    for image in flat.iterdir():
+        image.rename(root / "flat" / image.name)
+    flat.rmdir()
+    # a run stopped by a full disk: its config, and a last checkpoint cut off half-way
+    cut = root / "cut"
+    cut.mkdir()
+    cfg = load_config(DEMO_CONFIG, tiny_opts(root / "data", cut))
+    (cut / "config.yaml").write_text(cfg.dump())
+    torch.save({"model": {"w": torch.zeros(4096)}, "iteration": 2}, cut / "model_0000002.pth")
+    data = (cut / "model_0000002.pth").read_bytes()
+    (cut / "model_0000002.pth").write_bytes(data[: len(data) // 2])
+    (cut / "last_checkpoint").write_text("model_0000002.pth")
     q, k = torchvision.models.resnet18(), torchvision.models.resnet18()
     state = pre("encoder_q.", q.state_dict()) | pre("encoder_k.", k.state_dict())
     torch.save({"state_dict": state}, root / "moco.pth")
@@ -150,6 +215,11 @@ def _fill(argv: list[str], tmp: Path, shared: Path) -> list[str]:
             .replace("{mixed}", str(shared / "mixed"))
             .replace("{bad}", str(shared / "bad.yaml"))
             .replace("{ckpt}", str(shared / "moco.pth"))
+            .replace("{cut_ckpt}", str(shared / "cut" / "model_0000002.pth"))
+            .replace("{cut}", str(shared / "cut"))
+            .replace("{inf}", str(shared / "inf.yaml"))
+            .replace("{empty}", str(shared / "empty"))
+            .replace("{flat}", str(shared / "flat"))
         )
     return out
 
@@ -163,7 +233,7 @@ def test_user_mistake(tmp_path, shared, row):
         result = run_tool([script, *args], CUDA_VISIBLE_DEVICES="")
     else:
         result = run_main(tool_main(script), args)
-    assert_user_error(result, before, tmp_path, shared, match=match)
+    assert_user_error(result, before, tmp_path, shared, match=_fill([match], tmp_path, shared)[0])
     assert "torch.jit.script" not in result.output, result.output
 
 

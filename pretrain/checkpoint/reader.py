@@ -24,11 +24,13 @@ import numpy as np
 import torch
 import torchvision
 
-from pretrain.checkpoint.layouts import LAYOUTS, find_matches
+from pretrain.checkpoint.layouts import LAYOUTS, Match, find_matches
 from pretrain.checkpoint.safe_pickle import UnsafePickleError, load_safe_pickle
 from pretrain.utils.errors import CheckpointError  # noqa: F401 (re-exported)
+from pretrain.utils.torch_files import incomplete_torch_file
 
 __all__ = [
+    "D2_TORCHVISION_AUTHORS",
     "BackboneWeights",
     "CheckpointError",
     "extract_backbone",
@@ -37,6 +39,10 @@ __all__ = [
     "load_checkpoint_file",
     "load_pickle_weights",
 ]
+
+# detectron2 files whose ResNet is known to have torchvision's stride placement: written by this
+# project's converter ("lorac") or detectron2's convert-torchvision-to-d2.py ("torchvision").
+D2_TORCHVISION_AUTHORS = ("lorac", "torchvision")
 
 _DEPTHS = {  # blocks per stage -> (arch, bottleneck?)
     (2, 2, 2, 2, False): "resnet18",
@@ -117,6 +123,12 @@ def load_checkpoint_file(path: str) -> dict:
         raise CheckpointError(f"{path}: no such checkpoint file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: file is empty, not a checkpoint")
+    incomplete = incomplete_torch_file(path)
+    if incomplete:
+        raise CheckpointError(
+            f"{path}: incomplete checkpoint, {incomplete}: the save or copy that wrote it was "
+            "cut off; copy or save it again, or name another checkpoint"
+        )
     if path.endswith(".pkl"):
         return load_pickle_weights(path)
     try:
@@ -165,6 +177,29 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     )
 
 
+def _check_d2_stride_placement(obj: dict, found: Match, path: str) -> None:
+    """Refuse detectron2 weights other than converted backbones: a detectron2 model's ResNet may
+    put the stride in the 1x1 conv (``MODEL.RESNETS.STRIDE_IN_1X1``), which the names cannot
+    show, and read as torchvision's it would give other features without an error."""
+    author = obj.get("__author__")
+    if author in D2_TORCHVISION_AUTHORS:
+        return
+    others = found.dropped
+    held = (
+        f"keys besides the ResNet: {', '.join(others[:4])}"
+        + (f" ... ({len(others)} in all)" if len(others) > 4 else "")
+        if others
+        else "no keys besides the ResNet"
+    )
+    raise CheckpointError(
+        f"{path}: detectron2 layout, __author__ {author!r} ({held}): a detectron2 model's "
+        "ResNet may put the stride in the 1x1 conv (MODEL.RESNETS.STRIDE_IN_1X1), which the "
+        "weights cannot show, so only converted backbones (__author__ "
+        f"{' or '.join(map(repr, D2_TORCHVISION_AUTHORS))}) are read; use the pretraining "
+        "checkpoint it started from instead"
+    )
+
+
 def extract_backbone(obj: dict, path: str = "<state>") -> BackboneWeights:
     """Find the backbone in a loaded checkpoint dict (layouts: ``docs/checkpoints.md``)."""
     matches = find_matches(obj)
@@ -188,6 +223,8 @@ def extract_backbone(obj: dict, path: str = "<state>") -> BackboneWeights:
     found = matches[0]
     if found.layout.refuse:
         raise CheckpointError(f"{path}: {found.layout.name} layout: {found.layout.refuse}")
+    if found.layout.naming == "detectron2":
+        _check_d2_stride_placement(obj, found, path)
     fmt, sd, dropped = found.layout.name, dict(found.state_dict), list(found.dropped)
     filled = []
     if found.layout.naming == "detectron2":

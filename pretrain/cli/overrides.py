@@ -10,21 +10,20 @@ Only a token in a KEY position that is exactly one of the parser's option string
 ``--option=value``) is taken, with the values its action consumes; a value is never taken, so an
 override such as ``LOSS.X -1.5`` or ``OUTPUT_DIR --odd-name`` stays as it is. An option with a
 list of values (``--methods lorac mocom``) takes the values up to the next option, ``--`` or
-config key (an upper-case dotted name).
+config key (an upper-case dotted name). Any other option-like token in a KEY position is a
+mistyped option, and is refused as one (:func:`~pretrain.cli.arguments.unknown_option_message`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import sys
 from collections.abc import Iterator, Sequence
 
-__all__ = ["parse_args_and_overrides", "split_trailing_options"]
+from pretrain.cli.arguments import CONFIG_KEY, looks_like_option, unknown_option_message
 
-# yacs/detectron2 keys: SOLVER.BASE_LR, OUTPUT_DIR, MODEL.RESNETS.DEPTH
-_CONFIG_KEY = re.compile(r"[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*")
+__all__ = ["parse_args_and_overrides", "split_trailing_options"]
 
 
 def _option(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action | None, bool]:
@@ -41,7 +40,7 @@ def _option(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Actio
 
 def _is_boundary(parser: argparse.ArgumentParser, token: str) -> bool:
     return (
-        token == "--" or _option(parser, token)[0] is not None or bool(_CONFIG_KEY.fullmatch(token))
+        token == "--" or _option(parser, token)[0] is not None or bool(CONFIG_KEY.fullmatch(token))
     )
 
 
@@ -119,6 +118,9 @@ def parse_args_and_overrides(
     if not overrides or argv[start:] != overrides:
         return _without_separator(parser.parse_args(argv), dest)
     options, kept = split_trailing_options(parser, overrides)
+    for key in kept[1 if kept[:1] == ["--"] else 0 :: 2]:
+        if looks_like_option(key):  # no config key starts with "-": a mistyped option
+            parser.error(unknown_option_message(parser, key))
     if kept and kept[0] != "--":
         kept = ["--", *kept]  # the options moved in front may take a list of values
     return _without_separator(parser.parse_args([*argv[:start], *options, *kept]), dest)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+from pretrain.cli.arguments import ToolParser, unknown_option, unknown_option_message
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import ENTRIES, JobRequest, dry_run_text, submit
 
@@ -24,9 +25,7 @@ __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = ToolParser(description=__doc__)
     p.add_argument("--entry", default="pretrain", choices=sorted(ENTRIES))
     p.add_argument("--config-file", default="")
     p.add_argument("--nodes", type=int, default=1)
@@ -49,7 +48,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p.add_argument("--dry-run", action="store_true", help="print, do not submit")
     p.add_argument("--local", action="store_true", help="run on this machine (submitit local)")
     # the rest: config overrides (KEY VALUE ...), or the tool's own flags for other entries
-    return p.parse_known_args(argv)
+    args, rest = p.parse_known_args(argv)
+    unknown = unknown_option(p, rest) if args.entry == "pretrain" else None
+    if unknown:  # pretraining takes no flags besides these: a mistyped one
+        p.error(unknown_option_message(p, unknown))
+    return args, rest
 
 
 @exit_on_user_error

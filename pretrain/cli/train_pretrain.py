@@ -16,42 +16,65 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from datetime import timedelta
 
 from detectron2.engine import launch
+from fvcore.common.config import CfgNode
 
+from pretrain.cli.arguments import ToolParser, check_launch_args
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.config.defaults import check_world_size
 from pretrain.config.resume import RESUME_FLAG, RESUME_FLAG_HELP
-from pretrain.engine.launch import argument_parser, check_device, load_args_config, setup
-from pretrain.engine.run import run_pretraining
+from pretrain.engine.launch import argument_parser, begin_run, checked_config
+from pretrain.engine.run import run_pretraining, train_source
 from pretrain.utils.distributed import set_fail_fast_env
-from pretrain.utils.output_dir import check_output_dir
 
 __all__ = ["main", "restart_hint", "train"]
 
 
 @exit_on_user_error
 def train(args: argparse.Namespace) -> None:
-    """Set up, resume and train in one process (what ``launch`` runs in each worker)."""
+    """Check, set up, resume and train in one process (what ``launch`` runs in each worker);
+    the data is scanned and checked before the run's first write (its lock and log)."""
     changes = args.resume_with_changes
-    run_pretraining(setup(args, changes), stop_on_interrupt=True, resume_with_changes=changes)
+    cfg = checked_config(args, changes)
+    source = train_source(cfg)
+    begin_run(cfg, args)
+    run_pretraining(cfg, stop_on_interrupt=True, resume_with_changes=changes, source=source)
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0])
+    parser = argument_parser(__doc__.splitlines()[0], ToolParser)
     parser.add_argument(RESUME_FLAG, action="store_true", help=RESUME_FLAG_HELP)
     args = parse_args_and_overrides(parser, argv)
-    # the process-group timeout is launch's to pass; the workers load the config again in setup()
-    cfg = load_args_config(args)
-    check_output_dir(cfg.OUTPUT_DIR)  # before launch starts --num-gpus workers
-    check_device(cfg.MODEL.DEVICE)  # once, before launch starts --num-gpus workers
+    check_launch_args(parser, args)
+    # Every check that reads only, once, before launch starts --num-gpus workers (which would
+    # each fail alike, after their first writes); the workers check again in train(). The
+    # process-group timeout is launch's to pass.
+    cfg = checked_config(args, args.resume_with_changes)
+    check_world_size(cfg, args.num_gpus * args.num_machines)
+    _warn_cpu_processes(cfg, args.num_gpus)
     set_fail_fast_env()  # inherited by launch's workers, before they create the process group
     # a second Ctrl-C (the first saves and stops at a boundary), or one before training started
     with exit_on_interrupt(lambda: restart_hint(cfg.OUTPUT_DIR)):
         _launch(args, cfg.DIST.TIMEOUT_MINUTES)
     return 0
+
+
+def _warn_cpu_processes(cfg: CfgNode, processes: int) -> None:
+    """One line when a CPU run starts more processes on this machine than it has cores: it
+    runs, each process slower (they share the cores), and is no error."""
+    cores = len(os.sched_getaffinity(0))
+    if cfg.MODEL.DEVICE == "cpu" and processes > cores:
+        print(
+            f"warning: --num-gpus {processes} starts {processes} CPU processes on {cores} "
+            "cores: they share them, each slower",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def restart_hint(output_dir: str) -> str:

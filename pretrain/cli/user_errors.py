@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
+from pretrain.cli.quiet import run_quietly
 from pretrain.utils.errors import USER_ERROR_EXIT_CODE, LoracError
 
 __all__ = ["INTERRUPTED_EXIT_CODE", "exit_on_interrupt", "exit_on_user_error"]
@@ -56,7 +57,7 @@ def exit_on_user_error(fn: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return fn(*args, **kwargs)
+            return run_quietly(fn, *args, **kwargs)  # library noise: --verbose
         except LoracError as e:
             if _is_main_process():
                 print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)

@@ -15,8 +15,9 @@ cores per GPU (per process on CPU nodes), as ``sinfo`` reports the partition's n
 loader then starts one worker per core but one (15 on a 16-cores-per-GPU node). A fixed
 ``NUM_WORKERS`` asks for ``NUM_WORKERS + 1``.
 
-Submission problems (impossible requests, a partition SLURM refuses) raise :class:`SubmitError`,
-whose message is one line.
+Submission problems (impossible requests, a partition SLURM refuses, a pretraining job whose
+folder holds a job still queued or running: two jobs would train into one OUTPUT_DIR) raise
+:class:`SubmitError`, whose message is one line.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "JobRequest",
     "SubmitError",
     "build_job",
+    "check_no_live_job",
     "check_pretrain_data",
     "dry_run_text",
     "node_cpus_per_task",
@@ -336,6 +338,39 @@ def check_pretrain_data(req: JobRequest) -> None:
     check_data(resolve_pretrain_config(req)[0])
 
 
+# submitit's job folders: <folder>/<job id> (%j), <job id>_<task> for arrays
+_JOB_FOLDER = re.compile(r"(\d+)(?:_\d+)?")
+
+
+def _queued_jobs(job_ids: list[str]) -> dict[str, str]:
+    """``{job id: state}`` of the jobs of ``job_ids`` that SLURM still holds (queued, running,
+    suspended...); a job that ended is not listed by ``squeue``. Empty where squeue cannot say."""
+    cmd = ["squeue", "--noheader", "--format=%i|%T", f"--jobs={','.join(job_ids)}"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    rows = (line.strip().split("|") for line in out.splitlines())
+    return {row[0]: row[1] for row in rows if len(row) == 2 and row[0] in job_ids}
+
+
+def check_no_live_job(req: JobRequest, folder: str) -> None:
+    """Refuse a pretraining job whose submitit ``folder`` (by default OUTPUT_DIR/submitit) holds
+    a job SLURM still queues or runs: the two would train into one OUTPUT_DIR. A job that ended
+    leaves its folder and is no obstacle (the next one resumes from its checkpoint)."""
+    if req.entry != "pretrain" or not os.path.isdir(folder):
+        return
+    ids = sorted({m.group(1) for f in os.listdir(folder) if (m := _JOB_FOLDER.fullmatch(f))})
+    live = _queued_jobs(ids) if ids else {}
+    if live:
+        job, state = sorted(live.items())[-1]
+        raise SubmitError(
+            f"{folder} holds job {job}, still {state.lower()}: a second job would train into the "
+            f"same OUTPUT_DIR; wait for it to end, cancel it (scancel {job}), or choose another "
+            "OUTPUT_DIR"
+        )
+
+
 def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     """Submit the job (SLURM) or start it on this machine (``local``); returns submitit's Job."""
     req.check(local)
@@ -343,6 +378,8 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     if local:
         _check_local_gpus(req)
     check_pretrain_data(req)
+    if not local:
+        check_no_live_job(req, built.folder)
     # submitit creates it (a pretraining job's default: OUTPUT_DIR/submitit)
     check_output_dir(built.folder, "--job-dir" if req.job_dir else "the job folder", SubmitError)
     folder = os.path.join(built.folder, "%j")

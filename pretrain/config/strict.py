@@ -9,7 +9,8 @@ This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`
 :class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (following the
 ``_BASE_`` chain), the key and, when the file holds it, the value; an unknown key is followed by
 the closest known one (``did you mean SOLVER.BASE_LR?``); a YAML syntax error names the file,
-line and column. One relaxation of yacs's types, as detectron2 users expect: an integer
+line and column; a number YAML reads as text (``inf``) is followed by its YAML spelling
+(``.inf``). One relaxation of yacs's types, as detectron2 users expect: an integer
 where the default is a float (``SOLVER.BASE_LR 1``) is taken as that float; never the reverse.
 """
 
@@ -60,6 +61,19 @@ def _unknown_key(msg: str, cfg: CfgNode) -> str:
     known = {k.upper(): k for k in _dotted_keys(cfg)}
     close = difflib.get_close_matches(key.upper(), known, n=1, cutoff=0.8)
     return msg + (f"; did you mean {known[close[0]]}?" if close else "")
+
+
+def _yaml_float_hint(value: object) -> str:
+    """What to write instead of a YAML string that was meant as an infinite or NaN number: YAML
+    reads ``inf`` as text and spells the numbers ``.inf``, ``-.inf`` and ``.nan``."""
+    if not isinstance(value, str):
+        return ""
+    word = value.strip().lower()
+    sign = "-" if word.startswith("-") else ""
+    spelt = {"inf": ".inf", "infinity": ".inf", "nan": ".nan"}.get(word.lstrip("+-"))
+    if spelt is None:
+        return ""
+    return f"; YAML spells {'NaN' if spelt == '.nan' else 'infinity'} {sign}{spelt}, not {value}"
 
 
 def _one_line(e: BaseException) -> str:
@@ -216,7 +230,9 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
             where, value = _where(path, m.group(1)) if m else (path, _MISSING)
             if value is not _MISSING and "Type mismatch" not in msg:  # that one shows the value
                 msg += f" (value {value!r})"
-            raise ConfigError(f"{where}: {_unknown_key(msg, cfg)}") from None
+            raise ConfigError(
+                f"{where}: {_unknown_key(msg, cfg)}{_yaml_float_hint(value)}"
+            ) from None
     if opts:
         check_override_pairs(opts)
         try:

@@ -6,11 +6,16 @@ leaves the previous checkpoint loadable and the pointer valid. The files get the
 plain ``open(path, "w")`` would give (``0o666`` less the umask), not ``mkstemp``'s private
 ``0o600``: on a shared file system other users must be able to read ``model_final.pth``. Loads
 use ``torch.load(weights_only=True)``; everything in a checkpoint besides tensors is plain types.
+
+A checkpoint that cannot be read (truncated by a full disk or a cut-off copy, or missing) is a
+user error, one line naming the file and how to go on: :func:`check_last_checkpoint` finds it
+before a resumed run writes anything, and a load that fails all the same says the same.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -18,8 +23,42 @@ from fvcore.common.checkpoint import Checkpointer
 
 from pretrain.utils.atomic_io import atomic_replace, atomic_write_bytes
 from pretrain.utils.checkpoint_fit import StrictShapes
+from pretrain.utils.errors import CheckpointError
+from pretrain.utils.torch_files import incomplete_torch_file
 
-__all__ = ["AtomicCheckpointer"]
+__all__ = ["AtomicCheckpointer", "check_last_checkpoint"]
+
+LAST_CHECKPOINT = "last_checkpoint"  # fvcore's pointer file: the name of the checkpoint to resume
+
+
+def _what_to_do(directory: str, unreadable: str) -> str:
+    """How to go on from an unreadable checkpoint of the run in ``directory``."""
+    others = sorted(
+        f for f in os.listdir(directory) if f.endswith(".pth") and f != os.path.basename(unreadable)
+    )
+    earlier = f" (there: {', '.join(others)})" if others else ""
+    pointer = os.path.join(directory, LAST_CHECKPOINT)
+    return (
+        f"to resume from an earlier checkpoint, write its file name into {pointer}{earlier}; to "
+        "start afresh, choose another OUTPUT_DIR"
+    )
+
+
+def check_last_checkpoint(directory: str) -> None:
+    """Raise :class:`CheckpointError` when ``directory/last_checkpoint`` names a checkpoint that
+    is missing or incomplete (:func:`~pretrain.utils.torch_files.incomplete_torch_file`); reads
+    the pointer and the file's ends only."""
+    pointer = os.path.join(directory, LAST_CHECKPOINT)
+    if not os.path.isfile(pointer):
+        return
+    with open(pointer) as f:
+        path = os.path.join(directory, f.read().strip())
+    problem = "is missing" if not os.path.isfile(path) else incomplete_torch_file(path)
+    if problem:
+        problem = problem if problem == "is missing" else f"is {problem}"
+        raise CheckpointError(
+            f"{path}, the checkpoint {pointer} names, {problem}: {_what_to_do(directory, path)}"
+        )
 
 
 class AtomicCheckpointer(StrictShapes, Checkpointer):
@@ -55,4 +94,11 @@ class AtomicCheckpointer(StrictShapes, Checkpointer):
         )
 
     def _load_file(self, f: str) -> dict[str, Any]:  # fvcore's documented override point
-        return torch.load(f, map_location=torch.device("cpu"), weights_only=True)
+        try:
+            return torch.load(f, map_location=torch.device("cpu"), weights_only=True)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:  # unreadable
+            why = incomplete_torch_file(f) or " ".join(str(e).split())[:200]
+            raise CheckpointError(
+                f"{f}: not a readable checkpoint ({why}): "
+                f"{_what_to_do(os.path.dirname(f) or '.', f)}"
+            ) from None

@@ -14,6 +14,7 @@ from fvcore.common.config import CfgNode
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.config.resume import check_resume_config
 from pretrain.data.datasets import FASHION_MNIST, read_class_list
+from pretrain.engine.checkpoint import check_last_checkpoint
 from pretrain.evaluation.knn_monitor import check_knn_root
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
 from pretrain.utils.distributed import maybe_init_distributed
@@ -24,6 +25,8 @@ from pretrain.utils.run_setup import setup_run
 
 __all__ = [
     "argument_parser",
+    "begin_run",
+    "checked_config",
     "check_class_folders",
     "check_cpu_bfloat16",
     "check_data",
@@ -51,13 +54,16 @@ tools/knn_eval.py or tools/linear_probe.py.
 """
 
 
-def argument_parser(description: str) -> argparse.ArgumentParser:
+def argument_parser(
+    description: str, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+) -> argparse.ArgumentParser:
     """detectron2's launch options (--config-file, --num-gpus, --num-machines, --machine-rank,
     --dist-url with its default) and trailing KEY VALUE overrides; not its --resume (a run
     always resumes from OUTPUT_DIR/last_checkpoint) nor --eval-only (pretraining has nothing to
-    evaluate alone), which argparse refuses as unrecognised arguments."""
+    evaluate alone), which argparse refuses as unrecognised arguments. ``parser_class``: the
+    command line's is :class:`pretrain.cli.arguments.ToolParser` (one-line errors)."""
     d2 = default_argument_parser()
-    p = argparse.ArgumentParser(
+    p = parser_class(
         description=description,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -183,15 +189,24 @@ def check_cpu_bfloat16(cfg: CfgNode) -> None:
         )
 
 
-def setup(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
-    """Load and validate the config, refuse CUDA where none is visible, join the process group,
-    hold OUTPUT_DIR (main process), set up logs and seeds. ``resume_with_changes``: a resume may
-    change the keys of :data:`pretrain.config.resume.RESUME_WITH_CHANGES`."""
+def checked_config(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
+    """The validated config of ``args`` after every check of a run that only reads: OUTPUT_DIR
+    writable, a resume's config and checkpoint (``resume_with_changes``: a resume may change the
+    keys of :data:`pretrain.config.resume.RESUME_WITH_CHANGES`), the device, the data's folders.
+    Nothing is written, so a mistake leaves nothing a corrected command must clear."""
     cfg = load_args_config(args)
     check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
-    check_resume_config(cfg, resume_with_changes)  # before the first line goes to log.txt
+    check_resume_config(cfg, resume_with_changes)
+    check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated one, before a resume writes anything
     check_device(cfg.MODEL.DEVICE)
+    check_cpu_bfloat16(cfg)
     check_data(cfg)
+    return cfg
+
+
+def begin_run(cfg: CfgNode, args: argparse.Namespace) -> None:
+    """The first writes of a run of ``cfg``, checked already (:func:`checked_config`): join the
+    process group, hold OUTPUT_DIR (main process), set up logs and seeds."""
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE, timeout_min=cfg.DIST.TIMEOUT_MINUTES)
     if comm.is_main_process():
@@ -202,4 +217,10 @@ def setup(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNod
     # logging, seeds, cudnn; PretrainTrainer dumps config.yaml and env.txt (once per run: it also
     # runs without this setup, in the demo and the study)
     setup_run(cfg, args, dump=False)
+
+
+def setup(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
+    """:func:`checked_config`, then :func:`begin_run`: the config of a run ready to train."""
+    cfg = checked_config(args, resume_with_changes)
+    begin_run(cfg, args)
     return cfg

@@ -14,12 +14,23 @@ from collections.abc import Sequence
 
 from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
+from torch.utils.data import Dataset
 
-from pretrain.engine.trainer import PretrainTrainer
+from pretrain.data.datasets import build_source
+from pretrain.engine.trainer import PretrainTrainer, schedule_lengths
 
-__all__ = ["run_pretraining"]
+__all__ = ["run_pretraining", "train_source"]
 
 logger = logging.getLogger(__name__)
+
+
+def train_source(cfg: CfgNode) -> Dataset:
+    """The images ``cfg`` trains on, scanned (once: ImageNet has 1.28M files) and checked
+    against the schedule (a batch larger than the dataset is refused); reads only. A set-up
+    that writes (a lock, a log) scans first and passes the result to :func:`run_pretraining`."""
+    source = build_source(cfg, "train")
+    schedule_lengths(cfg, len(source))
+    return source
 
 
 def run_pretraining(
@@ -27,16 +38,18 @@ def run_pretraining(
     extra_hooks: Sequence[HookBase] = (),
     stop_on_interrupt: bool = False,
     resume_with_changes: bool = False,
+    source: Dataset | None = None,
 ) -> PretrainTrainer:
     """Build the trainer of ``cfg`` (and ``extra_hooks``; ``stop_on_interrupt``: Ctrl-C saves a
     checkpoint and stops, as SIGTERM does), resume from
     ``OUTPUT_DIR/last_checkpoint`` when there is one, and train the iterations left; a run whose
     last checkpoint is final is not trained again. ``resume_with_changes``: the resume may change
     the learning rate or the schedule's length (``--resume-with-changes``,
-    :mod:`pretrain.engine.config_changes`). Returns the trainer: ``start_iter`` (where
-    this call started), ``max_iter``, and ``train_seconds`` (the time spent in ``train()``,
-    0.0 when nothing was left)."""
-    trainer = PretrainTrainer(cfg, stop_on_interrupt, resume_with_changes)
+    :mod:`pretrain.engine.config_changes`). ``source``: the :func:`train_source` of ``cfg``
+    when the caller has it (else the trainer scans the data). Returns the trainer:
+    ``start_iter`` (where this call started), ``max_iter``, and ``train_seconds`` (the time
+    spent in ``train()``, 0.0 when nothing was left)."""
+    trainer = PretrainTrainer(cfg, stop_on_interrupt, resume_with_changes, source)
     trainer.register_hooks(list(extra_hooks))
     trainer.resume()
     if trainer.start_iter >= trainer.max_iter:

@@ -11,7 +11,10 @@ Results tables (one row per model, :func:`update_table`) are a CSV file with a M
 running a tool again for another model adds a row, for the same model updates its row. A row
 keyed by its model (:class:`RowOwner`: a ``weights sha256`` cell) is never updated with another
 model's results: a row of the same name holding other weights, or written before rows were keyed,
-is a :class:`RowClashError` (nothing written) unless the caller asks to replace it.
+is a :class:`RowClashError` (nothing written) unless the caller asks to replace it. A figure
+is keyed by the data it was computed on too (``sources``: column -> dataset, root, split,
+protocol; kept as JSON in the CSV's :data:`SOURCES_COLUMN`): a cell holding a figure of other
+data, or of data it does not record, is never overwritten, it is the same error.
 
 No torch here: ``tools/collect_detection_results.py`` writes tables without importing it.
 """
@@ -19,6 +22,7 @@ No torch here: ``tools/collect_detection_results.py`` writes tables without impo
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -31,11 +35,13 @@ from pretrain.utils.errors import ResultsError
 __all__ = [
     "METHOD_COLUMN",
     "MISSING",
+    "SOURCES_COLUMN",
     "WEIGHTS_COLUMN",
     "CsvTable",
     "RowClashError",
     "RowOwner",
     "check_row",
+    "data_source",
     "markdown_table",
     "parse_number",
     "read_csv",
@@ -53,6 +59,9 @@ Row = Mapping[str, object] | Sequence[object]
 # config names and a short hash of the weights evaluated, which keys the row.
 METHOD_COLUMN = "config method"
 WEIGHTS_COLUMN = "weights sha256"
+# The CSV cell (not shown in the Markdown twin) that says what data each figure of a results row
+# was computed on: a JSON object, column -> source.
+SOURCES_COLUMN = "computed on"
 CLASH_HINT = "name this model's row differently, or replace that row"
 _SEPARATOR = {"left": ":---", "right": "---:", "center": ":---:", None: "---"}
 
@@ -216,26 +225,59 @@ class RowOwner:
         return out
 
 
+def _sources(path: str, row: Mapping[str, str]) -> dict[str, str]:
+    """The row's :data:`SOURCES_COLUMN`: column -> what its figure was computed on."""
+    text = row.get(SOURCES_COLUMN, "")
+    try:
+        held = json.loads(text) if text else {}
+    except ValueError:
+        held = None
+    if not isinstance(held, dict) or not all(isinstance(v, str) for v in held.values()):
+        raise ResultsError(f"{path}: {SOURCES_COLUMN!r} cell {text!r} is not a JSON object")
+    return held
+
+
 def _clash(
-    path: str, key: str, rows: Sequence[Mapping[str, str]], new: Mapping[str, object], hint: str
+    path: str,
+    key: str,
+    rows: Sequence[Mapping[str, str]],
+    new: Mapping[str, object],
+    hint: str,
+    sources: Mapping[str, str],
 ) -> tuple[int, RowClashError | None]:
     """The index of ``new``'s row among ``rows`` (-1: none) and, when that row may hold another
-    model's results, the error saying so."""
+    model's results or a figure of other data in a column of ``sources``, the error saying so."""
     name, mine = str(new[key]), str(new.get(WEIGHTS_COLUMN) or "")
     for i, r in enumerate(rows):
         if r.get(key) != name:
             continue
         theirs = r.get(WEIGHTS_COLUMN, "")
-        if not mine or theirs == mine:
-            return i, None
-        held = (
-            f"holds another model's results ({WEIGHTS_COLUMN} {theirs}, this model's {mine})"
-            if theirs
-            else f"was written without a {WEIGHTS_COLUMN} and may hold another model's results "
-            f"(this model's is {mine})"
-        )
-        return i, RowClashError(f"{path}: row {name!r} {held}; {hint}")
+        if mine and theirs != mine:
+            held = (
+                f"holds another model's results ({WEIGHTS_COLUMN} {theirs}, this model's {mine})"
+                if theirs
+                else f"was written without a {WEIGHTS_COLUMN} and may hold another model's "
+                f"results (this model's is {mine})"
+            )
+            return i, RowClashError(f"{path}: row {name!r} {held}; {hint}")
+        held_on = _sources(path, r)
+        for column, source in sources.items():
+            if r.get(column, "") and held_on.get(column) != source:
+                was = held_on.get(column, "data it does not record")
+                return i, RowClashError(
+                    f"{path}: row {name!r} holds {column!r} {r[column]} computed on {was}, this "
+                    f"run's is computed on {source}; {hint}"
+                )
+        return i, None
     return -1, None
+
+
+def data_source(dataset: str, root: str, class_list: str = "", *details: str) -> str:
+    """What a results figure was computed on (a value of ``sources``): the dataset, its absolute
+    root, its class list and the ``details`` that make it another figure (split file,
+    protocol); empty ones left out."""
+    classes = f"classes {os.path.abspath(class_list)}" if class_list else ""
+    return " ".join(d for d in (dataset, os.path.abspath(root), classes, *details) if d)
 
 
 def check_row(
@@ -245,13 +287,14 @@ def check_row(
     *,
     replace: bool = False,
     hint: str = CLASH_HINT,
+    sources: Mapping[str, str] | None = None,
 ) -> None:
     """Raise :class:`RowClashError` if :func:`update_table` would refuse ``row`` (named by its
-    ``key`` column) in ``csv_path``: run before the work whose results go there. A table that
-    cannot be read raises :class:`ResultsError` here too."""
+    ``key`` column) with figures of ``sources`` in ``csv_path``: run before the work whose
+    results go there. A table that cannot be read raises :class:`ResultsError` here too."""
     if replace or not os.path.isfile(csv_path):
         return
-    _, error = _clash(csv_path, key, read_csv(csv_path).rows, row, hint)
+    _, error = _clash(csv_path, key, read_csv(csv_path).rows, row, hint, sources or {})
     if error:
         raise error
 
@@ -264,6 +307,7 @@ def update_table(
     *,
     replace: bool = False,
     hint: str = CLASH_HINT,
+    sources: Mapping[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """Merge ``row`` into the row of ``csv_path`` with the same first-column value (or append
     it), rewrite the CSV and its Markdown twin ``<same name>.md`` (first column left-aligned,
@@ -272,7 +316,9 @@ def update_table(
 
     A row with a :data:`WEIGHTS_COLUMN` cell is keyed by it: a row of that name holding another
     hash, or none, raises :class:`RowClashError` (``hint`` says how to resolve it) and nothing is
-    written; with ``replace`` that row is replaced, none of its cells kept."""
+    written; so does a column of ``sources`` (column -> the data its figure was computed on)
+    whose cell holds a figure of other data. With ``replace`` that row is replaced, none of its
+    cells kept. The sources are kept in the CSV only (:data:`SOURCES_COLUMN`, last)."""
     key = columns[0]
     if key not in row:
         raise ValueError(f"row needs the key column {key!r}")
@@ -282,18 +328,28 @@ def update_table(
     cols += [c for c in old.columns if c not in cols]
     cols += [c for c in row if c not in cols]
     new = {k: "" if v is None else str(v) for k, v in row.items()}
-    index, clash = _clash(csv_path, key, rows, new, hint)
+    sources = dict(sources or {})
+    index, clash = _clash(csv_path, key, rows, new, hint, sources)
     if clash and not replace:
         raise clash
     if index < 0:
         rows.append(new)
+        index = len(rows) - 1
     elif clash:
         rows[index] = new
     else:
+        held = _sources(csv_path, rows[index])
         rows[index].update({k: v for k, v in new.items() if v != ""})
+        sources = held | sources
+    if sources:
+        rows[index][SOURCES_COLUMN] = json.dumps(sources, ensure_ascii=False)
+    cols = [c for c in cols if c != SOURCES_COLUMN]
+    md_cols = list(cols)
+    if any(r.get(SOURCES_COLUMN) for r in rows):
+        cols.append(SOURCES_COLUMN)
     rows = [{c: r.get(c, "") for c in cols} for r in rows]  # every column in every row
     write_csv(csv_path, cols, rows)
-    aligns = ["left"] + ["right"] * (len(cols) - 1)
+    aligns = ["left"] + ["right"] * (len(md_cols) - 1)
     md_path = os.path.splitext(csv_path)[0] + ".md"
-    write_markdown(md_path, cols, rows, title=title, align=aligns, missing="-")
+    write_markdown(md_path, md_cols, rows, title=title, align=aligns, missing="-")
     return rows

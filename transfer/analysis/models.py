@@ -20,6 +20,8 @@ from pretrain.checkpoint.provenance import run_label
 from pretrain.checkpoint.reader import load_checkpoint_file
 from pretrain.config.defaults import load_config
 from transfer.analysis import AnalysisError
+from transfer.analysis.runs import prior_never_on
+from transfer.metrics_json import read_metrics_json
 
 __all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
 
@@ -31,6 +33,7 @@ class PretrainedModel:
     config_path: str
     cfg: CfgNode  # the run's frozen CfgNode (MODEL.DEVICE set to the analysis device)
     model: torch.nn.Module
+    prior_never_on: bool = False  # these weights trained with beta = inf throughout
 
     @property
     def beta(self) -> float:
@@ -107,4 +110,21 @@ def load_pretrained(path: str, label: str = "", device: str = "cpu") -> Pretrain
             f"{ckpt_path}: weights do not fit the model of {config_path}: {why[:400]}"
         ) from None
     model.eval()
-    return PretrainedModel(label or default_label(path), ckpt_path, config_path, cfg, model)
+    never_on = prior_never_on(cfg, _logged_betas(config_path, obj.get("iteration")))
+    return PretrainedModel(
+        label or default_label(path), ckpt_path, config_path, cfg, model, never_on
+    )
+
+
+def _logged_betas(config_path: str, iteration: object) -> list[float]:
+    """The betas the run beside ``config_path`` logged (its ``metrics.json``) up to the
+    checkpoint's ``iteration`` (all when the checkpoint does not say); [] without a log."""
+    metrics = os.path.join(os.path.dirname(config_path), "metrics.json")
+    if not os.path.isfile(metrics):
+        return []
+    last = iteration if isinstance(iteration, int) else math.inf
+    return [
+        float(r["beta"])
+        for r in read_metrics_json(metrics)
+        if isinstance(r.get("beta"), (int, float)) and r["iteration"] <= last
+    ]

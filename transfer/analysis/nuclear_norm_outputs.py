@@ -11,13 +11,13 @@ Outputs in ``out_dir`` (every PNG has a CSV with the same stem holding exactly t
 from __future__ import annotations
 
 import gc
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from pretrain.data.loader import resolve_num_workers
 from pretrain.data.splits import evenly_spaced
 from pretrain.evaluation.knn import KNN_K
 from pretrain.utils.tables import write_csv
@@ -53,7 +53,7 @@ class AnalysisOptions:
     class_list: str = ""
     seed: int = 0
     batch_images: int = 8
-    num_workers: int = 0
+    num_workers: int = 0  # -1: one per core of this process less one
     device: str = "cpu"
     accuracy_csv: str = ""
     knn_train: int = 0
@@ -67,6 +67,7 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
         raise AnalysisError(f"--labels gives {len(opt.labels)} names for {len(paths)} models")
     if opt.views < 2:
         raise AnalysisError(f"--views {opt.views}: need at least 2 views per image")
+    workers = resolve_num_workers(opt.num_workers, name="--num-workers")  # -1: fit to the cores
     accuracy = read_accuracy_csv(opt.accuracy_csv) if opt.accuracy_csv else {}
     test = open_split(opt.dataset, opt.data_root, "test", opt.class_list)
     indices = evenly_spaced(len(test), opt.max_images)
@@ -89,11 +90,12 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
             color,
             seed=opt.seed,
             batch_images=opt.batch_images,
-            num_workers=opt.num_workers,
+            num_workers=workers,
             device=opt.device,
             desc=f"[{n + 1}/{len(paths)}] {m.label}",
         )
         stats = ModelStats(m.label, m.checkpoint, m.prior, m.beta, indices, classes, values)
+        stats.prior_never_on = m.prior_never_on  # its beta column and figure place say so
         if train is not None:
             stats.top1 = knn_top1(
                 m.model.backbone_features,
@@ -103,7 +105,7 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
                 crop_fraction=1.0 if opt.dataset == "fashion-mnist" else 0.875,
                 device=opt.device,
                 k=opt.knn_k,
-                num_workers=opt.num_workers,
+                num_workers=workers,
             )
             stats.top1_source = f"kNN k={opt.knn_k} ({len(train_idx)} train images)"
         elif accuracy:
@@ -141,7 +143,7 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
     rows = [
         {
             "model": r.label,
-            "beta": _beta(r.beta),
+            "beta": r.beta_text,
             "image_index": i,
             "class": c,
             "nuclear_norm": f"{v:.6f}",
@@ -158,7 +160,10 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
     summary = [summary_row(r) for r in results]
     write_csv(path("beta", "csv"), list(summary[0]), summary)
     n = plots.plot_vs_beta(
-        [plots.Point(r.label, r.beta, float(r.values.mean()), r.beta) for r in results],
+        [
+            plots.Point(_name(r), r.trained_beta, float(r.values.mean()), r.trained_beta)
+            for r in results
+        ],
         path("beta", "png"),
         ylabel=f"mean {plots.NUC} ({views} views)",
         title="Nuclear norm on test images vs \u03b2 (paper Fig. 3b)",
@@ -170,7 +175,7 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
         acc_rows = [
             {
                 "model": r.label,
-                "beta": _beta(r.beta),
+                "beta": r.beta_text,
                 "mean_nuclear_norm": f"{r.values.mean():.4f}",
                 "top1": f"{r.top1:.2f}",
                 "accuracy_source": r.top1_source,
@@ -179,7 +184,10 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
         ]
         write_csv(path("accuracy", "csv"), list(acc_rows[0]), acc_rows)
         n = plots.plot_accuracy_vs_nuclear(
-            [plots.Point(r.label, float(r.values.mean()), r.top1, r.beta) for r in with_acc],
+            [
+                plots.Point(_name(r), float(r.values.mean()), r.top1, r.trained_beta)
+                for r in with_acc
+            ],
             path("accuracy", "png"),
             ylabel="top-1 accuracy (%)",
             title="Accuracy vs nuclear norm (paper Fig. 3c)",
@@ -192,5 +200,6 @@ def write_outputs(results: Sequence[ModelStats], out_dir: str, views: int) -> di
     return written
 
 
-def _beta(beta: float) -> str:
-    return "inf" if math.isinf(beta) else f"{beta:g}"
+def _name(r: ModelStats) -> str:
+    """A model's label in a figure, marked when its prior never turned on (drawn at inf)."""
+    return f"{r.label} (prior never on)" if r.prior_never_on else r.label

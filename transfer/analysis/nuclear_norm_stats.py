@@ -42,6 +42,7 @@ from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
 from pretrain.utils.tables import read_csv
 from transfer.analysis import AnalysisError
+from transfer.analysis.runs import beta_label
 from transfer.classification.transforms import eval_transform
 
 __all__ = [
@@ -67,6 +68,16 @@ class ModelStats:
     values: np.ndarray  # (n_images,) float64
     top1: float | None = None
     top1_source: str = ""
+    prior_never_on: bool = False  # trained with beta = inf throughout: shown as such
+
+    @property
+    def trained_beta(self) -> float:
+        """The beta these weights trained with: inf when the prior never turned on."""
+        return math.inf if self.prior_never_on else self.beta
+
+    @property
+    def beta_text(self) -> str:
+        return beta_label(self.beta, self.prior_never_on)
 
 
 def open_split(
@@ -238,7 +249,7 @@ def summary_row(s: ModelStats) -> dict[str, object]:
     return {
         "model": s.label,
         "prior": s.prior,
-        "beta": "inf" if math.isinf(s.beta) else f"{s.beta:g}",
+        "beta": s.beta_text,
         "images": len(v),
         "mean_nuclear_norm": f"{v.mean():.4f}",
         "std_nuclear_norm": f"{v.std():.4f}",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pretrain.utils.tables import CsvTable
 from transfer.analysis.paper_tables import PaperTable, normalize_name
 from transfer.analysis.results import FoundRow
-from transfer.analysis.runs import RunData
+from transfer.analysis.runs import RunData, beta_label
 
 __all__ = ["Table", "compare_table", "csv_table", "runs_table"]
 
@@ -138,7 +138,9 @@ def runs_table(runs: Sequence[RunData]) -> Table:
             [
                 r.label,
                 r.cfg("LOSS.PRIOR", ""),
-                _num(r.beta, 2),
+                beta_label(r.beta, True)
+                if r.beta is not None and r.prior_never_on
+                else _num(r.beta, 2),
                 r.cfg("MODEL.ARCH", ""),
                 "" if last_iter is None else str(last_iter),
                 _num(r.last("total_loss")),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,15 @@ import yaml
 from transfer.analysis import AnalysisError
 from transfer.metrics_json import read_metrics_json
 
-__all__ = ["CURVES", "Curve", "RunData", "load_run", "parse_run_spec"]
+__all__ = [
+    "CURVES",
+    "Curve",
+    "RunData",
+    "beta_label",
+    "load_run",
+    "parse_run_spec",
+    "prior_never_on",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,33 @@ CURVES = (
     Curve("beta", "Prior beta", "beta"),
     Curve("images_per_sec", "Throughput", "images / s"),
 )
+
+
+def prior_never_on(config: Mapping, betas: Sequence[float] = ()) -> bool:
+    """Whether a pretraining run with a prior trained with beta = inf throughout, MoCo-M in all
+    but name: its ``LOSS.BETA`` is inf, every beta it logged (``betas``) is inf, or, with none
+    logged, its ``SOLVER.EPOCHS`` end by ``LOSS.BETA_INF_EPOCHS`` (``SOLVER.MAX_ITER`` 0). False
+    for ``LOSS.PRIOR`` none (MoCo-M itself) or a config that does not say."""
+    loss, solver = config.get("LOSS") or {}, config.get("SOLVER") or {}
+    if loss.get("PRIOR") in (None, "none"):
+        return False
+    try:
+        beta = float(loss.get("BETA", 0.0))
+    except (TypeError, ValueError):  # not a number: RunData.beta names it
+        beta = 0.0
+    if math.isinf(beta):
+        return True
+    if betas:
+        return all(math.isinf(b) for b in betas)
+    epochs = float(solver.get("EPOCHS") or math.inf)
+    return not solver.get("MAX_ITER") and float(loss.get("BETA_INF_EPOCHS") or 0.0) >= epochs
+
+
+def beta_label(beta: float, never_on: bool) -> str:
+    """A run's beta as the tables show it (``inf``: no prior); for a prior that never turned on,
+    the beta it trained with (inf), then the one it was configured with."""
+    text = "inf" if math.isinf(beta) else f"{beta:g}"
+    return f"inf (prior never on; LOSS.BETA {text})" if never_on else text
 
 
 @dataclass
@@ -81,6 +117,11 @@ class RunData:
             return float(beta) if beta is not None else None
         except (TypeError, ValueError):
             raise AnalysisError(f"{self.directory}/config.yaml: LOSS.BETA {beta!r}") from None
+
+    @property
+    def prior_never_on(self) -> bool:
+        """:func:`prior_never_on` of this run's config and logged betas."""
+        return prior_never_on(self.config, self.series("beta")[1])
 
 
 def parse_run_spec(spec: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from transfer.analysis.report_tables import Table
 from transfer.analysis.study_setup import StudyOptions
 from transfer.analysis.study_stats import (
     METRICS,
+    NEVER_ON,
     MethodSummary,
     PairedDifference,
     mean_std,
@@ -73,10 +74,22 @@ def comparison(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> Compari
         text = [PAPER_SHAPES[opt.sweep], *([sentence] if sentence else [])]
     else:
         table = paired_table(summaries)
-        text = [
-            t for t in (paired_verdict(summaries), verdict(summaries), paper_main_comparison()) if t
-        ]
+        pair = _lorac_and_mocom(summaries)
+        if pair and pair[0].never_on:
+            found = [_SAME_OBJECTIVE]
+        else:
+            found = [paired_verdict(summaries), verdict(summaries)]
+        text = [t for t in (*found, paper_main_comparison()) if t]
     return Comparison(TITLES[opt.sweep], text, table)
+
+
+_SAME_OBJECTIVE = (
+    f"LORAC's prior never turned on ({NEVER_ON}): LORAC and MoCo-M trained the same objective, "
+    "so this study draws no LORAC vs MoCo-M conclusion."
+)
+_ONE_SEED = (
+    "one seed (no seed spread, no interval), so no peak, trend or gap is read from these numbers"
+)
 
 
 def _lorac_and_mocom(summaries: Sequence[MethodSummary]) -> tuple[MethodSummary, ...]:
@@ -227,28 +240,69 @@ def _sweep(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[Table
 
 def _beta_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:
     """Per β: the means and LORAC - MoCo-M's paired kNN; the sentence on the peak, the test
-    ‖Q̂‖∗'s trend and the collapse at the lowest β."""
+    ‖Q̂‖∗'s trend and the collapse at the lowest β, from the runs whose prior turned on."""
     mocom = by.get("mocom")
     rows: list[dict] = []
     found = []  # (beta, kNN mean, ‖Q̂‖∗ mean, paired kNN difference)
+    never = []  # the betas whose LORAC runs never turned their prior on
     for key in opt.methods:
         if key not in by:
             continue
         s, x = by[key], opt.method_table[key].x
-        row = {"β": "∞ (MoCo-M)" if x == math.inf else f"{x:g}", "seeds": len(s.seeds)}
+        beta = "∞ (MoCo-M)" if x == math.inf else f"{x:g}"
+        if s.never_on:
+            beta = f"∞ (prior never on; set {x:g})"
+        row = {"β": beta, "seeds": len(s.seeds)}
         row.update({METRICS[k][0]: mean_std(s, k) for k in METRICS})
         if mocom is not None and key != "mocom":
             d = paired_difference(s, mocom, "knn_top1")
             row["kNN − MoCo-M [95 % CI]"] = d.interval()
-            found.append((x, s.mean("knn_top1"), s.mean("nuclear_mean"), d))
+            if s.never_on:
+                never.append(f"{x:g}")
+            else:
+                found.append((x, s.mean("knn_top1"), s.mean("nuclear_mean"), d))
         rows.append(row)
-    return rows, _beta_sentence(found) if found else ""
+    at = ", ".join(never)
+    if found:
+        left_out = f" LORAC at β = {at} is left out: {NEVER_ON}." if never else ""
+        return rows, _beta_sentence(found) + left_out
+    if never:
+        nothing = f"no LORAC run turned its prior on ({NEVER_ON} at β = {at})"
+        return rows, f"Here: {nothing}, so the sweep says nothing about β."
+    return rows, ""
+
+
+def _ties(values: Sequence[tuple[float, float]], digits: int) -> list[float]:
+    """The x of the values that tie (equal at the ``digits`` shown) with another one."""
+    shown = [round(v, digits) for _, v in values]
+    return [x for (x, _), v in zip(values, shown, strict=True) if shown.count(v) > 1]
 
 
 def _beta_sentence(found: Sequence[tuple[float, float, float, PairedDifference]]) -> str:
-    best = max(found, key=lambda f: f[1])
+    """What the sweep shows beside the paper's Fig. 3, from means as shown on the page: no peak
+    from tied means, no trend from tied norms, nothing at all from one seed."""
+    if any(math.isnan(f[3].low) for f in found):
+        return f"Here: {_ONE_SEED}."
     ordered = sorted(found, key=lambda f: f[0])
-    nuc_up = all(a[2] <= b[2] for a, b in zip(ordered, ordered[1:], strict=False))
+    knn, digits = [(f[0], f[1]) for f in ordered], METRICS["knn_top1"][1]
+    top = max(round(v, digits) for _, v in knn)
+    peaks = [x for x, v in knn if round(v, digits) == top]
+    if len(peaks) == 1:
+        peak = (
+            f"kNN is highest at β = {peaks[0]:g} ({top:.{digits}f} %; the paper's peak is at β = 2)"
+        )
+    else:
+        at = ", ".join(f"{x:g}" for x in peaks)
+        peak = f"kNN ties at its top ({top:.{digits}f} %) at β = {at}, so no peak is read"
+    nuc, nuc_digits = [(f[0], f[2]) for f in ordered], METRICS["nuclear_mean"][1]
+    tied = _ties(nuc, nuc_digits)
+    if tied:
+        at = ", ".join(f"{x:g}" for x in tied)
+        trend = f"the test ‖Q̂‖∗ ties at β = {at}, so no trend is read"
+    elif all(a[1] < b[1] for a, b in zip(nuc, nuc[1:], strict=False)):
+        trend = "the test ‖Q̂‖∗ grows with β (as the paper's Fig. 3b)"
+    else:
+        trend = "the test ‖Q̂‖∗ does not grow monotonically with β (unlike the paper's Fig. 3b)"
     low = ordered[0]
     collapse = (
         f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
@@ -257,10 +311,7 @@ def _beta_sentence(found: Sequence[tuple[float, float, float, PairedDifference]]
         else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
     )
     return (
-        f"Here: kNN is highest at β = {best[0]:g} ({best[1]:.2f} %; the paper's peak is "
-        f"at β = 2); the test ‖Q̂‖∗ "
-        f"{'grows' if nuc_up else 'does not grow monotonically'} with β "
-        f"({'as' if nuc_up else 'unlike'} the paper's Fig. 3b); {collapse}; "
+        f"Here: {peak}; {trend}; {collapse}; "
         f"{spread_sentence('β', [(f[0], f[3]) for f in ordered])}."
     )
 
@@ -270,15 +321,16 @@ def _views_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[li
     kNN gap exceeds the seed spread and whether it grows with M."""
     rows: list[dict] = []
     gaps = []
+    never = []
     for x in sorted({opt.method_table[k].x for k in opt.methods}):
         lo, mo = by.get(f"lorac_M{x:g}"), by.get(f"mocom_M{x:g}")
         if lo is None or mo is None:
             continue
         d = paired_difference(lo, mo, "knn_top1")
-        gaps.append((x, d))
+        (never if lo.never_on else gaps).append((x, d))  # never: its gap is MoCo-M's to itself
         rows.append(
             {
-                "M": f"{x:g}",
+                "M": f"{x:g} (LORAC's {NEVER_ON})" if lo.never_on else f"{x:g}",
                 "seeds": len(d.seeds),
                 "LORAC kNN (%)": mean_std(lo, "knn_top1"),
                 "MoCo-M kNN (%)": mean_std(mo, "knn_top1"),
@@ -289,7 +341,14 @@ def _views_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[li
             }
         )
     if not gaps:
-        return rows, ""
+        return rows, (
+            "Here: no LORAC run turned its prior on (β = ∞ throughout), so the sweep says "
+            "nothing about M."
+            if never
+            else ""
+        )
+    if any(math.isnan(d.low) for _, d in gaps):
+        return rows, f"Here: {_ONE_SEED}."
     grows = gaps[-1][1].mean > gaps[0][1].mean
     return rows, (
         f"Here: {spread_sentence('M', gaps)}; the mean kNN gap is "

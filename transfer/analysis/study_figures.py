@@ -1,13 +1,15 @@
 """A study's figures: the per-seed values of every method and, for a sweep, the metrics against
-its x and (β sweep) kNN against the test ‖Q̂‖∗ (paper Fig. 3c), drawn by :mod:`.plots`."""
+its x and (β sweep) kNN against the test ‖Q̂‖∗ (paper Fig. 3c), drawn by :mod:`.plots`. A method
+whose prior never turned on is labelled so, never drawn as a point of LORAC's β curve."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from transfer.analysis.plots import plot_scatter_means, plot_seed_spread, plot_sweep
 from transfer.analysis.study_setup import StudyOptions
-from transfer.analysis.study_stats import METRICS, MethodSummary
+from transfer.analysis.study_stats import METRICS, NEVER_ON, MethodSummary
 
 __all__ = ["write_plots"]
 
@@ -39,11 +41,14 @@ def _sweep_curves(
 ) -> tuple[str, str]:
     keys = list(METRICS)
     curves: dict[str, dict[float, list[tuple[float, ...]]]] = {}
+    beta = opt.sweep == "beta"
     for s in summaries:
         name = "MoCo-M" if s.key.startswith("mocom") else "LORAC"
+        x = opt.method_table[s.key].x
+        if s.never_on:  # not a point of LORAC's curve: at β = ∞ (a dashed line), or apart
+            name, x = (s.label, math.inf) if beta else (f"LORAC ({NEVER_ON})", x)
         per_seed = [tuple(s.values[k][i] for k in keys) for i in range(len(s.seeds))]
-        curves.setdefault(name, {})[opt.method_table[s.key].x] = per_seed
-    beta = opt.sweep == "beta"
+        curves.setdefault(name, {})[x] = per_seed
     plot_sweep(
         curves,
         path,

@@ -27,7 +27,12 @@ from transfer.analysis.report_tables import Table
 from transfer.analysis.study_comparison import Comparison, comparison, mean_table
 from transfer.analysis.study_records import INVOCATIONS
 from transfer.analysis.study_setup import Method, StudyOptions
-from transfer.analysis.study_stats import MethodSummary, summarize
+from transfer.analysis.study_stats import (
+    MethodSummary,
+    never_on_label,
+    prior_never_on,
+    summarize,
+)
 
 __all__ = [
     "TARGETS",
@@ -102,8 +107,7 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
     (or the records, older than ``prior_on_iter``, do not say)."""
     late: dict[str, list[Mapping]] = {}
     for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
-        on = r.get("prior_on_iter")
-        if on is not None and on >= r["max_iter"]:
+        if prior_never_on(r):
             late.setdefault(r["label"], []).append(r)
     if not late:
         return []
@@ -120,10 +124,14 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
         seeds = ", ".join(str(r["seed"]) for r in runs)
         ends = sorted({r["max_iter"] for r in runs})
         ons = sorted({r["prior_on_iter"] for r in runs})
+        why = (
+            "its LOSS.BETA is ∞, which turns the prior off"
+            if math.isinf(runs[0].get("beta", 0.0))
+            else f"the prior would have turned on at iteration {', '.join(map(str, ons))}"
+        )
         lines.append(
             f"- {label} (seed{'s' if len(runs) > 1 else ''} {seeds}): training ended at "
-            f"iteration {', '.join(map(str, ends))}; the prior would have turned on at "
-            f"iteration {', '.join(map(str, ons))}."
+            f"iteration {', '.join(map(str, ends))}; {why}."
         )
     return lines
 
@@ -218,7 +226,7 @@ def seed_table(opt: StudyOptions, results: Sequence[Mapping]) -> Table:
         resumed = f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""
         table.add(
             [
-                r["label"],
+                never_on_label(r["label"], prior_never_on(r)),
                 r["seed"],
                 f"{r['knn_top1']:.2f}",
                 f"{r['linear_top1']:.2f}",

@@ -1,5 +1,6 @@
 """A study's numbers: per method the per-seed values, their mean and sample standard deviation,
-and the seed-paired difference of two methods with its Student-t 95 % interval."""
+and the seed-paired difference of two methods with its Student-t 95 % interval. A method whose
+prior never turned on (:func:`prior_never_on`) is labelled so wherever it is shown."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import numpy as np
 
 __all__ = [
     "METRICS",
+    "NEVER_ON",
     "MethodSummary",
     "PairedDifference",
     "mean_std",
+    "never_on_label",
     "paired_difference",
+    "prior_never_on",
     "summarize",
 ]
 
@@ -26,12 +30,32 @@ METRICS = {
 }
 
 
+NEVER_ON = "prior never on: β = ∞ throughout"
+
+
+def prior_never_on(record: Mapping) -> bool:
+    """Whether a study run with a prior trained with beta = inf throughout (MoCo-M in all but
+    name): its training ended at or before the iteration its prior turns on
+    (``LOSS.BETA_INF_EPOCHS``), or its beta is inf. False without a prior, and for records from
+    before ``prior_on_iter``, which do not say."""
+    on = record.get("prior_on_iter")
+    if on is None:
+        return False
+    return on >= record["max_iter"] or math.isinf(record.get("beta", 0.0))
+
+
+def never_on_label(label: str, never_on: bool) -> str:
+    """``label``, marked :data:`NEVER_ON` when its prior never turned on."""
+    return f"{label} ({NEVER_ON})" if never_on else label
+
+
 @dataclass
 class MethodSummary:
     key: str
-    label: str
+    label: str  # marked NEVER_ON when the prior of any of its runs never turned on
     seeds: list[int]
     values: dict[str, list[float]]  # metric -> per-seed values, in seed order
+    never_on: bool = False  # the prior of some run never turned on: its numbers are MoCo-M's
 
     def mean(self, metric: str) -> float:
         return float(np.mean(self.values[metric]))
@@ -48,7 +72,9 @@ def summarize(results: Sequence[Mapping], methods: Sequence[str]) -> list[Method
         rows = sorted((r for r in results if r["method"] == m), key=lambda r: r["seed"])
         if rows:
             values = {k: [float(r[k]) for r in rows] for k in METRICS}
-            out.append(MethodSummary(m, rows[0]["label"], [r["seed"] for r in rows], values))
+            never = any(prior_never_on(r) for r in rows)
+            label = never_on_label(rows[0]["label"], never)
+            out.append(MethodSummary(m, label, [r["seed"] for r in rows], values, never))
     return out
 
 
@@ -79,7 +105,11 @@ class PairedDifference:
         return 1 if self.low > 0 else -1 if self.high < 0 else 0
 
     def interval(self, digits: int = 2) -> str:
-        """``+mean [+low, +high]``."""
+        """``+mean [+low, +high]``; with fewer than two common seeds, why there is none."""
+        if not self.diffs:
+            return "no common seed: no difference"
+        if math.isnan(self.low):
+            return f"{self.mean:+.{digits}f} (one seed: no interval)"
         return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,13 +116,18 @@ def table_dir(args: argparse.Namespace) -> str:
 
 
 def check_table_row(
-    args: argparse.Namespace, owner: RowOwner, file: str, key: str, name: str | None = None
+    args: argparse.Namespace,
+    owner: RowOwner,
+    file: str,
+    key: str,
+    sources: Mapping[str, str],
 ) -> None:
-    """Refuse, before any work, a run whose row (``name``, default ``owner.name``) in the table
-    ``file`` of the table dir would meet a row of that name holding another model's results."""
+    """Refuse, before any work, a run whose row in the table ``file`` of the table dir would
+    meet a row of that name holding another model's results, or figures of other data in the
+    columns of ``sources`` (column -> :func:`~pretrain.utils.tables.data_source`)."""
     path = os.path.join(table_dir(args), file)
-    cells = owner.cells(key, name)
-    check_row(path, key, cells, replace=args.replace_row, hint=ROW_CLASH_HINT)
+    cells = owner.cells(key)
+    check_row(path, key, cells, replace=args.replace_row, hint=ROW_CLASH_HINT, sources=sources)
 
 
 def write_table_row(
@@ -132,12 +137,15 @@ def write_table_row(
     columns: Sequence[str],
     cells: dict[str, object],
     title: str,
+    sources: Mapping[str, str],
 ) -> str:
     """Add or update ``owner``'s row (``cells`` and its identifying cells) in the table ``file``
-    of the table dir (:func:`pretrain.utils.tables.update_table`); returns the CSV path."""
+    of the table dir (:func:`pretrain.utils.tables.update_table`, its figures keyed by
+    ``sources``); returns the CSV path."""
     path = os.path.join(table_dir(args), file)
     row = {**cells, **owner.cells(columns[0])}
-    update_table(path, columns, row, title, replace=args.replace_row, hint=ROW_CLASH_HINT)
+    keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT, "sources": sources}
+    update_table(path, columns, row, title, **keyed)
     return path
 
 

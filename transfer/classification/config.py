@@ -1,16 +1,19 @@
 """Strict configs of the classification tools (fvcore ``CfgNode``; YAML files may use ``_BASE_``).
 
 Defaults live here; ``configs/eval/*.yaml`` override them. An unknown key, a value of the wrong
-type or an out-of-range value raises :class:`ConfigError` naming the file and the key.
+type or an out-of-range value raises :class:`ConfigError` naming the file and the key. The loader
+workers' ``-1`` (the default) is resolved on loading, so ``config.yaml`` records the count used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from detectron2.utils import comm
 from fvcore.common.config import CfgNode as CN
 
 from pretrain.config.strict import load_strict
+from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
 from .transfer_datasets import DATASET_NAMES, TRANSFER_DATASETS
@@ -41,7 +44,7 @@ def _data(c: CN) -> None:
     c.DATA.NAME = "imagefolder"  # "imagefolder" (<root>/train, <root>/val) or "fashion-mnist"
     c.DATA.CLASS_LIST = ""  # optional file of class folder names (ImageNet-100)
     c.DATA.IMAGE_SIZE = 32  # Fashion-MNIST images are upsampled to this size
-    c.DATA.NUM_WORKERS = 8
+    c.DATA.NUM_WORKERS = AUTO_WORKERS  # -1: one per core of this process less one
 
 
 def _common(c: CN) -> None:
@@ -101,7 +104,7 @@ def transfer_defaults() -> CN:
     c.INPUT.CROP = 224
     c.FEATURES = CN()
     c.FEATURES.BATCH_SIZE = 256
-    c.FEATURES.NUM_WORKERS = 8
+    c.FEATURES.NUM_WORKERS = AUTO_WORKERS  # as DATA.NUM_WORKERS
     c.FEATURES.DTYPE = "float32"  # or "float16" to halve the cache (Places365: 1.8M x 2048)
     c.FEATURES.CACHE_DIR = ""  # "" -> <OUTPUT_DIR>/feature_cache
     c.TRANSFER = CN()
@@ -127,8 +130,21 @@ def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
     """``defaults`` merged with the YAML file ``path`` and ``KEY VALUE`` ``opts``, validated."""
     cfg = load_strict(defaults, path, opts)
     _validate(cfg, path or "<defaults>")
+    _fit_workers(cfg, path or "<defaults>")
     cfg.freeze()
     return cfg
+
+
+def _fit_workers(cfg: CN, src: str) -> None:
+    """``DATA.NUM_WORKERS`` / ``FEATURES.NUM_WORKERS -1`` as the loader workers pretraining
+    would start (:func:`~pretrain.data.loader.resolve_num_workers`: the cores of this process
+    less one, shared by this machine's processes); more workers than cores slow loading down.
+    Other values are kept, a negative one other than -1 refused."""
+    for group in ("DATA", "FEATURES"):
+        if "NUM_WORKERS" in cfg.get(group, {}):
+            name = f"{src}: {group}.NUM_WORKERS"
+            given = cfg[group].NUM_WORKERS
+            cfg[group].NUM_WORKERS = resolve_num_workers(given, comm.get_local_size(), name=name)
 
 
 def _validate(cfg: CN, src: str) -> None:

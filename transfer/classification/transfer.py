@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.evaluation.features import extract_features
-from pretrain.utils.tables import CLASH_HINT, RowOwner, check_row, update_table
+from pretrain.utils.tables import CLASH_HINT, RowOwner, check_row, data_source, update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
@@ -56,6 +56,7 @@ __all__ = [
     "dataset_root",
     "run_transfer",
     "table_row_name",
+    "table_sources",
     "transfer_dataset",
     "write_tables",
 ]
@@ -285,6 +286,12 @@ def table_row_name(model_name: str, protocol: str) -> str:
     return model_name if protocol == "cached_features" else f"{model_name} ({protocol})"
 
 
+def table_sources(cfg: CfgNode) -> dict[str, str]:
+    """Table 2's figures of ``cfg``'s datasets and the data each is computed on (its root):
+    the keys of the row's cells (:func:`pretrain.utils.tables.update_table`)."""
+    return {DATASET_NAMES[k]: data_source(k, dataset_root(cfg, k)) for k in cfg.TRANSFER.DATASETS}
+
+
 def _owner(model: str | RowOwner) -> RowOwner:
     return model if isinstance(model, RowOwner) else RowOwner(model)
 
@@ -296,12 +303,15 @@ def check_tables(
     *,
     replace: bool = False,
     hint: str = CLASH_HINT,
+    sources: Mapping[str, str] | None = None,
 ) -> None:
     """Raise :class:`~pretrain.utils.tables.RowClashError` before any work if
-    :func:`write_tables` would refuse ``model``'s Table 2 row for ``protocol``."""
+    :func:`write_tables` would refuse ``model``'s Table 2 row for ``protocol`` (``sources``:
+    :func:`table_sources`)."""
     owner = _owner(model)
     row = owner.cells("Model", table_row_name(owner.name, protocol))
-    check_row(os.path.join(output_dir, TABLE2), "Model", row, replace=replace, hint=hint)
+    path = os.path.join(output_dir, TABLE2)
+    check_row(path, "Model", row, replace=replace, hint=hint, sources=sources)
 
 
 def write_tables(
@@ -311,11 +321,13 @@ def write_tables(
     *,
     replace: bool = False,
     hint: str = CLASH_HINT,
+    sources: Mapping[str, str] | None = None,
 ) -> str:
     """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`, with a Protocol
     column) and write the details CSV, rows keyed by ``model``'s weights when it is a
-    :class:`~pretrain.utils.tables.RowOwner` (``replace``, ``hint``:
-    :func:`~pretrain.utils.tables.update_table`'s). Returns the Markdown table path.
+    :class:`~pretrain.utils.tables.RowOwner` and figures by ``sources`` (:func:`table_sources`;
+    ``replace``, ``hint``, ``sources``: :func:`~pretrain.utils.tables.update_table`'s). Returns
+    the Markdown table path.
     """
     protocols = sorted({r.protocol for r in results})
     if len(protocols) != 1:
@@ -327,10 +339,16 @@ def write_tables(
     row.update({r.name: pct(r.test_score) for r in results})
     csv_path = os.path.join(output_dir, TABLE2)
     keyed = {"replace": replace, "hint": hint}
-    # Average over the datasets present in the (merged) row; the count says how many.
+    sources = sources or {}
+    figures = {r.name: sources[r.name] for r in results if r.name in sources}
     rows = update_table(
-        csv_path, transfer_columns(names), row | owner.cells("Model", name), **keyed
+        csv_path,
+        transfer_columns(names),
+        row | owner.cells("Model", name),
+        **keyed,
+        sources=figures,
     )
+    # Average over the datasets present in the (merged) row; the count says how many.
     mine = next(r for r in rows if r["Model"] == name)
     present = [float(mine[n]) for n in names if mine.get(n)]
     avg = {"Average": f"{sum(present) / len(present):.2f}", "n_datasets": str(len(present))}
@@ -348,5 +366,6 @@ def write_tables(
         d["val_scores"] = " ".join(pct(x) for x in r.val_scores)
         d["test_score"] = pct(r.test_score)
         run = owner.cells("run", f"{name}/{r.key}")
-        update_table(details, ["run", *d], d | run, **keyed)
+        at = {"test_score": sources[r.name]} if r.name in sources else {}
+        update_table(details, ["run", *d], d | run, **keyed, sources=at)
     return os.path.splitext(csv_path)[0] + ".md"

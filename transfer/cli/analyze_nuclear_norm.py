@@ -17,7 +17,9 @@ import argparse
 
 import torch
 
+from pretrain.cli.arguments import int_at_least
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.data.loader import AUTO_WORKERS
 from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
@@ -36,10 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "imagefolder: e.g. imagenet100",
     )
     p.add_argument("--out", required=True, help="output folder for the PNG + CSV pairs")
-    p.add_argument("--views", type=int, default=32, help="augmentations per image (paper: 32)")
+    p.add_argument(
+        "--views", type=int_at_least(2), default=32, help="augmentations per image (paper: 32)"
+    )
     p.add_argument(
         "--max-images",
-        type=int,
+        type=int_at_least(0),
         default=0,
         help="N test images spread over the split (default: all)",
     )
@@ -47,14 +51,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accuracy-csv", default="", help="CSV: label/run/Method/Model + top-1 (%%)")
     p.add_argument(
         "--knn-train",
-        type=int,
+        type=int_at_least(0),
         default=0,
         metavar="N",
         help="compute accuracy with weighted kNN on N train images instead",
     )
-    p.add_argument("--knn-k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
-    p.add_argument("--batch-images", type=int, default=8, help="images per forward (x views)")
-    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument(
+        "--knn-k", type=int_at_least(1), default=KNN_K, help="neighbours (default: %(default)s)"
+    )
+    p.add_argument(
+        "--batch-images", type=int_at_least(1), default=8, help="images per forward (x views)"
+    )
+    p.add_argument(
+        "--num-workers",
+        type=int_at_least(AUTO_WORKERS),
+        default=AUTO_WORKERS,
+        help="data workers (default: -1, one per core of this process less one)",
+    )
     p.add_argument("--seed", type=int, default=0, help="augmentation seed")
     p.add_argument("--device", choices=["", "cpu", "cuda"], default="", help="default: auto")
     add_run_dir_args(p)

@@ -12,9 +12,9 @@ Writes PREFIX.md and PREFIX.csv.
 
 from __future__ import annotations
 
-import argparse
 import os
 
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.errors import LoracError
 from transfer.detection.results import ResultsError, read_run, write_table
@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="[LABEL=]RUN_DIR", help="finished run dirs")
     parser.add_argument("--out", required=True, metavar="PREFIX", help="writes PREFIX.md/.csv")
     parser.add_argument("--dataset", default=None, help="test dataset, if runs evaluated several")

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from detectron2.engine import default_argument_parser, launch
 
+from pretrain.cli.arguments import ToolParser, check_launch_args
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt
 from transfer.classification.cli import add_model_args, reject_eval_only
@@ -32,10 +33,9 @@ _Options = TypeVar("_Options")
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:
-    """A parser whose ``--help`` starts with the tool's docstring ``doc``, line breaks kept."""
-    return argparse.ArgumentParser(
-        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    """A parser whose ``--help`` starts with the tool's docstring ``doc``, line breaks kept, and
+    whose errors are one line (:class:`~pretrain.cli.arguments.ToolParser`)."""
+    return ToolParser(description=doc)
 
 
 def add_dataset_args(parser: argparse.ArgumentParser, root_help: str, class_list_help: str) -> None:
@@ -53,7 +53,7 @@ def add_device_arg(parser: argparse.ArgumentParser) -> None:
 def launch_parser(doc: str) -> argparse.ArgumentParser:
     """detectron2's ``default_argument_parser`` (``--config-file``, processes, ``--resume``,
     overrides) with the model arguments, for the tools that run under ``launch``."""
-    parser = default_argument_parser(epilog=doc)
+    parser = ToolParser(epilog=doc, parents=[default_argument_parser()], add_help=False)
     add_model_args(parser)
     return parser
 
@@ -62,9 +62,10 @@ def parse_launch_args(
     parser: argparse.ArgumentParser, argv: list[str] | None = None
 ) -> argparse.Namespace:
     """``parser``'s arguments, its options also after the overrides; ``--eval-only`` (offered by
-    detectron2's parser) is refused."""
+    detectron2's parser) is refused, and process counts below 1."""
     args = parse_args_and_overrides(parser, argv)
     reject_eval_only(parser, args)
+    check_launch_args(parser, args)
     return args
 
 

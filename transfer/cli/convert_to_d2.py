@@ -11,8 +11,7 @@ heuristics):
 
 from __future__ import annotations
 
-import argparse
-
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from transfer.detection.convert import FPN_PREFIX, ConversionError, convert_checkpoint
 
@@ -21,7 +20,7 @@ __all__ = ["main"]
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(description=__doc__.splitlines()[0])
     parser.add_argument("input", help="checkpoint to read (.pth/.pth.tar/.pt)")
     parser.add_argument("output", help="detectron2 weights file to write (.pkl or .pth)")
     parser.add_argument(

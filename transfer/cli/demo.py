@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.train_pretrain import restart_hint
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
@@ -18,7 +19,7 @@ __all__ = ["main"]
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ToolParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output-dir", default="output/demo")
     ap.add_argument("--knn-train", type=int, default=10000, help="kNN reference images")
     ap.add_argument("--knn-test", type=int, default=10000, help="kNN test images")

@@ -11,8 +11,7 @@ dropped, or into timm.create_model("resnet50", num_classes=0):
 
 from __future__ import annotations
 
-import argparse
-
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from transfer.export.backbone import EXPORT_FORMATS, export_backbone
 
@@ -21,7 +20,7 @@ __all__ = ["main"]
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(description=__doc__.splitlines()[0])
     parser.add_argument("input", help="checkpoint to read (.pth/.pth.tar/.ckpt/.pkl/.safetensors)")
     parser.add_argument(
         "output",

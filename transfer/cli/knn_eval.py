@@ -13,11 +13,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from pretrain.cli.arguments import int_at_least, positive_float
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.datasets import dataset_type
+from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import dump_run_info
+from pretrain.utils.tables import data_source
 from transfer.classification.cli import (
     add_model_args,
     check_table_row,
@@ -44,21 +47,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_dataset_args(
         parser, "idx directory or <root>/{train,val}", "imagefolder: restrict to these classes"
     )
-    parser.add_argument("--image-size", type=int, default=32, help="Fashion-MNIST upsampling")
+    parser.add_argument(
+        "--image-size", type=int_at_least(1), default=32, help="Fashion-MNIST upsampling"
+    )
     parser.add_argument(
         "--resize",
-        type=int,
+        type=int_at_least(0),
         default=0,
         help="default: 256 (imagefolder) or --image-size (fashion-mnist)",
     )
-    parser.add_argument("--crop", type=int, default=0, help="default: 224 or --image-size")
-    parser.add_argument("--limit", type=int, default=None, help="fashion-mnist: first N per split")
-    parser.add_argument("--k", type=int, default=KNN_K, help="neighbours (default: %(default)s)")
     parser.add_argument(
-        "--temperature", type=float, default=KNN_T, help="vote temperature (default: %(default)s)"
+        "--crop", type=int_at_least(0), default=0, help="default: 224 or --image-size"
     )
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--num-workers", type=int, default=4)
+    parser.add_argument(
+        "--limit", type=int_at_least(0), default=None, help="fashion-mnist: first N per split"
+    )
+    parser.add_argument(
+        "--k", type=int_at_least(1), default=KNN_K, help="neighbours (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--temperature",
+        type=positive_float,
+        default=KNN_T,
+        help="vote temperature (default: %(default)s)",
+    )
+    parser.add_argument("--batch-size", type=int_at_least(1), default=256)
+    parser.add_argument(
+        "--num-workers",
+        type=int_at_least(AUTO_WORKERS),
+        default=AUTO_WORKERS,
+        help="data workers (default: -1, one per core of this process less one)",
+    )
     parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
     add_device_arg(parser)
     return parser.parse_args(argv)
@@ -74,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     """The kNN evaluation of ``args`` (checks, features, results, table row)."""
     device = resolve_device(args.device)
+    workers = resolve_num_workers(args.num_workers, name="--num-workers")
     # everything a mistake can be found in is read before anything is written
     run_dir = RunDir(args.output_dir, "--output-dir")
     action = run_dir.check(overwrite=args.overwrite)
@@ -90,7 +110,11 @@ def evaluate(args: argparse.Namespace) -> int:
     )
     model = model_from_args(args)
     owner = row_owner(args, model)
-    check_table_row(args, owner, TABLE, "Model")
+    column = f"{args.dataset} kNN top-1"
+    limit = f"first {args.limit} per split" if args.limit else ""
+    protocol = f"resize {resize} crop {crop} k={args.k} T={args.temperature:g}"
+    source = data_source(args.dataset, args.data_root, args.class_list, limit, protocol)
+    check_table_row(args, owner, TABLE, "Model", {column: source})
     run_dir.start(action)
     dump_run_info(args.output_dir, args=args)
     res = run_knn(
@@ -106,12 +130,11 @@ def evaluate(args: argparse.Namespace) -> int:
         cache=FeatureCache(args.cache_dir),
         device=device,
         batch_size=args.batch_size,
-        num_workers=args.num_workers,
+        num_workers=workers,
     )
     run_dir.write_results(
         asdict(res), None, model=owner.name, weights_sha256=owner.weights, args=vars(args)
     )
-    column = f"{args.dataset} kNN top-1"
     row = {
         column: pct(res.top1),
         "k": res.k,
@@ -120,7 +143,8 @@ def evaluate(args: argparse.Namespace) -> int:
         "input": f"{crop}px",
     }
     title = "Weighted kNN classification"
-    csv_path = write_table_row(args, owner, TABLE, ["Model", column, "k", "T"], row, title)
+    columns = ["Model", column, "k", "T"]
+    csv_path = write_table_row(args, owner, TABLE, columns, row, title, {column: source})
     print(f"kNN (k={res.k}, T={res.temperature}) top-1 {pct(res.top1)} -> {csv_path}")
     return 0
 

@@ -12,9 +12,16 @@ from __future__ import annotations
 import argparse
 
 from detectron2.utils import comm
+from fvcore.common.config import CfgNode
 
 from pretrain.cli.user_errors import exit_on_user_error
-from transfer.classification.cli import check_table_row, key_value, start_run, write_table_row
+from pretrain.utils.tables import data_source
+from transfer.classification.cli import (
+    check_table_row,
+    key_value,
+    start_run,
+    write_table_row,
+)
 from transfer.classification.config import linear_probe_defaults
 from transfer.classification.probe import build_classification_sets, run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
@@ -45,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_launch_args(parser, argv)
 
 
+def _sources(cfg: CfgNode, args: argparse.Namespace) -> dict[str, str]:
+    """The figures of a probe's row and the data they are computed on (they key the row)."""
+    source = data_source(cfg.DATA.NAME, args.data_root, cfg.DATA.CLASS_LIST)
+    return {"Top-1": source, "Top-5": source}
+
+
 @exit_on_user_error
 def probe(args: argparse.Namespace) -> None:
     """Train and evaluate the probe in one process (what ``launch`` runs in each worker)."""
@@ -52,7 +65,9 @@ def probe(args: argparse.Namespace) -> None:
         linear_probe_defaults(),
         args,
         prepare=lambda c: build_classification_sets(c, args.data_root),
-        check=lambda s: check_table_row(args, s.owner, TABLE, LINEAR_COLUMNS[0]),
+        check=lambda s: check_table_row(
+            args, s.owner, TABLE, LINEAR_COLUMNS[0], _sources(s.cfg, args)
+        ),
     )
     if start.done:
         return
@@ -77,7 +92,9 @@ def probe(args: argparse.Namespace) -> None:
             **dict(args.meta),
         }
         title = "Linear classification (paper Table 1)"
-        csv_path = write_table_row(args, start.owner, TABLE, LINEAR_COLUMNS, row, title)
+        csv_path = write_table_row(
+            args, start.owner, TABLE, LINEAR_COLUMNS, row, title, _sources(cfg, args)
+        )
         print(f"top-1 {pct(result.top1)}  top-5 {pct(result.top5)}  -> {csv_path}")
 
 

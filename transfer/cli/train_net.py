@@ -23,6 +23,7 @@ import argparse
 
 from detectron2.engine import launch
 
+from pretrain.cli.arguments import check_launch_args
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.detection.trainer import (
@@ -43,7 +44,9 @@ def train(args: argparse.Namespace) -> dict:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args_and_overrides(build_argument_parser(), argv)
+    parser = build_argument_parser()
+    args = parse_args_and_overrides(parser, argv)
+    check_launch_args(parser, args)
     # Fail fast in this process, before spawning workers that would each fail the same way.
     cfg, _ = load_checked_config(args)
     # the first Ctrl-C in training saves and stops at the next iteration (DetectionTrainer)

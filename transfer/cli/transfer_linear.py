@@ -19,6 +19,7 @@ import argparse
 import os
 from dataclasses import asdict
 
+from pretrain.cli.arguments import comma_separated
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
@@ -27,8 +28,10 @@ from transfer.classification.transfer import (
     build_transfer_datasets,
     check_tables,
     run_transfer,
+    table_sources,
     write_tables,
 )
+from transfer.classification.transfer_datasets import DATASET_NAMES
 from transfer.cli.common import add_device_arg, tool_parser
 from transfer.run_dir import RunDir
 
@@ -40,7 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config-file", default="", metavar="FILE")
     add_model_args(parser)
     parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")
-    parser.add_argument("--datasets", default="", help="comma-separated keys (default: all 12)")
+    parser.add_argument(
+        "--datasets",
+        type=comma_separated(DATASET_NAMES),
+        default="",
+        help="comma-separated keys (default: all 12)",
+    )
     parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
     add_device_arg(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
@@ -66,7 +74,9 @@ def evaluate(args: argparse.Namespace) -> int:
     keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT}
     start = start_run(
         transfer_defaults(), args, opts, own=("augmented",), prepare=build_transfer_datasets,
-        check=lambda s: check_tables(table_dir(args), s.owner, s.cfg.TRANSFER.PROTOCOL, **keyed),
+        check=lambda s: check_tables(
+            table_dir(args), s.owner, s.cfg.TRANSFER.PROTOCOL, **keyed, sources=table_sources(s.cfg)
+        ),
     )  # fmt: skip
     results = run_transfer(start.cfg, start.backbone, start.device, start.data)
     start.run_dir.write_results(
@@ -76,7 +86,9 @@ def evaluate(args: argparse.Namespace) -> int:
         weights_sha256=start.owner.weights,
         checkpoint=args.checkpoint or "",
     )
-    md = write_tables(table_dir(args), start.owner, results, **keyed)
+    md = write_tables(
+        table_dir(args), start.owner, results, **keyed, sources=table_sources(start.cfg)
+    )
     with open(md) as f:
         print(f.read())
     details = os.path.join(table_dir(args), "transfer_details.csv")

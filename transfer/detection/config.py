@@ -5,8 +5,9 @@ The project adds no config keys: its configs are plain detectron2 YAML, loaded b
 a type mismatch or an unreadable file raises :class:`~pretrain.utils.errors.ConfigError`
 naming the file (following the ``_BASE_`` chain) or command-line option that holds it. This
 module also derives what detectron2 needs for ResNet-18/34 backbones from ``MODEL.RESNETS.DEPTH``
-alone, and adapts ``SyncBN`` for multi-process CPU runs. :class:`DetectionSetupError` is left for
-the other problems found before training: datasets and weights.
+alone, adapts ``SyncBN`` for multi-process CPU runs, fits the data workers to the cores and
+precise-BN to a CPU run's length. :class:`DetectionSetupError` is left for the other problems
+found before training: datasets and weights.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from collections.abc import Sequence
 from detectron2.config import CfgNode, get_cfg
 
 from pretrain.config.strict import load_strict
+from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError, LoracError
 
 __all__ = [
     "DetectionSetupError",
+    "check_solver_numbers",
     "derive_basic_block_keys",
+    "fit_precise_bn_to_cpu",
+    "fit_workers_to_cores",
     "load_config",
     "use_naive_syncbn_on_cpu",
 ]
@@ -43,8 +48,28 @@ def load_config(config_file: str, opts: Sequence[str] = ()) -> CfgNode:
     if not config_file:
         raise ConfigError("no config file given (--config-file)")
     cfg = load_strict(get_cfg(), config_file, opts)
+    check_solver_numbers(cfg)
     derive_basic_block_keys(cfg, config_file)
     return cfg
+
+
+def check_solver_numbers(cfg: CfgNode) -> None:
+    """Raise :class:`ConfigError` for a training number out of range (a negative learning rate,
+    an empty batch), which detectron2 and torch would refuse only once the run has started."""
+    s = cfg.SOLVER
+    checks = [
+        ("SOLVER.BASE_LR", s.BASE_LR, 0 < s.BASE_LR < float("inf"), "must be > 0"),
+        ("SOLVER.IMS_PER_BATCH", s.IMS_PER_BATCH, s.IMS_PER_BATCH > 0, "must be > 0"),
+        ("SOLVER.MAX_ITER", s.MAX_ITER, s.MAX_ITER >= 0, "must be >= 0"),
+        ("SOLVER.CHECKPOINT_PERIOD", s.CHECKPOINT_PERIOD, s.CHECKPOINT_PERIOD > 0, "must be > 0"),
+        ("SOLVER.WARMUP_ITERS", s.WARMUP_ITERS, s.WARMUP_ITERS >= 0, "must be >= 0"),
+        ("SOLVER.MOMENTUM", s.MOMENTUM, 0 <= s.MOMENTUM < 1, "must be in [0, 1)"),
+        ("SOLVER.WEIGHT_DECAY", s.WEIGHT_DECAY, s.WEIGHT_DECAY >= 0, "must be >= 0"),
+        ("TEST.EVAL_PERIOD", cfg.TEST.EVAL_PERIOD, cfg.TEST.EVAL_PERIOD >= 0, "must be >= 0"),
+    ]
+    for key, value, ok, why in checks:
+        if not ok:
+            raise ConfigError(f"{key} = {value!r}: {why}")
 
 
 def derive_basic_block_keys(cfg: CfgNode, source: str = "config") -> None:
@@ -102,3 +127,42 @@ def use_naive_syncbn_on_cpu(cfg: CfgNode, world_size: int) -> list[str]:
 
     visit(cfg, "")
     return sorted(changed)
+
+
+def fit_workers_to_cores(cfg: CfgNode, procs_on_machine: int) -> str | None:
+    """Cap ``DATALOADER.NUM_WORKERS`` (detectron2's default: 4) at the workers pretraining would
+    start (:func:`~pretrain.data.loader.resolve_num_workers`: the cores of this process less
+    one, shared by the ``procs_on_machine`` processes); ``-1`` means that number, as in
+    pretraining. More workers than cores slow loading down and make torch warn in every loader.
+
+    ``cfg`` must be mutable; returns the note to log when the value changed, else None."""
+    given = cfg.DATALOADER.NUM_WORKERS
+    fit = min(
+        resolve_num_workers(given, procs_on_machine),
+        resolve_num_workers(AUTO_WORKERS, procs_on_machine),
+    )
+    if fit == given:
+        return None
+    cfg.DATALOADER.NUM_WORKERS = fit
+    return (
+        f"DATALOADER.NUM_WORKERS {given} -> {fit}: the cores of this process, "
+        f"{procs_on_machine} process(es) on this machine, less one for the training process"
+    )
+
+
+def fit_precise_bn_to_cpu(cfg: CfgNode) -> str | None:
+    """On a CPU, cap ``TEST.PRECISE_BN.NUM_ITER`` (200 forward passes each time it runs) at
+    ``SOLVER.MAX_ITER``, so that it costs no more forward passes than the training had
+    iterations (a few-iteration smoke run on a CPU otherwise spends most of its time there).
+    Runs of at least NUM_ITER iterations, and every GPU run, keep the config's value.
+
+    ``cfg`` must be mutable; returns the note to log when the value changed, else None."""
+    bn, max_iter = cfg.TEST.PRECISE_BN, cfg.SOLVER.MAX_ITER
+    given, fit = bn.NUM_ITER, max(max_iter, 1)
+    if not bn.ENABLED or cfg.MODEL.DEVICE != "cpu" or given <= fit:
+        return None
+    bn.NUM_ITER = fit
+    return (
+        f"TEST.PRECISE_BN.NUM_ITER {given} -> {fit} on the CPU: precise-BN re-estimates "
+        f"BatchNorm statistics with no more forward passes than SOLVER.MAX_ITER ({max_iter})"
+    )

@@ -110,14 +110,16 @@ def _missing_file_hint(path: str) -> str:
     return ""
 
 
-def check_datasets(cfg: CfgNode) -> None:
-    """Raise :class:`DetectionSetupError` if a dataset of ``cfg`` cannot be used as configured.
+def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
+    """Raise :class:`DetectionSetupError` if a dataset of ``cfg`` cannot be used as configured
+    (``test_only``: of ``DATASETS.TEST`` alone, all an evaluation reads).
 
     Checks that each dataset is registered, that its annotation file and image folder exist, that
     ``MODEL.ROI_HEADS.NUM_CLASSES`` equals its number of classes, and for keypoint models that
     keypoint names, ``ROI_KEYPOINT_HEAD.NUM_KEYPOINTS`` and the OKS sigmas agree.
     """
-    for name in list(cfg.DATASETS.TRAIN) + list(cfg.DATASETS.TEST):
+    names = [] if test_only else list(cfg.DATASETS.TRAIN)
+    for name in names + list(cfg.DATASETS.TEST):
         if name not in DatasetCatalog.list():
             raise DetectionSetupError(
                 f"dataset {name!r} is not registered: use a builtin name such as coco_2017_train "

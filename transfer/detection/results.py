@@ -12,7 +12,8 @@ file's name, :func:`pretrain.checkpoint.provenance.run_label`; ``random`` withou
 label given as ``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of
 masks from Mask R-CNN and of keypoints from Keypoint R-CNN, as in Table 4. A row is keyed by the
 weights its runs started from (the sha256 of the file that ``results.json`` records, else
-``MODEL.WEIGHTS``): runs from different weights under one label are refused, never one row.
+``MODEL.WEIGHTS``) and by the test set its runs were evaluated on: runs from different weights,
+or on different test sets, under one label are refused, never one row.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class RunResult:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     weights: str = ""  # MODEL.WEIGHTS, normalised ("": random initialisation)
     weights_sha256: str = ""  # of that file, when results.json recorded it
+    dataset: str = ""  # the test set the metrics are of ("": not recorded)
 
     def same_weights(self, other: RunResult) -> bool:
         """Whether both runs started from the same weights: the same file hash where both
@@ -154,18 +156,34 @@ def read_results(run_dir: str) -> dict[str, dict[str, dict[str, float]]]:
         raise ResultsError(f"{path}: not a readable results file ({e})") from None
 
 
-def _from_metrics_json(path: str) -> dict[str, dict[str, float]]:
-    """The evaluation of the last iteration that logged one (``{task: {metric: value}}``)."""
-    last: dict[str, dict[str, float]] = {}
+def _from_metrics_json(path: str) -> dict[str, dict[str, dict[str, float]]]:
+    """The evaluation of the last iteration that logged one, ``{test set: {task: {metric:
+    value}}}``: detectron2 logs ``<test set>/<task>/<metric>`` for several test sets and
+    ``<task>/<metric>`` (test set ``""``) for one."""
+    last: dict[str, dict[str, dict[str, float]]] = {}
     for record in read_metrics_json(path):
-        found: dict[str, dict[str, float]] = {}
+        found: dict[str, dict[str, dict[str, float]]] = {}
         for key, value in record.items():
             parts = key.split("/")
             if len(parts) >= 2 and parts[-2] in ("bbox", "segm", "keypoints"):
-                found.setdefault(parts[-2], {})[parts[-1]] = float(value)
+                tasks = found.setdefault("/".join(parts[:-2]), {})
+                tasks.setdefault(parts[-2], {})[parts[-1]] = float(value)
         if found:
             last = found
     return last
+
+
+def _pick(run_dir: str, per_dataset: Mapping[str, dict], dataset: str | None) -> str:
+    """The test set of ``per_dataset`` the run's row shows: ``dataset``, or its only one."""
+    if dataset is None and len(per_dataset) > 1:
+        raise ResultsError(
+            f"{run_dir}: evaluated on several datasets {sorted(per_dataset)}; pick one with "
+            "--dataset"
+        )
+    name = dataset or next(iter(per_dataset))
+    if name not in per_dataset:
+        raise ResultsError(f"{run_dir}: no results for dataset {name!r}")
+    return name
 
 
 def read_run(run_dir: str, label: str | None = None, dataset: str | None = None) -> RunResult:
@@ -177,14 +195,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         per_dataset = data["results"]
         if not per_dataset:
             raise ResultsError(f"{run_dir}: no evaluation ran (DATASETS.TEST was empty)")
-        if dataset is None and len(per_dataset) > 1:
-            raise ResultsError(
-                f"{run_dir}: evaluated on several datasets {sorted(per_dataset)}; pick one with "
-                "--dataset"
-            )
-        name = dataset or next(iter(per_dataset))
-        if name not in per_dataset:
-            raise ResultsError(f"{run_dir}: no results for dataset {name!r}")
+        name = _pick(run_dir, per_dataset, dataset)
         # the label from the config's weights, not the one recorded: results written before
         # rows were named after the weights' run directory recorded the file name
         cfg = data.get("config") or {"MODEL": {"WEIGHTS": data.get("weights", "")}}
@@ -196,6 +207,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
             per_dataset[name],
             _weights_path(cfg),
             str(data.get("weights_sha256") or ""),
+            name,
         )
     config_path, metrics_path = (os.path.join(run_dir, n) for n in ("config.yaml", "metrics.json"))
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
@@ -203,10 +215,16 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
     with open(config_path) as f:
         cfg = yaml.safe_load(f)
     pretraining, detector = describe_run(cfg)
-    metrics = _from_metrics_json(metrics_path)
-    if not metrics:
+    per_dataset = _from_metrics_json(metrics_path)
+    if not per_dataset:
         raise ResultsError(f"{run_dir}: metrics.json holds no evaluation results")
-    return RunResult(run_dir, label or pretraining, detector, metrics, _weights_path(cfg))
+    if list(per_dataset) == [""]:  # one test set: its name is the config's
+        tests = list((cfg.get("DATASETS") or {}).get("TEST") or [])
+        per_dataset = {tests[0] if len(tests) == 1 else "": per_dataset[""]}
+    name = _pick(run_dir, per_dataset, dataset)
+    return RunResult(
+        run_dir, label or pretraining, detector, per_dataset[name], _weights_path(cfg), "", name
+    )
 
 
 def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float | None]]]:
@@ -223,6 +241,13 @@ def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float |
                 f"{other.run_dir} and {run.run_dir} are both labelled {run.pretraining!r} but "
                 f"started from different weights ({other.weights_name()} and "
                 f"{run.weights_name()}); label them apart with LABEL=RUN_DIR"
+            )
+        if run.dataset != other.dataset:
+            raise ResultsError(
+                f"{other.run_dir} and {run.run_dir} are both labelled {run.pretraining!r} but "
+                f"were evaluated on different test sets ({other.dataset or 'not recorded'} and "
+                f"{run.dataset or 'not recorded'}), which one row would merge; label them apart "
+                "with LABEL=RUN_DIR"
             )
         key = (run.pretraining, run.detector)
         if key in cells:

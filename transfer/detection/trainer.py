@@ -31,12 +31,19 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
 
+from pretrain.cli.arguments import ToolParser
 from pretrain.engine.hooks import StopOnSignal
 from pretrain.utils.run_setup import setup_run
 from pretrain.utils.signals import STOP
 from transfer.run_dir import RunAction, RunDir, add_run_dir_args
 
-from .config import DetectionSetupError, load_config, use_naive_syncbn_on_cpu
+from .config import (
+    DetectionSetupError,
+    fit_precise_bn_to_cpu,
+    fit_workers_to_cores,
+    load_config,
+    use_naive_syncbn_on_cpu,
+)
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
 from .results import RESULTS_FILE, read_results, write_results
 from .weights import check_weights_fit
@@ -166,8 +173,9 @@ def last_checkpoint(output_dir: str) -> str:
 
 def build_argument_parser() -> argparse.ArgumentParser:
     """detectron2's ``default_argument_parser`` plus ``--overwrite`` (:mod:`transfer.run_dir`),
-    ``--register-coco`` and flip pairs."""
-    parser = default_argument_parser()
+    ``--register-coco`` and flip pairs; its errors are one line
+    (:class:`~pretrain.cli.arguments.ToolParser`)."""
+    parser = ToolParser(parents=[default_argument_parser()], add_help=False)
     add_run_dir_args(parser)
     parser.add_argument(
         "--register-coco",
@@ -207,11 +215,13 @@ def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
             f"CPU with {comm.get_world_size()} processes: torch's SyncBatchNorm needs GPUs, so "
             f"naiveSyncBN for {', '.join(changed)}"
         )
+    fitted = (fit_workers_to_cores(cfg, args.num_gpus), fit_precise_bn_to_cpu(cfg))
+    notes += [note for note in fitted if note]
     if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
         raise DetectionSetupError(
             f"MODEL.DEVICE is {cfg.MODEL.DEVICE!r} but torch sees no GPU; add MODEL.DEVICE cpu"
         )
-    check_datasets(cfg)
+    check_datasets(cfg, test_only=args.eval_only)  # --eval-only reads the test sets alone
     cfg.freeze()
     return cfg, notes
 

@@ -21,9 +21,9 @@ Files are written atomically (:mod:`pretrain.utils.atomic_io`): on any error the
 file.
 Refused (:class:`ExportError` or :class:`pretrain.utils.errors.CheckpointError`, one line naming the
 file): unreadable or unknown files, ViTs and other non-ResNets, the ``small`` 3x3 stem (torchvision
-and timm have no such ResNet), and detectron2 models other than converted backbone files (a
-detector's ResNet may put the stride in the 1x1 conv, ``STRIDE_IN_1X1``, which the names cannot
-show).
+and timm have no such ResNet), and detectron2 models other than converted backbone files (the
+reader refuses them for every tool: a detector's ResNet may put the stride in the 1x1 conv,
+``STRIDE_IN_1X1``, which the names cannot show).
 """
 
 from __future__ import annotations
@@ -59,10 +59,6 @@ EXPORT_FORMATS = ("torchvision", "timm")
 METADATA_FORMAT = "lorac-backbone"  # the "format" entry of every export's metadata
 SAFETENSORS_SUFFIX = ".safetensors"
 SIDECAR_SUFFIX = ".json"  # a pickle's metadata: <output>.json
-
-# detectron2 files whose ResNet is known to have torchvision's stride placement: written by this
-# project's converter ("lorac") or detectron2's convert-torchvision-to-d2.py ("torchvision").
-_D2_TORCHVISION_AUTHORS = ("lorac", "torchvision")
 
 
 class ExportError(LoracError):
@@ -129,25 +125,7 @@ def read_backbone(path: str) -> tuple[BackboneWeights, dict[str, str]]:
         progress = {k: meta.get(k, "unknown") for k in ("iteration", "epoch")}
         return extract_backbone(tensors, path), progress
     obj = load_checkpoint_file(path)
-    weights = extract_backbone(obj, path)
-    if weights.layout == "detectron2":
-        author = obj.get("__author__")
-        if author not in _D2_TORCHVISION_AUTHORS:
-            others = weights.dropped
-            held = (
-                f"keys besides the ResNet: {', '.join(others[:4])}"
-                + (f" ... ({len(others)} in all)" if len(others) > 4 else "")
-                if others
-                else "no keys besides the ResNet"
-            )
-            raise ExportError(
-                f"{path}: detectron2 layout, __author__ {author!r} ({held}): a detectron2 "
-                "model's ResNet may put the stride in the 1x1 conv (MODEL.RESNETS.STRIDE_IN_1X1), "
-                "which the weights cannot show, so only converted backbones (__author__ "
-                f"{' or '.join(map(repr, _D2_TORCHVISION_AUTHORS))}) are exported; export the "
-                "pretraining checkpoint it started from instead"
-            )
-    return weights, _progress(obj)
+    return extract_backbone(obj, path), _progress(obj)
 
 
 def export_state_dict(

@@ -88,6 +88,7 @@ def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, secon
         "epochs": float(cfg.SOLVER.EPOCHS),
         "max_iter": max_iter,
         "prior_on_iter": prior_on_iter(cfg, images),
+        "beta": float(cfg.LOSS.BETA),  # inf: the prior is off throughout (with prior_on_iter)
         "ims_per_batch": int(cfg.SOLVER.IMS_PER_BATCH),
         "train_images": images,
         "views": int(cfg.INPUT.LARGE_CROPS + cfg.INPUT.SMALL_CROPS),

@@ -113,14 +113,16 @@ def test_d2_frozen_bn_without_counters_is_filled(net, tmp_path):
     """detectron2's FrozenBatchNorm2d has no num_batches_tracked: filled with 0 and listed."""
     model = {k: v for k, v in d2_names(bb(net)).items() if "num_batches_tracked" not in k}
     path = tmp_path / "frozen.pkl"
-    write(path, {"model": model})
+    write(path, {"model": model, "__author__": "torchvision"})
     weights = load_backbone(str(path))
     assert "bn1.num_batches_tracked" in weights.filled
     assert int(weights.state_dict["layer1.0.bn1.num_batches_tracked"]) == 0
 
 
-def test_trained_d2_model_names_map_back(net, tmp_path):
-    """Names from detectron2's own ResNet (not our mapping) inside a trained-model .pth."""
+def test_trained_d2_model_names_map_back_and_only_a_converted_one_is_read(net, tmp_path):
+    """Names from detectron2's own ResNet (not our mapping) inside a trained-model .pth map back;
+    without an ``__author__`` that vouches for torchvision's stride placement the file is refused
+    (a detector may put the stride in the 1x1 conv), for every tool that reads backbones."""
     d2 = _d2_resnet18()
     d2.load_state_dict(convert_to_d2(load_backbone_from(net, tmp_path)), strict=True)
     model = pre("backbone.bottom_up.", d2.state_dict())
@@ -128,6 +130,9 @@ def test_trained_d2_model_names_map_back(net, tmp_path):
     model |= {"roi_heads.box_predictor.cls_score.weight": torch.zeros(3, 8)}
     path = tmp_path / "model_final.pth"
     torch.save({"model": model, "iteration": 90000}, path)
+    with pytest.raises(CheckpointError, match=r"__author__ None .*STRIDE_IN_1X1"):
+        load_backbone(str(path))
+    torch.save({"model": model, "iteration": 90000, "__author__": "torchvision"}, path)
     weights = load_backbone(str(path))
     assert weights.layout == "detectron2"
     assert all(torch.equal(weights.state_dict[k], v) for k, v in bb(net).items())

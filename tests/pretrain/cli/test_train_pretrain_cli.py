@@ -34,7 +34,7 @@ def test_eval_only_is_refused_and_nothing_trains(tmp_path):
     data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
     r = run_tool([TOOL, "--eval-only", "--config-file", DEMO_CONFIG, *tiny_opts(data, out)],
                  CUDA_VISIBLE_DEVICES="")  # fmt: skip
-    assert r.returncode == 2 and "unrecognized arguments: --eval-only" in r.stderr, r.output
+    assert r.returncode == 2 and "unrecognized option --eval-only" in r.stderr, r.output
     assert not out.exists()
 
 

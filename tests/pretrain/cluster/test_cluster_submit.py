@@ -11,6 +11,7 @@ import pytest
 
 from pretrain.cli.submit_pretrain import main as CLI
 from tests.helpers import tiny_opts
+from tests.helpers.mistakes import assert_user_error, run_main, snapshot
 from transfer.classification.demo import DEMO_CONFIG
 
 
@@ -100,7 +101,8 @@ def test_dry_run_tool_entry_shows_the_per_node_launch(tmp_path, capsys):
         (["--gpus-per-node", "0", "--tasks-per-node", "3"],
          r"SOLVER.IMS_PER_BATCH = 8: must be divisible by the number of processes \(3\)"),
         (["--gpus-per-node", "2"], "--gpus-per-node 2 but MODEL.DEVICE is cpu"),
-        (["--gpus-per-node", "0", "--bogus"], "unknown flag --bogus"),
+        (["--gpus-per-node", "0", "--bogus"], "unrecognized option --bogus"),
+        (["--gpu-per-node", "0"], "--gpu-per-node; did you mean --gpus-per-node"),
         (["--gpus-per-node", "0", "SOLVER.NO_SUCH_KEY", "1"], "config: .*SOLVER.NO_SUCH_KEY"),
     ],
 )  # fmt: skip
@@ -163,3 +165,24 @@ def test_tool_job_passes_launch_flags_and_resumes_when_requeued(tmp_path, monkey
     again = job.checkpoint().function
     assert again.argv == ["--resume", "--config-file", "c.yaml"]
     assert again.checkpoint().function.argv == again.argv  # added once
+
+
+def test_a_second_job_into_a_queued_run_is_refused_until_that_job_ended(tmp_path, monkeypatch):
+    """A pretraining submission whose OUTPUT_DIR/submitit holds a job SLURM still lists ends in
+    one error line naming that job, nothing submitted or written; once squeue no longer lists
+    it (it ended), the same submission goes to sbatch."""
+    fake = _fake_bin(
+        tmp_path, srun="exit 0", squeue='echo "4242|PENDING"',
+        sbatch='echo "Submitted batch job 4243"',
+    )  # fmt: skip
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", *_opts(tmp_path)]
+    (tmp_path / "out" / "submitit" / "4242").mkdir(parents=True)  # the earlier job's folder
+    before = snapshot(tmp_path / "out")
+    result = run_main(CLI, argv)
+    assert_user_error(result, before, tmp_path / "out", match="holds job 4242, still pending")
+    assert "scancel 4242" in result.stderr
+    assert "sbatch" not in (fake / "calls").read_text()
+    (fake / "squeue").write_text("#!/bin/sh\necho 'Invalid job id specified' >&2\nexit 1\n")
+    assert run_main(CLI, argv).returncode == 0
+    assert (fake / "calls").read_text().splitlines()[-1].startswith("sbatch ")

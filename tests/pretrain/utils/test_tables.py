@@ -128,3 +128,47 @@ def test_keyed_rows_update_only_their_own_model(tmp_path):
         ("other", "1.00", ""),
         ("new", "2.00", "aaaa0000"),
     ]
+
+
+def test_a_figure_of_other_data_is_never_replaced(tmp_path):
+    """Proves: a row's figures are keyed by the data they were computed on (``sources``): the
+    same model on another data root in a filled column is a RowClashError naming both sources
+    and the hint, nothing written, check_row says so up front; figures of other data in other
+    columns sit side by side; the same data updates; a cell whose data the table does not
+    record is never taken for this run's; replace swaps the row; the Markdown twin leaves the
+    sources out."""
+    from pretrain.utils.tables import SOURCES_COLUMN, RowClashError, RowOwner, check_row
+
+    path = tmp_path / "knn.csv"
+    cols = ["Model", "imagefolder kNN top-1"]
+    owner = RowOwner("run", "LORAC", "aaaa0000").cells("Model")
+    a, b = {cols[1]: "imagefolder /data/a"}, {cols[1]: "imagefolder /data/b"}
+    update_table(str(path), cols, {cols[1]: "80.00", **owner}, sources=a)
+    before = (path.read_bytes(), (tmp_path / "knn.md").read_bytes())
+    clash = (
+        "knn.csv: row 'run' holds 'imagefolder kNN top-1' 80.00 computed on imagefolder "
+        "/data/a, this run's is computed on imagefolder /data/b; use --name"
+    )
+    with pytest.raises(RowClashError, match=re.escape(clash)):
+        check_row(str(path), "Model", owner, sources=b, hint="use --name")
+    with pytest.raises(RowClashError, match=re.escape(clash)):
+        update_table(str(path), cols, {cols[1]: "70.00", **owner}, sources=b, hint="use --name")
+    assert (path.read_bytes(), (tmp_path / "knn.md").read_bytes()) == before
+
+    fm = {"fashion-mnist kNN top-1": "fashion-mnist /data/fm"}
+    update_table(str(path), cols, {"fashion-mnist kNN top-1": "90.00", **owner}, sources=fm)
+    rows = update_table(str(path), cols, {cols[1]: "81.00", **owner}, sources=a)
+    (row,) = rows
+    assert (row[cols[1]], row["fashion-mnist kNN top-1"]) == ("81.00", "90.00")
+    assert json.loads(row[SOURCES_COLUMN]) == a | fm
+    assert read_csv(str(path)).columns[-1] == SOURCES_COLUMN
+    assert SOURCES_COLUMN not in (tmp_path / "knn.md").read_text()
+
+    rows = update_table(str(path), cols, {cols[1]: "70.00", **owner}, sources=b, replace=True)
+    assert [(r[cols[1]], r["fashion-mnist kNN top-1"]) for r in rows] == [("70.00", "")]
+    assert json.loads(rows[0][SOURCES_COLUMN]) == b
+
+    old = tmp_path / "old.csv"
+    old.write_text(f"Model,{cols[1]}\nrun,80.00\n")
+    with pytest.raises(RowClashError, match="80.00 computed on data it does not record"):
+        update_table(str(old), cols, {cols[1]: "70.00", "Model": "run"}, sources=b)

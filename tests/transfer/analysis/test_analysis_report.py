@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -259,3 +260,47 @@ def test_cli_writes_both_files(experiment, tmp_path, capsys):
     assert "10 figures" in capsys.readouterr().out
     assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
     assert exit_status(report_main, ["--out", str(tmp_path)]) == 2
+
+
+def test_a_run_whose_prior_never_turned_on_is_labelled_so_in_the_analysis_and_report(
+    tmp_path, monkeypatch
+):
+    """A LORAC run (LOSS.BETA 2) that logged beta = inf throughout (its prior never turned on)
+    is shown as such, not as beta 2: in the nuclear-norm CSVs and at beta = inf in Fig. 3b, in
+    the report's table of runs, and in the report's study section (records whose prior never
+    turned on)."""
+    import json
+
+    from tests.helpers.analysis import study_record
+    from transfer.analysis import plots
+
+    torch.set_num_threads(1)
+    data = tmp_path / "data"
+    make_image_folder(data / "train", classes=2, per_class=2, size=24)
+    make_image_folder(data / "val", classes=2, per_class=1, size=24)
+    quick = make_run(tmp_path / "quick", data, seed=1, **{"LOSS.BETA": 2.0})
+    write_metrics(quick / "metrics.json", beta=math.inf)  # beta = inf at every iteration
+    on = make_run(tmp_path / "on", data, seed=2, **{"LOSS.BETA": 2.0})  # inf, then 2
+    drawn = []
+    plot = plots.plot_vs_beta
+    monkeypatch.setattr(
+        plots, "plot_vs_beta", lambda p, *a, **k: drawn.extend(p) or plot(p, *a, **k)
+    )
+    opt = AnalysisOptions("imagefolder", str(data), max_images=2)
+    written = write_outputs(analyze([str(quick), str(on)], opt), str(tmp_path / "nuc"), views=8)
+    never = "inf (prior never on; LOSS.BETA 2)"
+    assert [r["beta"] for r in read_csv(written["beta"].csv).rows] == [never, "2"]
+    assert {r["beta"] for r in read_csv(written["hist"].csv).rows} == {never, "2"}
+    assert [(p.label, p.beta) for p in drawn] == [("quick (prior never on)", math.inf), ("on", 2)]
+
+    records = tmp_path / "records"
+    records.mkdir()
+    for method, label, prior_on in (("lorac", "LORAC", 64), ("mocom", "MoCo-M", None)):
+        for seed in (0, 1):
+            r = study_record(method, label, seed, 80.0 + seed, 6.0, prior_on_iter=prior_on)
+            (records / f"{method}_seed{seed}.json").write_text(json.dumps(r))
+    build_report([str(quick), str(on)], str(tmp_path / "out"), study_records=[str(records)])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"| quick | laplace | {never} |" in md and "| on | laplace | 2.00 |" in md
+    assert "| LORAC (prior never on: β = ∞ throughout) | 2 |" in md
+    assert "LORAC and MoCo-M trained the same objective" in md

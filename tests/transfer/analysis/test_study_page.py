@@ -79,3 +79,85 @@ def test_the_page_names_the_runs_whose_prior_never_turned_on():
     assert prior_never_on_section(opt, on_time + mocom) == []
     older = [{k: v for k, v in r.items() if k != "prior_on_iter"} for r in late + mocom]
     assert prior_never_on_section(opt, older) == []
+
+
+def _beta_sweep(seeds, knn, nuc, prior_on_iter=4):
+    """A β sweep's records: LORAC at every β and MoCo-M; ``knn(x, seed)`` and ``nuc(x, seed)``
+    give each run's numbers; LORAC's prior turns on at ``prior_on_iter`` (each run: 10 it.)."""
+    from tests.helpers.analysis import study_record
+    from transfer.analysis.study_setup import StudyOptions, sweep_methods
+
+    table = sweep_methods("beta", 2.0)
+    results = [
+        study_record(
+            key,
+            m.label,
+            seed,
+            knn(m.x, seed),
+            nuc(m.x, seed),
+            prior_on_iter=None if key == "mocom" else prior_on_iter,
+        )
+        for key, m in table.items()
+        for seed in seeds
+    ]
+    opt = StudyOptions(seeds=tuple(seeds), methods=tuple(table), sweep="beta", method_table=table)
+    return opt, results
+
+
+NO_NAN = re.compile(r"\bnan\b", re.I)
+
+
+@pytest.mark.parametrize(
+    "case, seeds, knn, nuc, why",
+    [
+        ("tied", (0, 1), lambda x, s: 80.0 + s, lambda x, s: 6.0, "so no peak is read"),
+        ("one seed", (0,), lambda x, s: 80 + min(x, 10) / 10, lambda x, s: 6 + x / 10, "one seed"),
+    ],
+)
+def test_a_sweep_page_draws_no_conclusion_from_ties_or_one_seed(case, seeds, knn, nuc, why):
+    """Tied means (every β equal) or a single seed per β: the page has no "highest at" and no
+    "as the paper" sentence, says why no conclusion is drawn, and prints no NaN interval."""
+    opt, results = _beta_sweep(seeds, knn, nuc)
+    page = render_page(opt, results, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    sweep = page.split("## The sweep\n\n", 1)[1].split("\n## ", 1)[0]
+    assert "highest at" not in page and "as the paper" not in page, sweep
+    assert why in sweep
+    assert not NO_NAN.search(page), [line for line in page.splitlines() if NO_NAN.search(line)]
+    if case == "one seed":
+        assert "| -0.95 (one seed: no interval) |" in sweep  # β = 0.5: 80.05 - MoCo-M's 81.00
+
+
+def test_a_run_whose_prior_never_turned_on_is_labelled_so_on_the_page_and_in_the_report():
+    """The tester's quick look: one seed, LORAC's prior never on, so every row equals MoCo-M's.
+    The page draws no conclusion about β; every table names those runs as never on (β = ∞),
+    not by their configured β; the main study's comparison says LORAC trained MoCo-M's
+    objective; the HTML report's study section (the same Comparison) says the same."""
+    from tests.helpers.analysis import study_record
+    from transfer.analysis.study_comparison import comparison
+    from transfer.analysis.study_setup import StudyOptions
+    from transfer.analysis.study_stats import summarize
+
+    opt, results = _beta_sweep((0,), lambda x, s: 80.0, lambda x, s: 6.0, prior_on_iter=64)
+    page = render_page(opt, results, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    assert "highest at" not in page and "as the paper" not in page
+    assert not NO_NAN.search(page)
+    assert (
+        "no LORAC run turned its prior on (prior never on: β = ∞ throughout at β = 0.5, 1, 2, 4, 8)"
+        in page
+    )
+    assert "| ∞ (prior never on; set 2) | 1 |" in page  # the sweep's β column
+    never = "LORAC β=2 (prior never on: β = ∞ throughout)"
+    assert f"| {never} | 1 |" in page  # the mean table
+    assert f"| {never} | 0 |" in page  # the per-seed table
+    assert not re.search(r"^\| LORAC β=2 \|", page, re.M)
+
+    study = StudyOptions(seeds=(0, 1), methods=("lorac", "mocom"))
+    records = [
+        study_record(m, label, s, 80.0 + s, 6.0, prior_on_iter=on)
+        for m, label, on in (("lorac", "LORAC", 64), ("mocom", "MoCo-M", None))
+        for s in (0, 1)
+    ]
+    found = comparison(study, summarize(records, study.methods))
+    assert "LORAC and MoCo-M trained the same objective" in found.text[0]
+    assert not any("beats" in t or "within the seed spread" in t for t in found.text)
+    assert found.table.rows[-1][0] == "mean [95 % CI]"  # the numbers are still shown

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets.builtin_meta import COCO_PERSON_KEYPOINT_NAMES
 from PIL import Image, ImageDraw
 
@@ -27,7 +28,7 @@ from transfer.detection.config import DetectionSetupError, load_config
 from transfer.detection.convert import convert_checkpoint
 from transfer.detection.datasets import check_datasets, register_coco_dataset
 from transfer.detection.results import read_run, write_table
-from transfer.detection.trainer import build_argument_parser, run
+from transfer.detection.trainer import build_argument_parser, load_checked_config, run
 
 REPO = ROOT
 CONFIGS = {
@@ -240,6 +241,30 @@ def test_num_classes_must_match_the_dataset(data):
         check_datasets(cfg)
     cfg.MODEL.ROI_HEADS.NUM_CLASSES = 2
     check_datasets(cfg)
+
+
+def test_an_evaluation_checks_the_test_sets_alone(data, tmp_path):
+    """``--eval-only`` reads DATASETS.TEST only: a training set whose files are not on this
+    machine (COCO's train2017 never downloaded) stops training before it starts, and not an
+    evaluation."""
+    register_coco_dataset("instant_shapes_eval", *data["shapes"])
+    DatasetCatalog.register("instant_absent_train", list)
+    MetadataCatalog.get("instant_absent_train").set(
+        json_file=str(tmp_path / "train.json"), image_root=str(tmp_path / "train")
+    )
+    argv = ["--config-file", str(REPO / "configs" / CONFIGS["mask_rcnn"]), "MODEL.DEVICE", "cpu",
+            "DATASETS.TRAIN", "('instant_absent_train',)", "DATASETS.TEST",
+            "('instant_shapes_eval',)", "MODEL.ROI_HEADS.NUM_CLASSES", "2"]  # fmt: skip
+    try:
+        parser = build_argument_parser()
+        with pytest.raises(DetectionSetupError, match="instant_absent_train: annotation file"):
+            load_checked_config(parser.parse_args(argv))
+        cfg, _ = load_checked_config(parser.parse_args(["--eval-only", *argv]))
+        assert cfg.DATASETS.TEST == ("instant_shapes_eval",)
+    finally:
+        for name in ("instant_shapes_eval", "instant_absent_train"):
+            DatasetCatalog.remove(name)
+            MetadataCatalog.remove(name)
 
 
 def _train_net(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -221,7 +221,7 @@ def _detector(path: Path, net: torch.nn.Module) -> None:
 
 BAD_INPUTS = {
     # name: (file name, writer(path, net, tmp_path), words the message must hold)
-    "truncated": ("model_final.pth", None, ["not a readable PyTorch checkpoint"]),
+    "truncated": ("model_final.pth", None, ["incomplete checkpoint, truncated"]),
     "vit": ("deit_tiny.pth", lambda p, n: _vit(p), ["no ResNet backbone in a known layout"]),
     "detectron2-detector": (
         "model_final.pth",

@@ -1,0 +1,35 @@
+"""What the tests of a tool's output need: a machine of 2 cores, and torch's CUDA_HOME notice
+made to happen again in this process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+__all__ = ["CUDA_HOME_NOTICE", "WORKER_WARNING", "patch_two_cores", "redo_cuda_home_notice"]
+
+CUDA_HOME_NOTICE = "No CUDA runtime is found, using CUDA_HOME"
+# torch's "This DataLoader will create 4 worker processes in total. Our suggested max ..."
+WORKER_WARNING = "worker processes in total"
+
+
+def patch_two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees 2 cores, as torch's DataLoader and the workers' default count them."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+def redo_cuda_home_notice(monkeypatch: pytest.MonkeyPatch, cuda_home: Path) -> bool:
+    """Make the next import of ``torch.utils.cpp_extension`` (detectron2's environment report
+    in ``env.txt`` does one) run the module again with ``CUDA_HOME`` set, as in a fresh process;
+    returns whether torch then logs its notice (a CUDA build of torch without a GPU)."""
+    monkeypatch.setenv("CUDA_HOME", str(cuda_home))
+    name = "torch.utils.cpp_extension"
+    if name in sys.modules:
+        monkeypatch.setattr(torch.utils, "cpp_extension", sys.modules[name])  # put back after
+        monkeypatch.delitem(sys.modules, name)
+    return bool(torch.cuda._is_compiled() and torch.version.cuda) and not torch.cuda.is_available()

@@ -1,0 +1,58 @@
+"""A checkpoint that cannot be read is one error line naming it and how to go on: found before a
+resumed run writes anything (what ``last_checkpoint`` names: missing, or truncated as a full disk
+leaves it), and at load time for damage only a full read shows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
+from pretrain.utils.errors import CheckpointError
+from pretrain.utils.torch_files import incomplete_torch_file
+
+
+def _save(path, cut: bool = False) -> None:
+    torch.save({"model": {"w": torch.arange(4096.0)}, "iteration": 1}, path)
+    if cut:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_last_checkpoint_is_named_with_the_earlier_ones(tmp_path):
+    _save(tmp_path / "model_0000001.pth")
+    _save(tmp_path / "model_0000003.pth", cut=True)
+    (tmp_path / "last_checkpoint").write_text("model_0000003.pth")
+    with pytest.raises(CheckpointError) as e:
+        check_last_checkpoint(str(tmp_path))
+    msg = str(e.value)
+    assert f"{tmp_path}/model_0000003.pth, the checkpoint {tmp_path}/last_checkpoint names" in msg
+    assert "is truncated" in msg and "(there: model_0000001.pth)" in msg
+    (tmp_path / "last_checkpoint").write_text("model_0000001.pth")  # what the message advises
+    check_last_checkpoint(str(tmp_path))
+    check_last_checkpoint(str(tmp_path / "no_run_here"))
+
+
+def test_a_missing_last_checkpoint_is_named(tmp_path):
+    (tmp_path / "last_checkpoint").write_text("model_final.pth")
+    with pytest.raises(CheckpointError, match=r"model_final\.pth, .* is missing: to resume"):
+        check_last_checkpoint(str(tmp_path))
+
+
+def test_only_a_cut_off_zip_is_incomplete(tmp_path):
+    _save(tmp_path / "whole.pth")
+    _save(tmp_path / "cut.pth", cut=True)
+    (tmp_path / "empty.pth").write_bytes(b"")
+    (tmp_path / "legacy.pth").write_bytes(b"\x80\x02garbage")  # not torch's zip: the loader's
+    assert incomplete_torch_file(str(tmp_path / "whole.pth")) is None
+    assert incomplete_torch_file(str(tmp_path / "cut.pth")).startswith("truncated (")
+    assert incomplete_torch_file(str(tmp_path / "empty.pth")) == "empty (0 bytes)"
+    assert incomplete_torch_file(str(tmp_path / "legacy.pth")) is None
+
+
+def test_a_file_torch_cannot_load_is_a_checkpoint_error(tmp_path):
+    path = tmp_path / "model_0000002.pth"
+    path.write_bytes(b"\x80\x02garbage")
+    checkpointer = AtomicCheckpointer(torch.nn.Linear(1, 1), str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"model_0000002\.pth: not a readable checkpoint"):
+        checkpointer.load(str(path))
