@@ -32,11 +32,9 @@ Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fix
 the device) and copied to the device through pinned memory without a host sync
 (:func:`pretrain.utils.device.to_device`); decisions that pick subsets of the batch are made on the
 CPU, so a CUDA batch never waits on a device-to-host synchronisation. Each op is one computation
-and picks its samples through :func:`pick_`, in one of two ways chosen when the augmentation is
-built (:data:`PICKS`): ``"subset"`` (the default) runs it on the host-picked samples only, whose
-number varies from batch to batch; ``"mask"`` runs it on the whole batch and keeps the other
-samples with ``torch.where`` on device masks, for a CUDA graph or ``torch.compile`` (same draws,
-same result up to float rounding).
+and picks its samples through a :class:`Pick` named when the augmentation is built (:data:`PICKS`):
+host subsets (``"subset"``, the default) or device masks with ``torch.where`` (``"mask"``, for a
+CUDA graph or ``torch.compile``), with the same draws and result up to float rounding.
 """
 
 from __future__ import annotations
@@ -63,6 +61,7 @@ __all__ = [
     "Grayscale",
     "Jitter",
     "PICKS",
+    "Pick",
     "color_op",
     "GRAY_WEIGHTS",
     "adjust_brightness",
@@ -72,7 +71,6 @@ __all__ = [
     "apply_color_params",
     "blur_radius",
     "gaussian_blur",
-    "pick_",
     "rgb_to_grayscale",
     "sample_color_params",
 ]
@@ -82,9 +80,6 @@ GRAY_WEIGHTS: tuple[float, float, float] = (0.2989, 0.587, 0.114)
 
 # Op codes of the colour jitter; ``params.order[:, j]`` is the op run in slot j.
 BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
-
-# How the ops pick their samples (:func:`pick_`): host subsets, or device masks.
-PICKS = ("subset", "mask")
 
 
 class ColorParams:
@@ -155,11 +150,9 @@ class ColorOp:
       :func:`sample_color_params` (``columns``). A new op should draw none when it is off, so
       that the runs that do not use it keep their random stream (``tests/golden`` checks it).
     * :meth:`sample`: its named parameters from its (n, width) uniforms.
-    * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the
-      parameters alone (they may have been drawn in a data worker), picking the samples it
-      changes with :func:`pick_` and ``pick`` (:data:`PICKS`). With ``"mask"`` the parameters
-      are on x's device and nothing it does (op, shape, host read) may depend on their values;
-      with ``"subset"`` they are on the CPU, and host decisions from them are free.
+    * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the parameters
+      alone (maybe drawn in a data worker), picking its samples with ``pick`` (:class:`Pick`):
+      with :class:`Mask` nothing it does (op, shape, host read) may depend on their values.
     """
 
     config: ClassVar[dict[str, str]] = {}
@@ -172,7 +165,7 @@ class ColorOp:
     def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement apply")
 
     @classmethod
@@ -191,6 +184,7 @@ COLOR_OPS: list[type[ColorOp]] = []  # in the order they draw and run
 
 _Op = TypeVar("_Op", bound=type[ColorOp])
 _T = TypeVar("_T", bound=ColorOp)
+_Fn = Callable[[torch.Tensor, ColorParams], torch.Tensor]  # (picked images, their parameters)
 
 
 def color_op(cls: _Op) -> _Op:
@@ -235,7 +229,7 @@ class Jitter(ColorOp):
             "order": u[:, 4:8].argsort(dim=1),  # a uniform random permutation per sample
         }
 
-    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
         # Blend coefficients (3, n, 4) = (fx, fg, fm) per sample and slot (see _blend_): a slot
         # where a sample runs the hue (or no jitter) is x * 1 + 0, which leaves it bit-identical.
         f = params.factors
@@ -246,10 +240,7 @@ class Jitter(ColorOp):
         fg = torch.where(is_s, 1.0 - f[:, 2:3], 0.0)
         fm = torch.where(is_c, 1.0 - f[:, 1:2], 0.0)
         coef, is_hue = torch.stack([fx, fg, fm]), (op == HUE) & (f[:, 3:4] != 0)  # (n, 4) hue
-        # The terms each slot needs: a host decision the subset pick takes (no wasted passes);
-        # the mask pick runs every term, whatever the draw.
-        identity = coef.new_tensor([1.0, 0.0, 0.0]).view(3, 1, 1)
-        need = (coef != identity).any(1).tolist() if pick == "subset" else [[True] * 4] * 3
+        need = pick.jitter_terms(coef)
         coef = to_device(coef, x.device, x.dtype)  # one host-to-device copy (subset pick)
         for slot in range(4):
             scale, gray, mean = (need[t][slot] for t in range(3))
@@ -257,7 +248,7 @@ class Jitter(ColorOp):
                 fx, fg, fm = coef[:, :, slot].view(3, -1, 1, 1, 1)
                 _blend_(x, fx, fg if gray else None, fm if mean else None)
             # The hue is by far the costliest op: only its samples, when the pick allows it.
-            pick_(x, params, is_hue[:, slot], lambda xs, p: adjust_hue(xs, p.factors[:, 3]), pick)
+            pick.select_(x, params, is_hue[:, slot], lambda xs, p: adjust_hue(xs, p.factors[:, 3]))
 
 
 @color_op
@@ -276,8 +267,8 @@ class Grayscale(ColorOp):
     def sample(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"grayscale": u[:, 0] < self.prob}
 
-    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
-        pick_(x, params, params.grayscale, lambda xs, p: rgb_to_grayscale(xs).expand_as(xs), pick)
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
+        pick.select_(x, params, params.grayscale, lambda xs, p: rgb_to_grayscale(xs).expand_as(xs))
 
 
 @color_op
@@ -308,33 +299,11 @@ class Blur(ColorOp):
         lo, hi = self.sigma
         return {"blur": u[:, 0] < self.prob, "sigma": lo + (hi - lo) * u[:, 1]}
 
-    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
-        """Each sample's own kernel size (:func:`blur_radius`). ``group_by_size`` blurs by shifted
-        sums (the CPU's cost is the taps), otherwise by depthwise convolutions (a GPU's cost is
-        the launches). The kernel sizes are host decisions of the subset pick: with the shifted
-        sums each size runs as its own slice of the picked samples (sorted by size), otherwise
-        one pass runs the largest picked size. The mask pick runs the largest size this op draws
-        (at this view size). The smaller kernels are zero-padded: the same Gaussian."""
-        h, w = x.shape[-2:]
-        subset = pick == "subset"
-
-        def blur(xs: torch.Tensor, p: ColorParams) -> torch.Tensor:
-            radii, sigma = blur_radius(p.sigma, h, w), p.sigma.double()
-            if subset and group_by_size:
-                out = torch.empty_like(xs)
-                sizes, counts = radii.unique_consecutive(return_counts=True)
-                start = 0
-                for r, count in zip(sizes.tolist(), counts.tolist(), strict=True):
-                    rows = slice(start, start + count)
-                    _separable_blur(xs[rows], _gaussian_taps(sigma[rows], r), out=out[rows])
-                    start += count
-                return out
-            r = int(radii.max()) if subset else min(self.max_radius, min(h, w) - 1)
-            taps = _gaussian_taps(sigma, r, radii)
-            return (_separable_blur if group_by_size else _separable_blur_conv)(xs, taps)
-
-        by_size = blur_radius(params.sigma, h, w) if subset else None
-        pick_(x, params, params.blur, blur, pick, order=by_size)
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
+        """Each sample's own kernel size (:func:`blur_radius`, zero-padded to the size
+        :meth:`Pick.blur_` runs: the same Gaussian), by shifted sums with ``group_by_size`` (the
+        CPU's cost is the taps), otherwise by depthwise convolutions (a GPU's: the launches)."""
+        pick.blur_(x, params, self.max_radius, group_by_size)
 
 
 @dataclass(frozen=True)
@@ -558,38 +527,81 @@ def gaussian_blur(
     return _separable_blur(x, _gaussian_taps(sig, radius), out)
 
 
-def pick_(
-    x: torch.Tensor,
-    params: ColorParams,
-    mask: torch.Tensor,
-    fn: Callable[[torch.Tensor, ColorParams], torch.Tensor],
-    pick: str,
-    order: torch.Tensor | None = None,
-) -> None:
-    """In place ``x[i] <- fn(x, params)[i]`` for the samples i the bool ``mask`` (n,) picks, the
-    others kept bit for bit: the one place where the colour ops pick samples, as ``pick`` says.
+class Pick:
+    """How the colour ops pick the samples they change (:data:`PICKS`), so that no op branches
+    on it: ``params`` where the ops read them, ``jitter_terms`` (3 x 4 bools: the blend terms
+    each slot runs), ``select_`` (in place ``x[i] <- fn(x, params)[i]`` for the samples the bool
+    ``mask`` (n,) picks, the others bit for bit) and ``blur_`` (:meth:`Blur.apply`)."""
 
-    * ``"subset"``: the mask is a CPU tensor, read on the host (no device sync); ``fn`` runs on
-      the picked rows only (of x and of params; sorted by the CPU tensor ``order`` when given),
-      which go back by index. The least work; shapes vary with the draw.
-    * ``"mask"``: ``fn`` runs on the whole batch, and ``torch.where`` on the device mask keeps
-      the other rows whatever computed them (a conv or matmul under autocast too): no host
-      read, the same ops whatever the draw (a CUDA graph replay, ``torch.compile``).
-    """
-    if pick == "mask":
+
+class Subset(Pick):
+    """``fn`` runs on the picked rows only, which go back by index; masks and parameters are CPU
+    tensors, read on the host (no device sync). The least work; shapes vary with the draw."""
+
+    def params(self, params: ColorParams, device: torch.device) -> ColorParams:
+        return params
+
+    def jitter_terms(self, coef: torch.Tensor) -> list[list[bool]]:  # those not x * 1 + 0
+        return (coef != coef.new_tensor([1.0, 0.0, 0.0]).view(3, 1, 1)).any(1).tolist()
+
+    def select_(self, x: torch.Tensor, params: ColorParams, mask: torch.Tensor, fn: _Fn) -> None:
+        idx = mask.nonzero().squeeze(1)
+        if 0 < idx.numel() < x.shape[0]:
+            self._rows_(x, params, idx, fn)
+        elif idx.numel():
+            x.copy_(fn(x, params))
+
+    def _rows_(self, x: torch.Tensor, params: ColorParams, idx: torch.Tensor, fn: _Fn) -> None:
+        rows = params[idx]  # indexed by the host index (on a CPU, to_device returns idx itself)
+        idx_dev = to_device(idx, x.device)
+        x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), rows))
+
+    def blur_(self, x: torch.Tensor, params: ColorParams, max_radius: int, grouped: bool) -> None:
+        def blur(xs: torch.Tensor, p: ColorParams) -> torch.Tensor:
+            radii, sigma = blur_radius(p.sigma, *xs.shape[-2:]), p.sigma.double()
+            if not grouped:  # one pass, the largest picked size
+                return _separable_blur_conv(xs, _gaussian_taps(sigma, int(radii.max()), radii))
+            out = torch.empty_like(xs)
+            sizes, counts = radii.unique_consecutive(return_counts=True)  # one slice per size
+            parts = zip(*(t.split(counts.tolist()) for t in (xs, sigma, out)), strict=True)
+            for r, (xr, sr, outr) in zip(sizes.tolist(), parts, strict=True):
+                _separable_blur(xr, _gaussian_taps(sr, r), out=outr)
+            return out
+
+        idx = params.blur.nonzero().squeeze(1)
+        idx = idx[blur_radius(params.sigma[idx], *x.shape[-2:]).sort(stable=True).indices]
+        if idx.numel():
+            self._rows_(x, params, idx, blur)
+
+
+class Mask(Pick):
+    """``fn`` runs on the whole batch, ``torch.where`` on the device mask keeping the other rows
+    whatever computed them: no host read, the same ops whatever the draw (CUDA graph, compile)."""
+
+    def params(self, params: ColorParams, device: torch.device) -> ColorParams:
+        return params.to(device)
+
+    def jitter_terms(self, coef: torch.Tensor) -> list[list[bool]]:
+        return [[True] * 4] * 3  # every term, whatever the draw
+
+    def select_(self, x: torch.Tensor, params: ColorParams, mask: torch.Tensor, fn: _Fn) -> None:
         torch.where(mask.view(-1, 1, 1, 1), fn(x, params), x, out=x)  # elementwise: in place
-        return
-    idx = mask.nonzero().squeeze(1)
-    if idx.numel() == 0:
-        return
-    if order is not None:
-        idx = idx[order[idx].sort(stable=True).indices]
-    elif idx.numel() == x.shape[0]:
-        x.copy_(fn(x, params))
-        return
-    rows = params[idx]  # indexed by the host index (on a CPU, to_device returns idx itself)
-    idx_dev = to_device(idx, x.device)
-    x.index_copy_(0, idx_dev, fn(x.index_select(0, idx_dev), rows))
+
+    def blur_(self, x: torch.Tensor, params: ColorParams, max_radius: int, grouped: bool) -> None:
+        h, w = x.shape[-2:]
+        r = min(max_radius, h - 1, w - 1)  # the largest kernel the op draws, at this view size
+        blur = _separable_blur if grouped else _separable_blur_conv
+        taps = lambda p: _gaussian_taps(p.sigma.double(), r, blur_radius(p.sigma, h, w))
+        self.select_(x, params, params.blur, lambda xs, p: blur(xs, taps(p)))
+
+
+PICKS: dict[str, Pick] = {"subset": Subset(), "mask": Mask()}
+
+
+def _as_pick(pick: str | Pick) -> Pick:
+    if not isinstance(pick, Pick) and pick not in PICKS:
+        raise ValueError(f"pick must be one of {tuple(PICKS)}, got {pick!r}")
+    return PICKS.get(pick, pick)
 
 
 def apply_color_params(
@@ -598,27 +610,22 @@ def apply_color_params(
     spec: ColorSpec,
     group_blur_by_size: bool | None = None,
     *,
-    pick: str = "subset",
+    pick: str | Pick = "subset",
 ) -> torch.Tensor:
     """Run every op of ``spec`` (the spec that drew ``params``) whose parameters ``params``
     holds, in the registry's order, on float images (n, 3, h, w) in [0, 1], in place; returns x.
 
-    ``pick`` (:data:`PICKS`, see :func:`pick_`): ``"subset"`` runs each op on the samples it
-    picks on the host; ``"mask"`` moves ``params`` to x's device (no copy when they are there)
-    and runs every op on the whole batch, picking with ``torch.where``, so that no op, shape or
-    host read depends on the drawn values (a CUDA graph replay or a compiled graph: one graph,
-    no sync). Same result up to float rounding (about 1e-6); the mask pick is slower on the CPU
-    (every op on every sample, the blur with the largest kernel the spec draws).
+    ``pick`` (a name in :data:`PICKS`, or a :class:`Pick`) runs each op on its samples picked on
+    the host (``"subset"``) or on the whole batch with ``params`` on x's device (``"mask"``: no
+    op, shape or host read depends on the draw). Same result up to float rounding (about 1e-6).
     ``group_blur_by_size`` (default: on the CPU) is the blur's form (:meth:`Blur.apply`).
     """
-    if pick not in PICKS:
-        raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
+    pick = _as_pick(pick)
     if group_blur_by_size is None:
         group_blur_by_size = x.device.type == "cpu"
     if len(params) != x.shape[0]:
         raise ValueError(f"{len(params)} parameter sets for {x.shape[0]} images")
-    if pick == "mask":
-        params = params.to(x.device)
+    params = pick.params(params, x.device)
     for op in spec.ops:
         if all(name in params.tensors for name in op.names):
             op.apply(x, params, pick, group_blur_by_size)
@@ -639,12 +646,8 @@ class BatchColorAugment:
     (2x faster than whole-batch passes on one core). Neither changes the random parameters or
     the result.
 
-    ``pick`` (:data:`PICKS`; :func:`apply_color_params`) is how the ops pick their samples:
-    ``"subset"`` (the default) on the host; ``"mask"`` with device masks, for the same op
-    sequence, shapes and strides whatever the draw and no host sync, so that a CUDA graph can
-    replay the augmentation or ``torch.compile`` take it in one graph. Meant for GPUs (with
-    ``one_pass``); on the CPU it is slower (every op runs on every sample and the blur always
-    uses the largest kernel). The random draws do not change, the result only by float rounding.
+    ``pick`` is :func:`apply_color_params`'s: ``"mask"`` (meant for GPUs, with ``one_pass``) lets
+    a CUDA graph replay the augmentation or ``torch.compile`` take it in one graph.
     """
 
     def __init__(
@@ -655,18 +658,16 @@ class BatchColorAugment:
         *,
         cpu_chunk_pixels: int = 2**19,
         one_pass: bool | None = None,
-        pick: str = "subset",
+        pick: str | Pick = "subset",
     ) -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean/std must be 3 values with std > 0, got {mean}, {std}")
-        if pick not in PICKS:
-            raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
+        self.pick = _as_pick(pick)
         self.color = color
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.cpu_chunk_pixels = cpu_chunk_pixels
         self.one_pass = one_pass
-        self.pick = pick
 
     def __call__(
         self,
@@ -696,14 +697,13 @@ class BatchColorAugment:
         out: list[torch.Tensor] = [torch.empty(0)] * len(views)
         for members in groups.values():
             sizes = [views[i].shape[0] for i in members]
+            group_params = None
             if given:
                 group_params = ColorParams.cat([params[i] for i in members])
             elif apply_color:
                 group_params = sample_color_params(sum(sizes), self.color, generator)
-            else:
-                group_params = None
-            if group_params is not None and self.pick == "mask":
-                group_params = group_params.to(views[members[0]].device)  # one copy per group
+            if group_params is not None:  # one copy per group (mask pick)
+                group_params = self.pick.params(group_params, views[members[0]].device)
             if self._one_pass(views[members[0]].device):
                 # Views of one size run as one batch: fewer, larger kernel launches.
                 x = self._augment(torch.cat([views[i] for i in members]), group_params)

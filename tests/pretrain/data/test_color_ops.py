@@ -21,9 +21,9 @@ from pretrain.data.color import (
     ColorSpec,
     Grayscale,
     Jitter,
+    Pick,
     apply_color_params,
     color_op,
-    pick_,
     sample_color_params,
 )
 from pretrain.data.loader import build_train_transform
@@ -49,12 +49,12 @@ class Solarize(ColorOp):
             "solarize_threshold": torch.full((u.shape[0],), self.threshold),
         }
 
-    def apply(self, x: torch.Tensor, params: ColorParams, pick: str, group_by_size: bool) -> None:
+    def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
         def solarize(xs: torch.Tensor, p: ColorParams) -> torch.Tensor:
             t = p.solarize_threshold.to(xs).view(-1, 1, 1, 1)
             return torch.where(xs >= t, 1.0 - xs, xs)
 
-        pick_(x, params, params.solarize, solarize, pick)
+        pick.select_(x, params, params.solarize, solarize)
 
 
 @pytest.fixture
@@ -74,7 +74,8 @@ def cfg_with_solarize(prob: float, threshold: float = 0.5):
 def test_the_registry_is_the_draw_and_run_order():
     assert [Jitter, Grayscale, Blur] == COLOR_OPS
     assert [type(op) for op in ColorSpec().ops] == COLOR_OPS
-    assert sum(op.width() for op in ColorSpec().ops) == 12  # today's one draw per sample
+    # one draw of 12 uniforms per sample: jitter 9, grayscale 1, blur 2
+    assert sum(op.width() for op in ColorSpec().ops) == 12
 
 
 def test_a_new_op_is_read_from_its_config_keys_and_checked(solarize):

@@ -17,6 +17,7 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
 from pretrain.data.color import (
+    PICKS,
     BatchColorAugment,
     Blur,
     ColorParams,
@@ -399,7 +400,7 @@ def blur_in_mode(x: torch.Tensor, mask: torch.Tensor, sigma: torch.Tensor, mode:
     """Blur the samples of x that ``mask`` picks, in place, as ``MODES[mode]`` does."""
     kw = {"pick": "subset", "group_blur_by_size": True, **MODES[mode]}
     params = ColorParams(len(x), {"blur": mask, "sigma": sigma})
-    Blur().apply(x, params, kw["pick"], kw["group_blur_by_size"])
+    Blur().apply(x, params, PICKS[kw["pick"]], kw["group_blur_by_size"])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -411,7 +412,7 @@ def test_blur_by_kernel_size_groups_equals_one_zero_padded_pass(mode):
     sigma = torch.linspace(0.1, 2.0, 40)
     ours, padded = x.clone(), x.clone()
     blur_in_mode(ours, mask, sigma, mode)
-    Blur().apply(padded, ColorParams(40, {"blur": mask, "sigma": sigma}), "subset", False)
+    Blur().apply(padded, ColorParams(40, {"blur": mask, "sigma": sigma}), PICKS["subset"], False)
     torch.testing.assert_close(ours, padded, rtol=0, atol=1e-6)
     assert torch.equal(ours[~mask], x[~mask]) and not torch.allclose(ours[mask], x[mask])
     k = [2 * int(blur_radius(s[None], 16, 16)) + 1 for s in sigma]
