@@ -39,7 +39,7 @@ demo: venv $(FASHION_MNIST)
 
 # LORAC vs MoCo-M vs MoCo-v2 at demo scale, 5 seeds each (15 runs; the report pairs LORAC and
 # MoCo-M by seed with a 95 % interval). Measured: 84.4 min on 2 cores with STUDY_JOBS=3
-# (2026-11-25). Writes docs/results.md and .png; each run's record goes to docs/results_runs/.
+# (`make study`). Writes docs/results.md and .png; each run's record goes to docs/results_runs/.
 # STUDY_JOBS at once, one process and nproc/STUDY_JOBS threads each (a ResNet-18 at 24 px gains
 # little from a second thread). Ctrl-C saves the runs in progress; `make study` again resumes
 # where it stopped.
@@ -54,8 +54,8 @@ study: venv $(FASHION_MNIST)
 # first epoch, as the paper's first half), with the demo's data and recipe. Each finished run's
 # results are also kept in docs/results_runs/<sweep>/ (committed), so a sweep stopped half-way,
 # even on another machine, goes on where it stopped. Measured on 2 cores with STUDY_JOBS=3:
-# study-beta 18 runs, 59 min (2026-11-25); study-views 24 runs (cost grows with M), 108 min
-# (2026-11-25, two invocations: 64 + 44 min; docs/results_views.md).
+# study-beta 18 runs, 59 min; study-views 24 runs (cost grows with M), 108 min (two
+# invocations: 64 + 44 min; docs/results_views.md).
 SWEEP_OPTS ?= SOLVER.EPOCHS 2.0
 study-beta: venv $(FASHION_MNIST)
 	$(PY) tools/study.py --sweep beta --seeds 0 1 2 --jobs $(STUDY_JOBS) \
@@ -131,7 +131,7 @@ GPU_TESTS := tests/pretrain/engine/test_gpu.py tests/pretrain/data/test_transfor
 	tests/pretrain/data/test_color_static.py tests/pretrain/losses/test_nuclear_norm.py \
 	tests/pretrain/modeling/test_shuffle.py
 GPU_STEP_CONFIGS := configs/pretrain/in1k_r50_lorac_200ep.yaml configs/pretrain/in1k_r50_mocom_200ep.yaml
-# the static step compiled with CUDA graphs (issue 41), measured against the eager step of the
+# the static step compiled with CUDA graphs, measured against the eager step of the
 # same config in the same process (bench_throughput --switch)
 GPU_SWITCH := SOLVER.COMPILE.ENABLED True SOLVER.COMPILE.MODE reduce-overhead
 gpu-wheels: venv

@@ -84,8 +84,8 @@ def make_photos(folder: Path, n: int, quality: int, photos: Path = PHOTOS, seed:
 
 
 def _decoder(source: ImageFolderSource) -> Callable[[int], object]:
-    # load_rgb since issue 35; before it the dataset called load (a PIL image), which lets this
-    # file measure the code before the change too
+    # load_rgb (a uint8 RGB tensor) where the source has it, else load (a PIL image), so that this
+    # file also measures a source that only offers load
     return getattr(source, "load_rgb", None) or source.load
 
 

@@ -401,7 +401,7 @@ def _queue(batch: int, p: dict) -> int | None:
 
 
 def table(report: dict) -> str:
-    """The rows as a Markdown table (as issue 41's)."""
+    """The rows as a Markdown table under a line naming the device, torch and the options."""
     lines = [
         f"device: {report['device']}, torch {report['torch']}"
         + (f", opts: {' '.join(report['opts'])}" if report["opts"] else ""),

@@ -277,7 +277,7 @@ def test_the_may_import_check_can_fail(tmp_path):
     ]
 
 
-# -- function length (issue 36: no function in pretrain/ or transfer/ over 80 lines) ---------
+# -- function length (no function in pretrain/ or transfer/ over 80 lines) -------------------
 
 MAX_FUNCTION_LINES = 80
 

@@ -1,8 +1,8 @@
-"""The mistakes of issue 42 (item 3) that ended in a traceback or an unreadable line, in every
-tool they reach: an output directory that is a file, under a file or not writable; a ``_BASE_``
-that does not exist; overrides that are not KEY VALUE pairs once the tool adds its own. Each ends
-in exit 2, exactly one ``error:`` line, no traceback, and nothing written or changed
-(tests/helpers/mistakes.py).
+"""User mistakes in every tool they reach: an output directory that is a file, under a file or
+not writable; a ``_BASE_`` that does not exist; overrides that are not KEY VALUE pairs once the
+tool adds its own; numbers out of range, mistyped options, missing values and checkpoints the
+reader refuses. Each ends in exit 2, exactly one ``error:`` line, no traceback, and nothing
+written or changed (tests/helpers/mistakes.py).
 
 One row per mistake and tool: ``(tool, arguments, text the error line must contain)``, every
 other argument valid. The rows run the tool's ``main`` in this process (:func:`run_main`): the
@@ -61,9 +61,9 @@ SUBMIT = ["submit_pretrain", "--local", "--config-file", DEMO_CONFIG, "--gpus-pe
           "MODEL.DEVICE", "cpu", "DATASETS.TYPE", "imagefolder",
           "DATASETS.ROOT", "{images}"]  # fmt: skip
 DETECTION = ["train_net", "--config-file", str(ROOT / "configs" / "coco_faster_rcnn_lorac.yaml"),
-             "--register-coco", "mistakes42", "{coco_json}", "{coco_images}", "MODEL.DEVICE",
+             "--register-coco", "mistakes", "{coco_json}", "{coco_images}", "MODEL.DEVICE",
              "cpu",
-             "DATASETS.TRAIN", "('mistakes42',)", "DATASETS.TEST", "('mistakes42',)",
+             "DATASETS.TRAIN", "('mistakes',)", "DATASETS.TEST", "('mistakes',)",
              "MODEL.ROI_HEADS.NUM_CLASSES", "2", "MODEL.WEIGHTS", ""]  # fmt: skip
 A_FILE = "is a file, not a directory"
 UNDER_A_FILE = "cannot be created: {file} is not a directory"

@@ -1,6 +1,6 @@
-"""Plausible mistakes with the pretraining-side tools, the demo and the weight converters
-(issue 34): each ends in exit 2, exactly one ``error:`` line, no traceback, and nothing written
-or changed (tests/helpers/mistakes.py), and no ``torch.jit.script`` deprecation noise.
+"""Plausible mistakes with the pretraining-side tools, the demo and the weight converters:
+each ends in exit 2, exactly one ``error:`` line, no traceback, and nothing written or changed
+(tests/helpers/mistakes.py), and no ``torch.jit.script`` deprecation noise.
 
 One row per mistake: ``(tool and arguments, text the error line must contain)``. The files every
 row reads are written once for the module (``{tiny}`` the overrides of a seconds-long run on a

@@ -322,13 +322,13 @@ def _check_batch_split(batch: int, world_size: int) -> None:
 def check_world_size(cfg: CN, world_size: int) -> None:
     """What :func:`validate_cfg` (run by :func:`load_config` for one process) checks that
     depends on the number of processes: the global batch splits evenly among them, and each
-    process's key batch into BN groups of at least 2 rows (BatchNorm needs 2)."""
+    process's key batch into non-empty BN groups."""
     batch, splits = cfg.SOLVER.IMS_PER_BATCH, cfg.MODEL.KEY_BN_SPLITS
     _check_batch_split(batch, world_size)
     _need(splits >= 1, "MODEL.KEY_BN_SPLITS", splits, "must be >= 1")
     shuffled = cfg.MODEL.SHUFFLE_BN and splits * world_size > 1  # ShuffleBN's groups
-    _need(not shuffled or batch // world_size >= 2 * splits, "MODEL.KEY_BN_SPLITS", splits,
-          f"leaves BN groups of under 2 rows of the {batch // world_size} images per process "
+    _need(not shuffled or batch // world_size >= splits, "MODEL.KEY_BN_SPLITS", splits,
+          f"leaves empty BN groups of the {batch // world_size} images per process "
           f"(SOLVER.IMS_PER_BATCH {batch} over {world_size} processes)")  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """The evaluation tools with plausible mistakes: exit 2, one `error:` line, no traceback, and
-nothing written or changed (issue 34, findings 1, 4 and 8).
+nothing written or changed.
 
 ``--device cuda`` on a machine without a visible GPU (``CUDA_VISIBLE_DEVICES=""``: the test
 means the same on a GPU machine), and reruns into the run directory of a finished run (a

@@ -1,6 +1,6 @@
-"""A checkpoint tensor that does not fit the model is an error on resume, never fvcore's
-"Skip loading parameter ... incompatible shapes" warning (issue 34, "resume checks the config"):
-pretraining's AtomicCheckpointer refuses a queue of another size swapped in by hand."""
+"""A checkpoint tensor that does not fit the model is an error on resume, never fvcore's "Skip
+loading parameter ... incompatible shapes" warning: pretraining's AtomicCheckpointer refuses a queue
+of another size swapped in by hand."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Ctrl-C on ``tools/train_pretrain.py``: a checkpoint at the next iteration boundary, one line
-saying how to resume, exit status 130; a second Ctrl-C stops at once. Before 2026-11-26 SIGINT
-ended in a KeyboardInterrupt traceback and no checkpoint (issue 34)."""
+saying how to resume, exit status 130; a second Ctrl-C stops at once."""
 
 from __future__ import annotations
 

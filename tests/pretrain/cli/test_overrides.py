@@ -1,9 +1,9 @@
-"""Options after the trailing ``KEY VALUE`` overrides (issue 42, item 3): every tool that takes
-overrides reads its own options wherever they are on the line. Before, ``... SOLVER.MAX_ITER 3
---resume`` made ``--resume`` an override (an "overrides must be KEY VALUE pairs" or
-"Non-existent key: --resume" error), and the study's printed ``-- KEY VALUE --status`` line, or
-``--dry-run`` / ``--methods`` after the overrides, failed the same way. Values are never taken
-for options, even those that start with ``-``."""
+"""Options after the trailing ``KEY VALUE`` overrides: every tool that takes overrides reads its
+own options wherever they are on the line. ``... SOLVER.MAX_ITER 3 --resume`` resumes instead of
+reading ``--resume`` as an override (an "overrides must be KEY VALUE pairs" or "Non-existent key:
+--resume" error); so do the study's printed ``-- KEY VALUE --status`` line and ``--dry-run`` /
+``--methods`` after the overrides. Values are never taken for options, even those that start
+with ``-``."""
 
 from __future__ import annotations
 

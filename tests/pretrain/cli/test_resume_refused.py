@@ -1,5 +1,5 @@
 """``tools/train_pretrain.py`` into a finished run with one key changed: one ``error:`` line,
-exit 2, no traceback, and the run directory byte for byte as it was (issue 34, finding 2)."""
+exit 2, no traceback, and the run directory byte for byte as it was."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_a_changed_key_is_refused_in_one_line_and_nothing_changes(tmp_path):
     again = _run(tiny_opts(data, out))
     assert again.returncode == 0 and "nothing left to train" in again.stderr + again.stdout
     assert (out / "model_final.pth").read_bytes() == before["model_final.pth"]
-    # issue 42: with --resume-with-changes a lower lr and a longer schedule extend the finished
+    # with --resume-with-changes a lower lr and a longer schedule extend the finished
     # run, recorded (refused without the flag: tests/pretrain/engine/test_resume_with_changes.py)
     longer = tiny_opts(data, out, **{"SOLVER.MAX_ITER": 8, "SOLVER.BASE_LR": 0.01})
     r = _run(["--resume-with-changes", *longer])
@@ -53,7 +53,7 @@ def test_a_changed_key_is_refused_in_one_line_and_nothing_changes(tmp_path):
 
 def test_a_failed_rerun_changes_nothing(tmp_path):
     """The same command after the data moved: the rerun fails (one error line naming the root)
-    and the finished run directory is byte for byte as it was (issue 34, acceptance)."""
+    and the finished run directory is byte for byte as it was."""
     data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
     assert _run(tiny_opts(data, out)).returncode == 0
     before = _files(out)

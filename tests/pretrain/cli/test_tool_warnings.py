@@ -1,6 +1,6 @@
-"""No tool prints torch's ``torch.jit.script is deprecated`` warning (issue 34, finding 8): it
-came twice from importing detectron2.engine (fvcore.nn's focal losses) in every tool, and
-neither this project nor its users can act on it. Both families of entry points are checked:
+"""No tool prints torch's ``torch.jit.script is deprecated`` warning: importing
+detectron2.engine (fvcore.nn's focal losses) raises it twice in every tool, and neither this
+project nor its users can act on it. Both families of entry points are checked:
 ``pretrain.cli`` (train_pretrain) and ``transfer.cli`` (train_net, which imports detectron2
 before anything of this project)."""
 

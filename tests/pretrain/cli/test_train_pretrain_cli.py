@@ -1,6 +1,6 @@
-"""``tools/train_pretrain.py`` as a user meets it (issue 34): its ``-h`` offers only what it does
-(finding 8), and a diverging learning rate ends in one ``error:`` line, exit 2, naming the real
-last checkpoint or saying that none was written (finding 4)."""
+"""``tools/train_pretrain.py`` as a user meets it: its ``-h`` offers only what it does, and a
+diverging learning rate ends in one ``error:`` line, exit 2, naming the real last checkpoint or
+saying that none was written."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_a_non_finite_loss_names_the_real_last_checkpoint(tmp_path):
     last = tmp_path / "run" / "model_0000002.pth"
     assert str(e.value).startswith("non-finite loss at iteration 4; ")
     assert f"the last checkpoint, {last}, is intact" in str(e.value)
-    # issue 42: a lower lr need not start afresh: the message says how to resume with one
+    # a lower lr need not start afresh: the message says how to resume with one
     assert "the same command resumes from it (with --resume-with-changes SOLVER.BASE_LR" in str(
         e.value
     )

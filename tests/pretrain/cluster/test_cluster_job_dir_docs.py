@@ -1,6 +1,6 @@
-"""docs/cluster.md gives the submitit folder each ``--entry`` really uses (issue 34, finding 8):
-``OUTPUT_DIR/submitit`` for pretraining, ``output/submitit/<entry>`` (under the directory the
-job is submitted from) for ``train_net`` and the other tools."""
+"""docs/cluster.md gives the submitit folder each ``--entry`` really uses: ``OUTPUT_DIR/submitit``
+for pretraining, ``output/submitit/<entry>`` (under the directory the job is submitted from) for
+``train_net`` and the other tools."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_every_loader_raises_the_same_error(tmp_path, load, base, section):
     ids=["pretrain", "classification", "detection"],
 )
 def test_an_unknown_key_names_the_closest_known_one(tmp_path, load, base, typo, meant):
-    """Issue 42: a typo'd key gets a suggestion, in a YAML file and on the command line, for
+    """A typo'd key gets a suggestion, in a YAML file and on the command line, for
     every loader (detectron2's own config included): difflib over the full dotted names."""
     section, key = typo.rsplit(".", 1)
     body = "".join(f"{'  ' * i}{part}:\n" for i, part in enumerate(section.split(".")))
@@ -143,12 +143,12 @@ def test_a_misspelt_section_and_no_suggestion_when_nothing_is_close(tmp_path):
     "opts, match",
     [
         (["MODEL.KEY_BN_SPLITS", "0"], r"MODEL\.KEY_BN_SPLITS = 0: must be >= 1"),
-        (["MODEL.KEY_BN_SPLITS", "5", "SOLVER.IMS_PER_BATCH", "8", "MODEL.QUEUE_SIZE", "64"],
-         r"MODEL\.KEY_BN_SPLITS = 5: leaves BN groups of under 2 rows of the 8 images"),
+        (["MODEL.KEY_BN_SPLITS", "9", "SOLVER.IMS_PER_BATCH", "8", "MODEL.QUEUE_SIZE", "64"],
+         r"MODEL\.KEY_BN_SPLITS = 9: leaves empty BN groups of the 8 images"),
     ],
 )  # fmt: skip
 def test_key_bn_groups_that_batchnorm_cannot_take_are_refused(opts, match):
-    """Before any data worker draws a ShuffleBN plan of groups of one row."""
+    """Before any data worker draws a ShuffleBN plan with an empty BN group."""
     from pretrain.config import load_config
     from tests.helpers import ROOT
 

@@ -1,6 +1,6 @@
-"""Issue 34: a YAML syntax error names the file, line and column (finding 4), and an integer for
-a float key is that float, as detectron2/yacs users write ``SOLVER.BASE_LR 1`` (finding 8); the
-other type mismatches stay errors. Every config of the project loads through
+"""A YAML syntax error names the file, line and column, and an integer for a float key is that
+float, as detectron2/yacs users write ``SOLVER.BASE_LR 1``; the other type mismatches are
+errors. Every config of the project loads through
 ``pretrain.config.strict.load_strict``: pretraining, classification and detection alike."""
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ LORAC_CONFIGS = [
 
 @pytest.mark.parametrize("name", LORAC_CONFIGS)
 def test_shipped_lorac_models_have_five_row_q(name):
-    """Q as the paper's constants imply (issue 12): the three 224 queries and both keys."""
+    """Q as the paper's constants imply: the three 224 queries and both keys."""
     root = ROOT / "configs" / "pretrain"
     model = build_model(
         load_config(str(root / name), ["MODEL.DEVICE", "cpu", "DATASETS.ROOT", "/x"])

@@ -1,7 +1,7 @@
 """The CPU preset of the ImageNet-100 LORAC config: the same recipe on the CPU in float32, so
 that one ``--config-file`` (instead of a handful of overrides of a GPU recipe) runs it on a
-machine without a GPU: it loads, builds and trains an iteration there, and the README names it
-beside its own-photos command, whose config it inherits."""
+machine without a GPU: it loads, builds and trains an iteration there, and docs/pretraining.md
+names it beside its own-photos command, whose config it inherits."""
 
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ def test_the_cpu_preset_trains_an_iteration_without_a_device_override(tmp_path):
     assert [m["iteration"] for m in metrics if "total_loss" in m] == [0]
 
 
-def test_the_readme_names_the_cpu_preset_of_its_photos_command():
-    """Beside README's "Your own photos" command (a GPU config) stands the CPU preset of the
-    config it names."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+def test_the_pretraining_page_names_the_cpu_preset_of_its_photos_command():
+    """Beside docs/pretraining.md's "Your own photos" command (a GPU config) stands the CPU
+    preset of the config it names."""
+    text = (ROOT / "docs" / "pretraining.md").read_text().replace("\\\n", " ")
     [line] = [ln for ln in re.findall(r"^python tools/train_pretrain\.py .*$", text, flags=re.M)
               if "DATASETS.TYPE imagefiles" in ln]  # fmt: skip
     argv = shlex.split(line)

@@ -1,6 +1,6 @@
-"""Resuming with a changed config is refused before anything is written (issue 34, finding 2:
-MODEL.QUEUE_SIZE 64 instead of 32 used to resume, replace the queue by a random one and rewrite
-config.yaml and the checkpoints)."""
+"""Resuming with a changed config is refused before anything is written: a resume with
+MODEL.QUEUE_SIZE 64 instead of 32, say, would replace the queue by a random one and rewrite
+config.yaml and the checkpoints."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_keys_that_only_watch_the_run_may_change(tmp_path, image_folder):
 
 
 def test_the_flag_allows_only_the_lr_and_schedule_keys(tmp_path, image_folder):
-    """Issue 42: with --resume-with-changes (``with_changes``) a resume may change the learning
-    rate and the schedule's length, and nothing else; the check only reads."""
+    """With --resume-with-changes (``with_changes``) a resume may change the learning rate and
+    the schedule's length, and nothing else; the check only reads."""
     out = tmp_path / "run"
     before = _finished_run(image_folder, out)
     lr_and_length = {"SOLVER.BASE_LR": 0.5, "SOLVER.FINAL_LR": 0.002, "SOLVER.MAX_ITER": 9}

@@ -175,7 +175,7 @@ def _photos(root: Path, names: list[str]) -> Path:
 
 
 def test_image_files_finds_images_at_any_depth_sorted_without_labels(tmp_path):
-    """Issue 42: a folder of unlabelled photos (files at the top, in nested folders of any name,
+    """A folder of unlabelled photos (files at the top, in nested folders of any name,
     any suffix case) is a pretraining source; hidden files/folders and other files are left out;
     the order is the paths' sorted order whatever order the files were created in."""
     names = ["z.jpg", "2019/summer/b.PNG", "a.jpeg", "2019/a.JPG", "2020/x.webp", "2019/z.png"]

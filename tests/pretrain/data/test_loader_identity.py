@@ -1,13 +1,12 @@
-"""The loader's batches are those of the code before issue 35's speed-ups, bit for bit.
+"""The loader's batches are, bit for bit, those of a plainly written reference data path.
 
 What it proves: decoding JPEGs with torchvision's libjpeg-turbo into tensors, calling the resize
-without torchvision's dispatch and collating into one block of (shared) memory change no view,
-no colour parameter, no index and no seed. The reference is the data path of commit 73e3df2
-written out plainly below (PIL decoding through ``load_image`` or the Fashion-MNIST source's
-``load``, ``np.asarray``, torchvision's ``resized_crop`` per view, ``torch.stack`` and
-``torch.cat`` collation); it shares with the code under test only what the issue left alone:
-the crop-box and colour-parameter draws, ``to_rgb`` and the in-worker colour path. Compared on
-fixed seeds for JPEGs of several encodings, PNGs of several modes, unreadable files and
+without torchvision's dispatch and collating into one block of (shared) memory change no view, no
+colour parameter, no index and no seed. The reference is written out plainly below (PIL decoding
+through ``load_image`` or the Fashion-MNIST source's ``load``, ``np.asarray``, torchvision's
+``resized_crop`` per view, ``torch.stack`` and ``torch.cat`` collation); it shares with the code
+under test only the crop-box and colour-parameter draws, ``to_rgb`` and the in-worker colour path.
+Compared on fixed seeds for JPEGs of several encodings, PNGs of several modes, unreadable files and
 Fashion-MNIST, with and without a data worker.
 """
 
@@ -77,11 +76,11 @@ def make_mixed_folder(root: Path) -> Path:
     return root
 
 
-# ------------------------------------------------------------------ the code of commit 73e3df2
+# ------------------------------------------------------------- the reference data path, plainly
 
 
 def reference_views(img: Image.Image, transform: MultiCropTransform, g: torch.Generator) -> list:
-    """73e3df2's ``MultiCropTransform.__call__``."""
+    """``MultiCropTransform.__call__`` on a PIL image: torchvision's ``resized_crop`` per view."""
     img = to_rgb(img)
     width, height = img.size
     image = torch.from_numpy(np.array(img)).permute(2, 0, 1).unsqueeze(0)
@@ -100,7 +99,7 @@ def reference_views(img: Image.Image, transform: MultiCropTransform, g: torch.Ge
 
 
 def reference_item(source, transform, color, index: int, seed: int, iteration: int) -> dict:
-    """73e3df2's ``PretrainDataset.__getitem__``: PIL images from ``source.load``."""
+    """``PretrainDataset.__getitem__`` with PIL images from ``source.load``."""
     skipped = []
     for attempt in range(64):
         j = (index + attempt) % len(source)
@@ -118,7 +117,8 @@ def reference_item(source, transform, color, index: int, seed: int, iteration: i
 
 
 def reference_collate(batch: list[dict]) -> dict:
-    """73e3df2's ``collate_views`` (without the ShuffleBN seeds, which it did not change)."""
+    """``collate_views`` by ``torch.stack`` and ``torch.cat`` (without the ShuffleBN plans, which
+    this comparison leaves out)."""
     n_views = len(batch[0]["views"])
     color = None
     if batch[0]["color"] is not None:

@@ -158,7 +158,7 @@ def test_gpu_throughput_benchmark_runs():
     assert json.dumps(result)
 
 
-# -- the static step (issue 41): what the CPU tests prove, asked of a GPU ----------------------
+# -- the static step: what the CPU tests prove, asked of a GPU -----------------------------------
 STATIC = ["SOLVER.STATIC_STEP", "True"]
 
 

@@ -1,4 +1,4 @@
-"""Issue 42: pretraining on a folder of unlabelled photos (``DATASETS.TYPE imagefiles``): images
+"""Pretraining on a folder of unlabelled photos (``DATASETS.TYPE imagefiles``): images
 at the top and in nested folders of any name, no class folders, a broken file skipped and
 counted as in the other sources."""
 
@@ -39,10 +39,10 @@ def test_a_flat_folder_with_nested_subfolders_pretrains(tmp_path):
     assert metrics[-1]["data/skipped_files"] == 2.0  # broken.jpg and zero.png, not the sidecar
 
 
-def test_the_readme_photos_command_loads_and_finds_the_photos(tmp_path):
-    """README's "Your own photos" command, parsed as the tool parses it, with ~/Pictures moved
-    to a generated folder: a valid config whose source lists the photos."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+def test_the_documented_photos_command_loads_and_finds_the_photos(tmp_path):
+    """docs/pretraining.md's "Your own photos" command, parsed as the tool parses it, with
+    ~/Pictures moved to a generated folder: a valid config whose source lists the photos."""
+    text = (ROOT / "docs" / "pretraining.md").read_text().replace("\\\n", " ")
     [line] = [ln for ln in re.findall(r"^python tools/train_pretrain\.py .*$", text, flags=re.M)
               if "DATASETS.TYPE imagefiles" in ln]  # fmt: skip
     photos = make_image_folder(tmp_path / "Pictures", classes=2, per_class=2)

@@ -1,4 +1,4 @@
-"""Issue 42: a resume with a lower learning rate (after a divergence) or a longer schedule (a
+"""A resume with a lower learning rate (after a divergence) or a longer schedule (a
 finished run extended) works with ``--resume-with-changes`` only, follows the new config's
 schedule from the resume iteration on, and is recorded in the run (pretrain/engine/
 config_changes.py)."""

@@ -1,5 +1,5 @@
 """The static step (SOLVER.STATIC_STEP, SOLVER.COMPILE): what a CUDA graph replay or a compiled
-step needs, proven on the CPU (issue 41).
+step needs, proven on the CPU.
 
 * no host sync in a non-logging iteration, LORAC with its prior on included (the step counter of
   benchmarks/bench_step.py, which takes a GPU's paths: Jacobi for the nuclear norm there);

@@ -26,7 +26,7 @@ def _unit(*shape: int, seed: int) -> torch.Tensor:
 
 def reference(views, keys, queues, key_views, low, tau, beta, prior, construction="instance",
               c=None, c0=None, sigma2=None):  # fmt: skip
-    """The paragraph of issue 12, literally, in float64."""
+    """The objective written literally (instance by instance, query by query) in float64."""
     views, keys, queues = views.double(), keys.double(), queues.double()
     v_count, n, _ = views.shape
     off = prior == "none" or math.isinf(beta)

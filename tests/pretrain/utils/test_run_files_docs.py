@@ -1,6 +1,6 @@
-"""docs/layout.md says which run files each run writes (issue 34, finding 8): every run writes
-``config.yaml`` and ``env.txt``; ``args.json`` only a tool configured by arguments alone
-(``knn_eval``), not every run as the page said."""
+"""docs/layout.md says which run files each run writes: every run writes ``config.yaml`` and
+``env.txt``; ``args.json`` only a tool configured by arguments alone (``knn_eval``), not every
+run."""
 
 from __future__ import annotations
 

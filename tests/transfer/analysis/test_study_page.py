@@ -5,6 +5,7 @@ command, machine): rendered again from those, every page comes out byte for byte
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 import shlex
 
@@ -15,6 +16,8 @@ from transfer.analysis.study_page import Invocation, render_page
 from transfer.analysis.study_records import INVOCATIONS, load_records, read_json
 from transfer.cli.study import parse_args
 
+# the "Generated" time of the pages these tests render; none of them reads it
+STAMP = datetime.datetime(2026, 1, 1).isoformat()
 PAGES = {
     "results.md": "study",
     "results_beta.md": "beta",
@@ -58,8 +61,8 @@ def test_committed_page_is_rendered_again_from_its_records(name, monkeypatch):
 
 def test_the_page_names_the_runs_whose_prior_never_turned_on():
     """A budget that ends before LOSS.BETA_INF_EPOCHS (a quick look) trains LORAC as MoCo-M: the
-    page gave both their identical numbers and no word of it. It now names those runs; runs
-    whose prior turned on (and records from before `prior_on_iter`) add nothing."""
+    page names those runs, so that their numbers, MoCo-M's own, are not read as a comparison;
+    runs whose prior turned on, and records without `prior_on_iter`, add nothing."""
     from tests.helpers.analysis import study_record
     from transfer.analysis.study_page import prior_never_on_section
     from transfer.analysis.study_setup import StudyOptions
@@ -67,7 +70,7 @@ def test_the_page_names_the_runs_whose_prior_never_turned_on():
     opt = StudyOptions(seeds=(0, 1), methods=("lorac", "mocom"))
     late = [study_record("lorac", "LORAC", s, 80.0, 6.0, prior_on_iter=64) for s in (0, 1)]
     mocom = [study_record("mocom", "MoCo-M", s, 80.0, 6.0, prior_on_iter=None) for s in (0, 1)]
-    page = render_page(opt, late + mocom, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    page = render_page(opt, late + mocom, "r.png", Invocation(STAMP, 1.0, 1))
     section = page.split("## The prior never turned on\n\n", 1)[1].split("\n## ", 1)[0]
     assert "MoCo-M in all but name" in section
     assert (
@@ -118,7 +121,7 @@ def test_a_sweep_page_draws_no_conclusion_from_ties_or_one_seed(case, seeds, knn
     """Tied means (every β equal) or a single seed per β: the page has no "highest at" and no
     "as the paper" sentence, says why no conclusion is drawn, and prints no NaN interval."""
     opt, results = _beta_sweep(seeds, knn, nuc)
-    page = render_page(opt, results, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    page = render_page(opt, results, "r.png", Invocation(STAMP, 1.0, 1))
     sweep = page.split("## The sweep\n\n", 1)[1].split("\n## ", 1)[0]
     assert "highest at" not in page and "as the paper" not in page, sweep
     assert why in sweep
@@ -138,7 +141,7 @@ def test_a_run_whose_prior_never_turned_on_is_labelled_so_on_the_page_and_in_the
     from transfer.analysis.study_stats import summarize
 
     opt, results = _beta_sweep((0,), lambda x, s: 80.0, lambda x, s: 6.0, prior_on_iter=64)
-    page = render_page(opt, results, "r.png", Invocation("2026-01-01T00:00:00", 1.0, 1))
+    page = render_page(opt, results, "r.png", Invocation(STAMP, 1.0, 1))
     assert "highest at" not in page and "as the paper" not in page
     assert not NO_NAN.search(page)
     assert (

@@ -1,5 +1,4 @@
-"""Ctrl-C in the evaluation tools and the demo (issue 42, item 3): before, a 30-frame
-KeyboardInterrupt traceback that did not say how to go on. Now:
+"""Ctrl-C in the evaluation tools and the demo ends without a traceback and says how to go on:
 
 * a tool with periodic checkpoints (the linear probe) saves one at the next iteration, says in
   one line that the same command with ``--resume`` continues from it, and exits with status 130;

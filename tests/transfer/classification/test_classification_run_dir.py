@@ -1,7 +1,7 @@
-"""The classification tools' run directories (issue 34, finding 1 for every tool that writes
-one): results.json with its config and model, ``--resume`` of a finished run has nothing to do
-and changes nothing, a resumed checkpoint that does not fit the head is an error (never fvcore's
-skipped-parameter warning), and ``--overwrite`` starts afresh."""
+"""The run directories of every classification tool that writes one: results.json with its config
+and model, ``--resume`` of a finished run has nothing to do and changes nothing, a resumed
+checkpoint that does not fit the head is an error (never fvcore's skipped-parameter warning), and
+``--overwrite`` starts afresh."""
 
 from __future__ import annotations
 

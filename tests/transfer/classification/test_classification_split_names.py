@@ -1,6 +1,6 @@
-"""A SimCLR-style label-split file names images by file name (issue 34, finding 8): a listed name
-that several images share (``img0.png`` in every class folder) is an error naming them, not a
-silent pick of the first (3 labelled images instead of 30); unique names resolve as before."""
+"""A SimCLR-style label-split file names images by file name: a listed name that several images
+share (``img0.png`` in every class folder) is an error naming them, not a silent pick of the
+first (3 labelled images instead of 30); unique names resolve to their one image."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The demo reads an image folder as the other tools do (issue 34, finding 5): ``<root>`` with
-``train/`` and ``val/`` (the evaluation tools' ``--data-root``) pretrains on ``train/`` and
-reports kNN of ``val/`` against ``train/``; a folder of class folders (pretraining's
-``DATASETS.ROOT``) holds every 5th image out; anything in between is refused in one line; and
-the report's header gives the numbers of images really used."""
+"""The demo reads an image folder as the other tools do: ``<root>`` with ``train/`` and ``val/``
+(the evaluation tools' ``--data-root``) pretrains on ``train/`` and reports kNN of ``val/`` against
+``train/``; a folder of class folders (pretraining's ``DATASETS.ROOT``) holds every 5th image out;
+anything in between is refused in one line; and the report's header gives the numbers of images
+really used."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""ResNet-18/34 backbones for detection from the one key the weights error names (issue 42, item
-3): before, R18 weights into the shipped R50-FPN configs were refused with "check
-MODEL.RESNETS.DEPTH", and ``MODEL.RESNETS.DEPTH 18`` then ended in detectron2's ``AssertionError:
-Must set MODEL.RESNETS.RES2_OUT_CHANNELS = 64``. Now the error says which depth the weights
-have, the depth alone builds the basic-block ResNet that converted R18/R34 weights fit (and
-trains), and what basic blocks cannot have is one ``ConfigError`` naming every key."""
+"""ResNet-18/34 backbones for detection from the one key the weights error names: R18 weights
+into the shipped R50-FPN configs are refused with an error that says which depth the weights
+have; ``MODEL.RESNETS.DEPTH 18`` alone builds the basic-block ResNet that converted R18/R34
+weights fit (and trains it), without detectron2's ``AssertionError: Must set
+MODEL.RESNETS.RES2_OUT_CHANNELS = 64``; and what basic blocks cannot have is one
+``ConfigError`` naming every key."""
 
 from __future__ import annotations
 

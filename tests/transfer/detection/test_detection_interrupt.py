@@ -1,8 +1,7 @@
-"""Ctrl-C on ``tools/train_net.py`` (issue 42, item 3): before, a 30-frame KeyboardInterrupt
-traceback that did not say ``--resume`` continues. Now a checkpoint at the next iteration (with
-detectron2's checkpointer: model, optimizer, scheduler, iteration), one line saying that the same
-command with ``--resume`` continues from it, exit status 130; and the resumed run starts after the
-saved iteration.
+"""Ctrl-C on ``tools/train_net.py``: a checkpoint at the next iteration (with detectron2's
+checkpointer: model, optimizer, scheduler, iteration), one line saying that the same command with
+``--resume`` continues from it, exit status 130, no traceback; and the resumed run starts after
+the saved iteration.
 
 A real process with a data worker, Ctrl-C sent to its process group as a terminal does. The tool
 runs through a wrapper that only writes each finished iteration to a file: the test's cue to

@@ -1,8 +1,8 @@
-"""tools/train_net.py keeps a finished OUTPUT_DIR as it was (issue 34, findings 1 and 8):
-a rerun into it is refused, a rerun that fails (even with ``--overwrite``) fails before writing,
-a ``--resume`` of a finished run has nothing to do, a checkpoint that does not fit is an error,
-an unconverted pretraining checkpoint is named as such, results.json carries its config and
-weights, and a run without a test set ends with exit 0 saying no evaluation ran."""
+"""tools/train_net.py keeps a finished OUTPUT_DIR as it was: a rerun into it is refused, a rerun
+that fails (even with ``--overwrite``) fails before writing, a ``--resume`` of a finished run has
+nothing to do, a checkpoint that does not fit is an error, an unconverted pretraining checkpoint is
+named as such, results.json carries its config and weights, and a run without a test set ends with
+exit 0 saying no evaluation ran."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 34, finding 8: ``export_backbone`` and ``convert_to_d2`` refuse to write over their input
-(the export would lose the provenance its metadata names), and ``convert_to_d2`` summarises the
-keys it drops on purpose (a count and a few names; all with ``--verbose``; nothing for none)."""
+"""``export_backbone`` and ``convert_to_d2`` refuse to write over their input (the export would lose
+the provenance its metadata names), and ``convert_to_d2`` summarises the keys it drops on purpose (a
+count and a few names; all with ``--verbose``; nothing for none)."""
 
 from __future__ import annotations
 

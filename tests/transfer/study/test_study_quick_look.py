@@ -1,6 +1,6 @@
-"""The study's first contact (issue 34): a quick look (the example in `tools/study.py -h`) writes
-its page under its output directory, never the committed docs/, and says, on the console and on
-its page, when training ends before LORAC's prior turns on (then LORAC equals MoCo-M)."""
+"""The study's first contact: a quick look (the example in `tools/study.py -h`) writes its page
+under its output directory, never the committed docs/, and says, on the console and on its page,
+when training ends before LORAC's prior turns on (then LORAC equals MoCo-M)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from transfer.cli.study import main as study_main
 def test_a_quick_look_writes_under_its_output_dir_and_warns_that_the_prior_never_turned_on(
     tmp_path, monkeypatch, capsys
 ):
-    """The -h quick look (no --output-dir, no --results, a short SOLVER.MAX_ITER) wrote the
-    committed docs/results.md and .png; now its page goes to output/study/results.md and one
-    line says that LORAC trained as MoCo-M (training ended before LOSS.BETA_INF_EPOCHS)."""
+    """The -h quick look (no --output-dir, no --results, a short SOLVER.MAX_ITER) writes its page
+    to output/study/results.md, never the committed docs/results.md and .png, and one line says
+    that LORAC trained as MoCo-M (training ended before LOSS.BETA_INF_EPOCHS)."""
     # 1020 references: the probe holds out 100 per class to choose its lr and trains on the rest
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=1020, n_test=20)
     monkeypatch.chdir(tmp_path)
