@@ -33,3 +33,21 @@ def redo_cuda_home_notice(monkeypatch: pytest.MonkeyPatch, cuda_home: Path) -> b
         monkeypatch.setattr(torch.utils, "cpp_extension", sys.modules[name])  # put back after
         monkeypatch.delitem(sys.modules, name)
     return bool(torch.cuda._is_compiled() and torch.version.cuda) and not torch.cuda.is_available()
+
+
+def record_loader_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A machine of 2 cores, the tools' warnings shown (``--verbose``); returns the list that
+    receives the ``num_workers`` of every DataLoader built from then on."""
+    from torch.utils.data import DataLoader
+
+    patch_two_cores(monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["tool", "--verbose"])
+    built: list[int] = []
+    init = DataLoader.__init__
+
+    def record(self: DataLoader, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)
+        built.append(self.num_workers)
+
+    monkeypatch.setattr(DataLoader, "__init__", record)
+    return built

@@ -5,18 +5,16 @@ raised; an explicit count is kept, and a negative one other than -1 is a user er
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from pretrain.utils.errors import ConfigError
 from tests.helpers import make_image_folder
 from tests.helpers.analysis import make_run
 from tests.helpers.mistakes import assert_user_error, run_main, snapshot
-from tests.helpers.quiet import WORKER_WARNING, patch_two_cores
+from tests.helpers.quiet import WORKER_WARNING, record_loader_workers
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze
 from transfer.cli import analyze_nuclear_norm
 
@@ -35,18 +33,7 @@ def run_and_data(tmp_path):
 
 @pytest.fixture
 def loader_workers(monkeypatch) -> list[int]:
-    """A machine of 2 cores; returns the ``num_workers`` of every DataLoader built."""
-    patch_two_cores(monkeypatch)
-    monkeypatch.setattr(sys, "argv", ["tool", "--verbose"])
-    built: list[int] = []
-    init = DataLoader.__init__
-
-    def record(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        built.append(self.num_workers)
-
-    monkeypatch.setattr(DataLoader, "__init__", record)
-    return built
+    return record_loader_workers(monkeypatch)
 
 
 def test_analyze_nuclear_norm_workers_fit_two_cores(run_and_data, tmp_path, loader_workers):

@@ -10,11 +10,9 @@ Each tool runs its shipped recipe made tiny by overrides that leave the worker c
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 
 import pytest
-from torch.utils.data import DataLoader
 
 from tests.helpers.classification import (  # noqa: F401
     QUICK,
@@ -23,7 +21,7 @@ from tests.helpers.classification import (  # noqa: F401
     single_thread,
 )
 from tests.helpers.mistakes import assert_user_error, run_main, snapshot
-from tests.helpers.quiet import WORKER_WARNING, patch_two_cores
+from tests.helpers.quiet import WORKER_WARNING, patch_two_cores, record_loader_workers
 from transfer.classification.config import load_config, transfer_defaults
 from transfer.cli import linear_probe, semi_supervised, transfer_linear
 
@@ -34,19 +32,7 @@ TINY_SOLVER = ["SOLVER.BATCH_SIZE", "4", "SOLVER.MAX_ITER", "2", "TEST.BATCH_SIZ
 
 @pytest.fixture
 def loader_workers(monkeypatch) -> list[int]:
-    """A machine of 2 cores, library warnings shown (``--verbose``, which ``launch``'s function
-    looks for in ``sys.argv``); returns the ``num_workers`` of every DataLoader built."""
-    patch_two_cores(monkeypatch)
-    monkeypatch.setattr(sys, "argv", ["tool", "--verbose"])
-    built: list[int] = []
-    init = DataLoader.__init__
-
-    def record(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        built.append(self.num_workers)
-
-    monkeypatch.setattr(DataLoader, "__init__", record)
-    return built
+    return record_loader_workers(monkeypatch)
 
 
 def _run(main, argv: list[str]) -> list[str]:
