@@ -3,7 +3,7 @@
 They check what the CPU tests cannot: that a pretraining run trains on CUDA with the shipped GPU
 defaults (bfloat16, channels_last, cudnn.benchmark); that a non-logging step makes no host sync
 there, judged by CUDA itself (``torch.cuda.set_sync_debug_mode``), which sees the syncs made
-inside ops too; that the synchronised BatchNorm's fused CUDA path equals BatchNorm on the whole
+inside ops too; that the synchronised BatchNorm on CUDA equals BatchNorm on the whole
 batch without a sync; and, with two GPUs or more, that two NCCL processes train like one.
 """
 
@@ -84,8 +84,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_sync_batchnorm_fused_path_equals_batchnorm(dtype):
-    """One NCCL process: the fused CUDA kernels (stats, gather, elementwise, backward) against
+def test_gpu_sync_batchnorm_equals_batchnorm(dtype):
+    """One NCCL process: the synchronised BatchNorm's plain float32 ops (stats, gather,
+    elementwise, backward) against
     nn.BatchNorm2d in float32 on the same (dtype-rounded) channels_last batch, with no sync
     (sync debug mode "error"). Statistics and parameter gradients are float32 sums either way;
     outputs and input gradients carry the dtype's rounding."""
