@@ -232,6 +232,9 @@ def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float |
     labels: list[str] = []
     cells: dict[tuple[str, str], RunResult] = {}
     first: dict[str, RunResult] = {}  # label -> its first run: the weights its row is keyed by
+    # (label, annotations) -> its first run: the box and mask columns of a row read one test
+    # set; the keypoint column reads the person-keypoint annotations, a test set of its own
+    first_set: dict[tuple[str, bool], RunResult] = {}
     for run in runs:
         if run.pretraining not in labels:
             labels.append(run.pretraining)
@@ -242,7 +245,9 @@ def build_table(runs: Sequence[RunResult]) -> tuple[list[str], list[list[float |
                 f"started from different weights ({other.weights_name()} and "
                 f"{run.weights_name()}); label them apart with LABEL=RUN_DIR"
             )
-        if run.dataset != other.dataset:
+        same_set = first_set.setdefault((run.pretraining, run.detector == "keypoint_rcnn"), run)
+        if run.dataset != same_set.dataset:
+            other = same_set
             raise ResultsError(
                 f"{other.run_dir} and {run.run_dir} are both labelled {run.pretraining!r} but "
                 f"were evaluated on different test sets ({other.dataset or 'not recorded'} and "
