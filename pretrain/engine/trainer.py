@@ -367,7 +367,8 @@ class PretrainTrainer(SimpleTrainer):
     def _announce_compile(self) -> Iterator[None]:
         """A compiled step's first iteration of each beta phase compiles its graphs (minutes with
         inductor): said before, and its measured duration after."""
-        phase = unwrap(self.model).criterion.prior.active(unwrap(self.model).criterion.beta)
+        criterion = unwrap(self.model).criterion
+        phase = bool(self.policy.compile) and criterion.prior.active(criterion.beta)
         if not self.policy.compile or phase in self._compiled_phases:
             yield
             return
