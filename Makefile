@@ -73,8 +73,12 @@ format: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# Two pytest workers (pytest-xdist; each test module stays on one worker, so its module-scoped
+# fixtures run once) and the 25 slowest tests after the summary. PYTEST_ARGS="-n 0": one process.
+TEST_WORKERS ?= 2
 test: venv lint
-	$(PY) -m pytest -q -m "not compile" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -m "not compile" -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+		$(PYTEST_ARGS) tests
 
 # torch.compile (aot_eager) of every shipped pretraining config at tiny sizes, three steps per
 # beta phase: one graph per phase, no recompile. About 20 s per config on 2 cores.

@@ -25,7 +25,7 @@ setup(
     version="0.1.0",
     description="LORAC self-supervised pretraining, MoCo-M/MoCo-v2 baselines, detectron2 transfer",
     # configs/ stays at the top of the repository and installs as the package lorac_configs
-    # (pretrain/config/files.py finds its files there, in editable and regular installs alike).
+    # (transfer/shipped_configs.py finds its files there, in editable and regular installs alike).
     packages=[
         *find_packages(include=["pretrain", "pretrain.*", "transfer", "transfer.*"]),
         "lorac_configs",
@@ -57,5 +57,7 @@ setup(
         "timm>=0.9",  # tools/export_backbone.py --format timm checks the file against timm
     ],
     # detectron2 is not on PyPI: `make venv` runs tools/install_detectron2.py (see README).
-    extras_require={"dev": ["pytest>=7", "pytest-timeout", "ruff>=0.6", "pre-commit"]},
+    extras_require={
+        "dev": ["pytest>=7", "pytest-timeout", "pytest-xdist>=3", "ruff>=0.6", "pre-commit"]
+    },
 )

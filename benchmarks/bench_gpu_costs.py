@@ -1,18 +1,14 @@
 """Two costs only a GPU shows: the nuclear norm's host sync per step, and LARS's launches.
 
-* **The norm's sync.** With the prior on, LORAC's step keeps one host sync: the error check of
-  ``torch.linalg.eigh`` in :mod:`pretrain.losses.nuclear` (docs/performance.md says why no
-  sync-free form keeps the exactness tests). This times the IN-1K LORAC step
-  (:func:`benchmarks.bench_throughput.measure`, synthetic data) as shipped and with the norm
-  replaced by a sync-free stand-in of negligible cost (the Frobenius norm): the difference bounds
-  what the exact norm costs per step, its sync included. Both in one process, alternating
-  rounds, so clocks and caches treat them alike; the median of the rounds is reported.
-* **LARS.** The CUDA kernels one ``LARS.step`` launches over ResNet-50 + head's parameters
-  (torch.profiler), against the number of parameters: ``_foreach_*`` ops with per-parameter
-  0-d tensors fall back to one kernel per parameter.
+* **The norm's sync** (``torch.linalg.eigh``'s error check, docs/performance.md): the IN-1K LORAC
+  step (:func:`benchmarks.bench_throughput.measure`) as shipped against the same step with the
+  norm replaced by a sync-free stand-in of negligible cost (the Frobenius norm), in alternating
+  rounds in one process; the difference of the medians bounds what the exact norm costs.
+* **LARS**: the CUDA kernels one ``LARS.step`` launches over ResNet-50's parameters
+  (torch.profiler), against the number of parameters.
 
 Run (on a GPU): python -m benchmarks.bench_gpu_costs [--batch 64] [--rounds 3] [--json OUT];
-``--device cpu --tiny`` runs both at toy sizes on the CPU (a test does, so that it cannot rot).
+``--device cpu --tiny`` runs both at toy sizes on the CPU.
 """
 
 from __future__ import annotations
@@ -33,14 +29,16 @@ def _frobenius(x: torch.Tensor, method: str = "eigh") -> torch.Tensor:
     return torch.linalg.vector_norm(x.float(), dim=(-2, -1))
 
 
-def norm_sync_cost(batch: int, rounds: int, iters: int, device: str = "cuda", **toy) -> dict:
+def norm_sync_cost(
+    batch: int, rounds: int, iters: int, device: str = "cuda", warmup: int = 3, **toy
+) -> dict:
     """``toy``: more arguments of :func:`benchmarks.bench_throughput.measure` (view sizes, the
     queue) for a toy run."""
     exact, proxy = [], []
     original = lorac.nuclear_norm
 
     def seconds() -> float:
-        m = measure(device=device, batch=batch, iters=iters, warmup=3, **toy)
+        m = measure(device=device, batch=batch, iters=iters, warmup=warmup, **toy)
         return m["seconds_per_iteration"]
 
     for _ in range(rounds):
@@ -96,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: bench_gpu_costs needs a CUDA device (or --device cpu --tiny)")
-    toy = {"sizes": (32, 24), "queue": 16 * args.batch} if args.tiny else {}
+    toy = {"sizes": (32, 24), "queue": 16 * args.batch, "warmup": 1} if args.tiny else {}
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "norm_sync": norm_sync_cost(args.batch, args.rounds, args.iters, args.device, **toy),

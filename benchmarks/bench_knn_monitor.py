@@ -1,20 +1,12 @@
 """Cost of one evaluation of the kNN monitor (docs/performance.md, "The kNN monitor").
 
-Builds the monitor exactly as the trainer does (``build_knn_hook`` on the config's model, the
-run's normalisation, TEST.KNN_* and DATALOADER.NUM_WORKERS) over a generated ImageFolder of
-ImageNet-like JPEGs: crops of the photographs in ``../shared/data/fruits-coco`` re-encoded at
-ImageNet's usual 500x375 / 375x500 (JPEG quality 95), written to a temporary folder outside the
-repository (``--data DIR`` keeps and reuses one), in the page cache (no storage latency). On 1
-or more processes (detectron2's ``launch``; gloo on the CPU) it times whole evaluations
-(``KNNHook.compute``: every process embeds its share, the main process gathers and runs the
-kNN) and reports per evaluation: the wall time on the main process, each process's embedding
-time and images/s, and the longest wait at the gather.
-
-``--model none`` replaces the backbone by a per-image mean: the monitor's data path alone
-(decode, resize, centre crop, collate, normalise), the part a GPU does not speed up.
-``--as-rank-of W`` gives one process the largest share a process of a W-process run embeds
-(whole batches of TEST.KNN_BATCH_SIZE, ``batch_shard``), to project a W-process run from one
-process. ``--knn`` also times the kNN alone on random features of the config's full sizes.
+Builds the monitor as the trainer does (``build_knn_hook``) over a generated ImageFolder of
+ImageNet-like JPEGs (crops of ``../shared/data/fruits-coco`` at 500x375 / 375x500, quality 95, in
+a temporary folder or ``--data DIR``) and times whole evaluations (``KNNHook.compute``) on 1 or
+more processes: the main process's wall time, each process's embedding time and images/s, the
+longest wait at the gather. ``--model none`` replaces the backbone by a per-image mean (the data
+path alone); ``--as-rank-of W`` gives one process the largest share of a W-process run;
+``--knn`` also times the kNN alone on random features of the config's full sizes.
 
 Run: .venv/bin/python -m benchmarks.bench_knn_monitor [--config C] [--procs 1 2] [--workers 0 1]
      [--model backbone none] [--as-rank-of W] [--repeats N] [--device cpu] [--knn] [--json OUT]
@@ -27,7 +19,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +31,7 @@ from PIL import Image
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from benchmarks.common import PHOTOS, ROOT, interleaved_timings, write_json
 from pretrain.config import load_config
 from pretrain.data.datasets import read_class_list
 from pretrain.evaluation.features import batch_shards
@@ -48,9 +40,7 @@ from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.utils.pixels import normalize_, to_unit_float
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/pretrain/Base-IN100-R18.yaml"
-PHOTOS = ROOT.parent / "shared" / "data" / "fruits-coco" / "images"
 VARIANTS = 240  # distinct JPEGs; the folder repeats them (decoding cost is per file, not unique)
 
 
@@ -155,12 +145,6 @@ def _evaluate(config: str, opts: list[str], model_kind: str, repeats: int, out: 
         Path(out).write_text(json.dumps({"shares": shares, "runs": runs}))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def time_knn(cfg: CfgNode, device: str, dim: int, repeats: int = 3) -> float:
     """Median seconds of the kNN alone on random features of the config's full sizes."""
     t = cfg.TEST
@@ -169,12 +153,8 @@ def time_knn(cfg: CfgNode, device: str, dim: int, repeats: int = 3) -> float:
     queries = torch.randn(t.KNN_TEST_IMAGES, dim, generator=g).to(device)
     y_ref = torch.randint(0, 1000, (t.KNN_TRAIN_IMAGES,), generator=g)
     y_query = torch.randint(0, 1000, (t.KNN_TEST_IMAGES,), generator=g)
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        knn_accuracy(refs, y_ref, queries, y_query, 1000, t.KNN_K, t.KNN_T)
-        times.append(time.perf_counter() - start)
-    return sorted(times[1:])[repeats // 2]  # the first call warms up
+    knn = {"knn": lambda: knn_accuracy(refs, y_ref, queries, y_query, 1000, t.KNN_K, t.KNN_T)}
+    return interleaved_timings(knn, repeats=repeats, inner=1, warmup=1)["knn"]
 
 
 def main() -> None:
@@ -223,11 +203,7 @@ def main() -> None:
                     opts = [str(o) for o in [*base, "DATALOADER.NUM_WORKERS", workers]]
                     out = str(Path(tmp) / "result.json")
                     fn_args = (config, opts, model, args.repeats, out)
-                    if procs == 1:
-                        _evaluate(*fn_args)
-                    else:
-                        url = f"tcp://127.0.0.1:{_free_port()}"
-                        launch(_evaluate, procs, dist_url=url, args=fn_args)
+                    launch(_evaluate, procs, dist_url="auto", args=fn_args)
                     got = json.loads(Path(out).read_text())
                     row = {"model": model, "procs": procs, "workers": workers, **got}
                     results.append(row)
@@ -248,7 +224,7 @@ def main() -> None:
             f"k={full.TEST.KNN_K}) on {args.device}: {report['knn_s']:.2f} s"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+        write_json(report, args.json)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,23 @@
 """The pretraining data loader per core, stage by stage, on real photos at ImageNet sizes.
 
-The photos: the 18 real photographs of ``../shared/data/fruits-coco`` (800x600 JPEGs beside
-the checkout), cut into ``--images`` different pictures (random crops and flips) at ImageNet's
-usual sizes (500x375 mostly, shorter side 375-500) and re-encoded as baseline 4:2:0 JPEGs at
-``--quality`` (about 70 KB each, as ImageNet's), in a temporary folder deleted afterwards.
+The photos: ``--images`` crops and flips of the photographs of ``../shared/data/fruits-coco`` at
+ImageNet's usual sizes (500x375 mostly), re-encoded as 4:2:0 JPEGs at ``--quality`` (about 70 KB
+each, as ImageNet's), in a temporary folder. On one thread (as in a data worker), over batches
+of ``IMS_PER_BATCH / --gpus`` images, in CPU time (a shared machine stretches wall time, not CPU
+time), the median of ``--repeats`` interleaved rounds of each stage:
 
-Stages, in this process on one thread (``torch.set_num_threads(1)``, as in a data worker), each
-over the same ``IMS_PER_BATCH / --gpus``-image batches (32 for the IN-1K configs on 8 GPUs),
-in CPU time (a shared machine stretches wall time, not CPU time), the median of ``--repeats``
-rounds that run every stage in turn:
+* **decode**: ``ImageFolderSource.load_rgb`` (read, decode, RGB uint8 tensor);
+* **crops**: the dataset item without the decode (the multi-crop views and colour parameters
+  of ``--config``, as the trainer builds them);
+* **collate**: the loader's ``collate_fn``;
+* **to shared memory**: ``share_memory_()`` of each collated tensor, as a worker's result queue
+  does;
+* **loader**: ``build_pretrain_loader`` with one worker, in images per CPU second of the worker
+  process (``/proc``), with the main process's CPU time and the wall-clock rate beside it.
 
-* **decode**: what the dataset asks of the pretraining source (``ImageFolderSource.load_rgb``:
-  read, decode, RGB uint8 tensor);
-* **crops**: the dataset item without the decode: the multi-crop views and the colour
-  parameters of ``--config`` (3x224 + 5x96 for the IN-1K LORAC config), as the trainer builds
-  them (``build_train_transform``, ``PretrainDataset``), per-sample seeds from the sampler;
-* **collate**: the loader's ``collate_fn`` as the trainer's loader builds it with workers;
-* **to shared memory**: what the worker's result queue does to each tensor of the collated
-  batch before the main process can map it (``share_memory_()``, as torch's pickling does: a
-  copy for a tensor in private memory, nothing for one already in shared memory);
-* **loader**: the whole pipeline, ``build_pretrain_loader`` with one data worker (everything
-  above plus the sampler and the hand-over to the main process), in images per CPU second of
-  the worker process (``/proc``): the work one core does. The main process's CPU time for
-  receiving the batches and the wall-clock rate are printed beside it.
-
-It ends with the projection for ``--cores`` cores per GPU: ``cores - 1`` workers (one core is
-the training process's) times the loader's images per core. ``--workers W [W ...]`` also runs
-the loader with W workers and reports the images per wall-clock second of the whole machine (on a
-16-core machine, ``--workers 15`` measures what the projection estimates).
+It ends with the projection for ``--cores`` cores per GPU (``cores - 1`` workers times the
+loader's images per core); ``--workers W ...`` also times the loader with W workers (images per
+wall-clock second of the whole machine).
 
 Run: .venv/bin/python -m benchmarks.bench_loader [--images 500] [--quality 90] [--repeats 5]
 """
@@ -48,13 +38,12 @@ import torch
 from fvcore.common.config import CfgNode
 from PIL import Image
 
+from benchmarks.common import PHOTOS, ROOT
 from pretrain.config import load_config
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.data.loader import PretrainDataset, build_pretrain_loader, build_train_transform
 from pretrain.data.sampler import IterationBatchSampler
 
-ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = ROOT.parent / "shared" / "data" / "fruits-coco" / "images"
 CONFIG = "configs/pretrain/in1k_r50_lorac_200ep.yaml"
 # (width, height) of ImageNet photos, weighted as they are common: 500x375 landscape first.
 SIZES = [(500, 375)] * 4 + [(375, 500)] * 2 + [(500, 400), (500, 500), (400, 500), (480, 400)]

@@ -1,11 +1,10 @@
 """The LORAC loss with prior "laplace" vs prior "none" (forward + backward), in one process.
 
-Issue target: the prior costs at most 5% at 7 queries, 64 instances, d = 128, K = 65536.
-The two full losses differ by well under the machine's run-to-run noise (a few %, measured), so
-the prior's own cost, ``LoracLoss.log_prior`` forward + backward timed alone, is printed as a
-share of the loss without it too. One key crop (view 0, which no query reads) and 7 queries;
-each criterion is built once and called with its statistics, ||Q||_* included (as at a logging
-iteration, and as this benchmark has always measured prior "none").
+Target: the prior costs at most 5% at 7 queries, 64 instances, d = 128, K = 65536. The two
+losses differ by less than the run-to-run noise, so the prior's own cost (``log_prior`` forward
++ backward alone) is printed as a share of the loss without it too. One key crop (view 0) and 7
+queries; each criterion is called with its statistics, ||Q||_* included (as at a logging step).
+
 Run: .venv/bin/python -m benchmarks.bench_loss
 """
 

@@ -1,32 +1,14 @@
 """Pretraining throughput against a plain ResNet-50 training step: images/s, TFLOP/s, their ratio.
 
-Measures, in one process, the project's training step for each shipped IN-1K config at each
-``--batch`` (images per GPU) and a plain torchvision ResNet-50 supervised step (cross-entropy,
-SGD, batch 256), eager and under ``torch.compile``, with the configs' precision (bfloat16
-autocast) and layout (channels_last), cudnn.benchmark on CUDA. For each step:
-
-* **FLOPs of one step**, counted with ``torch.utils.flop_counter.FlopCounterMode`` over a whole
-  iteration (forward and backward of everything it runs: for the project, both encoders, the
-  loss and the hooks; the optimiser and the momentum update count no FLOPs there). The project's
-  count is taken on its first (warm-up) iteration, which must dispatch its ops (an eager one);
-  the plain step's on the eager model, which the compiled row shares (the same maths);
-* **images/s**: ``--windows`` windows of ``--iters`` iterations after ``--warmup`` iterations,
-  each timed with CUDA events (perf_counter on the CPU); the median window gives the figure.
-  With the shipped ``SOLVER.LOG_PERIOD`` 20 and the default 20 iterations, every window holds one
-  logging iteration (its one host read), as a run does;
-* **TFLOP/s** (FLOPs x steps per second) and **the ratio** of that to the plain eager step's.
-
-The project's step is ``PretrainTrainer.run_step`` inside ``PretrainTrainer.train`` with every
-hook (the kNN monitor off), fed from a few batches of the real loader (``build_pretrain_loader``
-over a folder of tiny generated images, pinned on CUDA as the loader pins them) that are
-replayed: no decoding in the timed iterations, so the figure is the step's. The prior is on from
-the first iteration (``LOSS.BETA_INF_EPOCHS 0``, the costlier phase). ``--opts KEY VALUE ...``
-go to every project config after these (a switch of the step, or the prior's phase, can be
-measured with and without it); ``--switch KEY VALUE ...`` measures each config and batch twice
-in the same process, without and with them (the static or compiled step: its row takes the
-FLOPs of the eager row before it). ``make gpu-check`` runs it for 32 and 64 images per GPU;
-docs/performance.md says how to read it. ``--device cpu --tiny`` runs every step at toy sizes
-(a test checks it), with ``--no-compile`` leaving out the compiled plain step.
+In one process: the project's training step for each shipped IN-1K config at each ``--batch``
+(images per GPU), fed from replayed loader batches with every hook (kNN monitor off), and a plain
+torchvision ResNet-50 supervised step (cross-entropy, SGD, batch 256), eager and compiled; the
+configs' precision and layout, cudnn.benchmark on CUDA. FLOPs of one step are counted with
+``FlopCounterMode`` over the first (eager) iteration; images/s is the median of ``--windows``
+windows of ``--iters`` iterations (CUDA events on a GPU) after ``--warmup``; each row's ratio is
+its TFLOP/s over the plain eager step's. ``--switch KEY VALUE ...`` measures each config and
+batch once more with those overrides (its FLOPs the row before's: the same maths).
+docs/performance.md says how to read it; ``--device cpu --tiny`` runs it at toy sizes.
 
 Run: .venv/bin/python -m benchmarks.bench_throughput [--device cuda] [--batch 32 64]
     [--configs C ...] [--opts KEY VALUE ...] [--switch KEY VALUE ...] [--json OUT]
@@ -38,11 +20,9 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import math
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,23 +33,11 @@ from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 from torch.utils.flop_counter import FlopCounterMode
 
-import pretrain.engine.trainer as trainer_module
-from benchmarks.bench_step import make_images
-from benchmarks.common import report_json
+from benchmarks.common import IN1K_CONFIGS, check_cuda, project_cfg, report_json, train_on_replays
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.config import load_config
-from pretrain.data.loader import build_pretrain_loader, shuffle_plans
 from pretrain.engine.trainer import PretrainTrainer
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [
-    "configs/pretrain/in1k_r50_lorac_200ep.yaml",
-    "configs/pretrain/in1k_r50_mocom_200ep.yaml",
-    "configs/pretrain/in1k_r50_mocov2_200ep.yaml",
-]
-CONFIG = CONFIGS[0]
-POOL = 2  # distinct loader batches replayed in turn
-# --tiny: toy sizes for a CPU (a test runs them); 32 and 24 px as bench_step (not 16: see there)
+# --tiny: toy sizes for a CPU (a test runs them); 32 and 24 px as the step counter's
 TINY = {"batch": [8], "plain_batch": 8, "plain_arch": "resnet18", "plain_size": 32,
         "sizes": (32, 24), "queue_batches": 16, "warmup": 1, "windows": 2, "iters": 1}  # fmt: skip
 FULL = {"batch": [32, 64], "plain_batch": 256, "plain_arch": "resnet50", "plain_size": 224,
@@ -123,6 +91,7 @@ class _Probe(HookBase):
         self.clock, self.marks, self.count = clock, marks, count
         self.counter = FlopCounterMode(display=False)
         self.counting = False
+        self.steps = 0
 
     def before_step(self) -> None:
         if self.trainer.iter == 0 and self.count:
@@ -130,6 +99,7 @@ class _Probe(HookBase):
             self.counting = True
 
     def after_step(self) -> None:
+        self.steps += 1
         if self.trainer.iter == 0:
             self.stop_counting()
         if self.trainer.iter in self.marks:
@@ -142,59 +112,8 @@ class _Probe(HookBase):
             self.counter.__exit__(None, None, None)
 
 
-def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]:
-    """A stand-in for ``build_pretrain_loader``: the real loader's first :data:`POOL` batches,
-    replayed with each iteration's number and ShuffleBN plans."""
-    loader = iter(build_pretrain_loader(cfg, 0, 1, 0, source, procs_on_machine=1))
-    pool = [next(loader) for _ in range(POOL)]
-    del loader
-
-    def build(cfg: CfgNode, rank: int, world: int, start_iter: int, source: Any) -> Iterator:
-        def batches() -> Iterator[dict]:
-            for it in range(start_iter, 1 << 62):
-                batch = pool[it % POOL]
-                crops, b = len(batch["shuffle_plans"]), len(batch["seeds"])
-                splits = cfg.MODEL.KEY_BN_SPLITS
-                plans = shuffle_plans(
-                    cfg.SEED, it, crops, world=world, rank=rank, b=b, splits=splits
-                )
-                yield {**batch, "iteration": it, "shuffle_plans": plans}
-
-        return batches()
-
-    return build
-
-
-def _project_cfg(
-    config: str, device: str, batch: int, total_iters: int, tmp: Path, data: Path | None = None,
-    sizes: tuple[int, int] | None = None, queue: int | None = None, opts: tuple | list = (),
-) -> CfgNode:  # fmt: skip
-    """``config`` for one process of ``batch`` images over the images in ``data`` (default: a
-    path never read, to check the overrides), writing under ``tmp``. The final checkpoint
-    (detectron2 writes one at MAX_ITER) comes one iteration after the last timed one."""
-    ours = {
-        "MODEL.DEVICE": device,
-        "DATASETS.TYPE": "imagefolder",
-        "DATASETS.ROOT": data or tmp / "data",
-        "DATASETS.CLASS_LIST": "",
-        "OUTPUT_DIR": tmp / "out",
-        "SOLVER.IMS_PER_BATCH": batch,
-        "SOLVER.MAX_ITER": total_iters + 1,
-        "SOLVER.CHECKPOINT_PERIOD": total_iters + 1,
-        "DATALOADER.NUM_WORKERS": 0,  # the loader only fills the replayed pool
-        "LOSS.BETA_INF_EPOCHS": 0.0,
-        "TEST.KNN_PERIOD": 0,
-    }
-    if queue is not None:
-        ours["MODEL.QUEUE_SIZE"] = queue
-    if sizes is not None:
-        ours["INPUT.LARGE_SIZE"], ours["INPUT.SMALL_SIZE"] = sizes
-    flat = [str(x) for kv in ours.items() for x in kv] + [str(o) for o in opts]
-    return load_config(str(ROOT / config), flat)
-
-
 def measure(
-    config: str = CONFIG,
+    config: str = IN1K_CONFIGS[0],
     device: str = "cuda",
     batch: int = 64,
     iters: int = 20,
@@ -216,21 +135,17 @@ def measure(
         raise ValueError("warmup, windows and iters must be >= 1")
     total = warmup + windows * iters
     with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
-        data = make_images(Path(tmp) / "data", per_class=max(16, math.ceil(batch / 2)))
-        cfg = _project_cfg(config, device, batch, total, Path(tmp), data, sizes, queue, list(opts))
+        cfg = project_cfg(config, device, batch, total, Path(tmp), True, sizes, queue, opts)
         torch.backends.cudnn.benchmark = bool(cfg.CUDNN_BENCHMARK)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         trainer = PretrainTrainer(cfg)
-        replay = _replayed_loader(cfg, trainer.source)
         clock = _Clock(device)
         probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
         trainer.register_hooks([probe])
-        real, trainer_module.build_pretrain_loader = trainer_module.build_pretrain_loader, replay
         try:
-            trainer.train()
+            train_on_replays(trainer)
         finally:
-            trainer_module.build_pretrain_loader = real
             probe.stop_counting()
         del trainer
         _release(device)  # before its OUTPUT_DIR goes
@@ -251,6 +166,7 @@ def measure(
         "opts": [str(o) for o in opts],
         "warmup": warmup,
         "iterations": windows * iters,
+        "steps_run": probe.steps,  # the trainer's iterations, the final checkpoint's included
         **_figures(flops, batch, clock.windows(), iters),
     }
     if device == "cuda":
@@ -388,7 +304,7 @@ def _check_configs(device: str, configs: list[str], opts: list[str], p: dict) ->
     ends the run in one line, not after minutes of measuring. Returns the first one."""
     with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
         cfgs = [
-            _project_cfg(c, device, b, 1, Path(tmp), None, p["sizes"], _queue(b, p), opts)
+            project_cfg(c, device, b, 1, Path(tmp), False, p["sizes"], _queue(b, p), opts)
             for c in configs
             for b in p["batch"]
         ]
@@ -421,7 +337,7 @@ def table(report: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--configs", "--config", nargs="+", default=CONFIGS)
+    parser.add_argument("--configs", "--config", nargs="+", default=IN1K_CONFIGS)
     parser.add_argument("--batch", type=int, nargs="+", help="images per GPU (32 64; tiny: 8)")
     parser.add_argument("--opts", nargs="*", default=[], help="KEY VALUE for every config")
     parser.add_argument(
@@ -437,8 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if len(args.opts) % 2 or len(args.switch) % 2:
         parser.error("--opts and --switch take KEY VALUE pairs")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.exit(2, "error: --device cuda but no CUDA device is visible (use --device cpu)\n")
+    check_cuda(parser, args.device)
     report = ratio_report(
         args.device, args.configs, args.opts, not args.no_compile, args.tiny, args.switch,
         batch=args.batch, plain_batch=args.plain_batch, warmup=args.warmup,

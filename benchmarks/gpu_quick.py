@@ -1,24 +1,18 @@
 """The GPU check that decides the step in one call (``make gpu-quick``): at most 9 minutes on one
-H100 from a fresh machine, one process.
-
-Parts, in order, each timed, its error caught and written, the rest still run; every figure is
-written to ``--out``/quick.json as soon as it is measured:
+H100 from a fresh machine, one process. Each part is timed, its error caught and written (the
+rest still run), and every figure goes to ``--out``/quick.json as soon as it is measured:
 
 1. the plain torchvision ResNet-50 step, eager and compiled (the references of the ratios);
-2. IN-1K LORAC at ``--batch`` images per GPU: eager, static, compiled (mode "default") and
-   compiled with CUDA graphs (mode "reduce-overhead"): the first step's time (the compile),
-   wall time of steps 0-4, host and GPU ms per step after them, recompiles, graph breaks,
-   CUDA-graph skips with their reasons, kernels per step, peak memory, TFLOP/s and the ratio
-   to both plain steps (the FLOPs of the eager step: the same maths);
-3. the compiled step's numbers against the eager step's over the same steps: the losses within
-   bfloat16's rounding, the queue rows (the keys) in the same order;
-4. world-1 checks of the collectives under compile (NCCL on a GPU, gloo on the CPU): the
-   all-to-all of a channels_last tensor against its input, SyncBN compiled against eager with
-   its running statistics, DDP (static graph) around a compiled model for 5 steps against eager.
+2. IN-1K LORAC at ``--batch`` images per GPU: eager, static, compiled and compiled with CUDA
+   graphs ("reduce-overhead"): the first step's time (the compile), per-step wall, host and GPU
+   times, recompiles, graph breaks, CUDA-graph skips with their reasons, kernels per step, peak
+   memory, TFLOP/s and the ratio to both plain steps (the eager step's FLOPs: the same maths);
+3. the compiled step's losses and queue rows against the eager step's over the same steps;
+4. world-1 collectives under compile (NCCL; gloo on the CPU): a channels_last all-to-all,
+   SyncBN compiled against eager, DDP (static graph) around a compiled model against eager.
 
-inductor's caches go to ``--out``/cache (TORCHINDUCTOR_CACHE_DIR): bring that folder back and a
-rerun starts warm. ``--device cpu --tiny`` runs every part at toy sizes with the ``aot_eager``
-backend (a test does, so that the script cannot rot unseen).
+inductor's caches go to ``--out``/cache: bring that folder back and a rerun starts warm.
+``--device cpu --tiny`` runs every part at toy sizes, 3 steps, with the ``aot_eager`` backend.
 
 Run: python -m benchmarks.gpu_quick --out OUT [--batch 32] [--device cpu --tiny]
 """
@@ -29,7 +23,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import tempfile
 import time
@@ -46,19 +39,18 @@ VARIANTS = {  # name: overrides of the shipped config
     "cudagraphs": ["SOLVER.COMPILE.ENABLED", "True", "SOLVER.COMPILE.MODE", "reduce-overhead"],
 }
 STEPS = 5  # the steps whose wall time is kept one by one (the first compiles)
+TINY_STEPS = 3
 
 
 def _run_step_figures(device: str, batch: int, opts: list[str], tiny: bool, steps: int) -> dict:
-    """Per-step figures of the project's step (:func:`benchmarks.bench_throughput.measure`'s
-    trainer over replayed loader batches), ``steps`` steps, metrics logged every step."""
+    """Per-step figures of the project's step over replayed loader batches
+    (:func:`benchmarks.common.train_on_replays`), ``steps`` steps, metrics logged every step."""
     import torch
     from detectron2.engine import HookBase
     from torch._dynamo.utils import counters
     from torch.utils.flop_counter import FlopCounterMode
 
-    import pretrain.engine.trainer as trainer_module
-    from benchmarks.bench_step import make_images
-    from benchmarks.bench_throughput import _project_cfg, _replayed_loader
+    from benchmarks.common import project_cfg, train_on_replays
     from pretrain.engine.trainer import PretrainTrainer
 
     cuda = device == "cuda"
@@ -115,8 +107,7 @@ def _run_step_figures(device: str, batch: int, opts: list[str], tiny: bool, step
     if tiny:
         opts = [*opts, "SOLVER.COMPILE.BACKEND", "aot_eager", "MODEL.ARCH", "resnet18"]
     with tempfile.TemporaryDirectory(prefix="gpu_quick_") as tmp:
-        data = make_images(Path(tmp) / "data", per_class=max(16, math.ceil(batch / 2)))
-        cfg = _project_cfg(CONFIG, device, batch, steps, Path(tmp), data, opts=opts, **toy)
+        cfg = project_cfg(CONFIG, device, batch, steps, Path(tmp), opts=opts, **toy)
         cfg.defrost()
         cfg.SOLVER.LOG_PERIOD = 1
         cfg.freeze()
@@ -125,14 +116,7 @@ def _run_step_figures(device: str, batch: int, opts: list[str], tiny: bool, step
         trainer = PretrainTrainer(cfg)
         clock = Clock()
         trainer.register_hooks([clock])
-        real, trainer_module.build_pretrain_loader = (
-            trainer_module.build_pretrain_loader,
-            _replayed_loader(cfg, trainer.source),
-        )
-        try:
-            trainer.train()
-        finally:
-            trainer_module.build_pretrain_loader = real
+        train_on_replays(trainer)
         queues = trainer.model.queues.detach().float().cpu()
         losses = [x for x in _metrics(Path(cfg.OUTPUT_DIR)) if "total_loss" in x]
     gpu = []
@@ -313,11 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / "cache").resolve()))
     import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.exit(2, "error: --device cuda but no CUDA device is visible (use --device cpu)\n")
     from benchmarks.bench_throughput import measure_plain
+    from benchmarks.common import check_cuda
+
+    check_cuda(parser, args.device)
 
     batch = args.batch or (8 if args.tiny else 32)
+    steps = TINY_STEPS if args.tiny else 8
     backend = "aot_eager" if args.tiny else "inductor"
     report: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                     "torch": torch.__version__, "batch_per_gpu": batch, "parts": {}}  # fmt: skip
@@ -353,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = {k: v for k, v in VARIANTS.items() if not (args.tiny and k == "cudagraphs")}
     for name, opts in variants.items():
         runs[name] = part(
-            f"lorac_{name}", lambda o=opts: _run_step_figures(args.device, batch, o, args.tiny, 8)
+            f"lorac_{name}",
+            lambda o=opts: _run_step_figures(args.device, batch, o, args.tiny, steps),
         )
         with contextlib.suppress(Exception):
             torch._dynamo.reset()

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torchvision
 
-from pretrain.checkpoint.layouts import LAYOUTS
 from pretrain.cli.arguments import check_launch_args
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.data.datasets import ImageFilesSource
@@ -25,6 +24,7 @@ from pretrain.engine.launch import argument_parser, load_args_config
 from tests.helpers import ROOT, make_image_folder
 from tests.helpers.checkpoints import CASES, write
 from tests.helpers.mistakes import run_main, snapshot, tool_main
+from transfer.checkpoint.layouts import LAYOUTS
 from transfer.classification.config import linear_probe_defaults
 from transfer.classification.config import load_config as load_classification_config
 from transfer.cli.linear_probe import parse_args as linear_probe_args

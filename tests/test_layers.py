@@ -1,8 +1,9 @@
 """The layers point one way: nothing under pretrain/ imports transfer (not even inside a
-function), nothing imports tools/ (scripts, not a package), no module imports itself through
-others (no import circle, not even one that only a function-level or ``TYPE_CHECKING`` import
-closes), and every room imports only the rooms its docstring's "May import:" line names, each
-below it. Read from the source with ast, so an import that never runs is found as well."""
+function), nothing imports tools/ or benchmarks/ (scripts, not packages: a test runs a benchmark
+as a script), no module imports itself through others (no import circle, not even one that only
+a function-level or ``TYPE_CHECKING`` import closes), and every room imports only the rooms its
+docstring's "May import:" line names, each below it. Read from the source with ast, so an import
+that never runs is found as well."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def layer_violations(root: Path) -> list[str]:
                     violations.append(
                         f"{rel}:{line}: imports {module} (pretrain is below transfer)"
                     )
-                if first == "tools":
-                    violations.append(f"{rel}:{line}: imports {module} (tools are scripts)")
+                if first in ("tools", "benchmarks"):
+                    violations.append(f"{rel}:{line}: imports {module} ({first} are scripts)")
     return violations
 
 
@@ -121,7 +122,7 @@ def test_the_circle_check_can_fail(tmp_path):
     assert set(import_circle(import_graph(tmp_path))) == {"pretrain.room.a", "pretrain.room.b"}
 
 
-def test_pretrain_never_imports_transfer_and_nothing_imports_tools():
+def test_pretrain_never_imports_transfer_and_nothing_imports_tools_or_benchmarks():
     assert (ROOT / "pretrain" / "engine").is_dir()  # the walk below really reads the package
     assert layer_violations(ROOT) == []
 
@@ -146,7 +147,9 @@ def test_the_walker_finds_imports_at_any_depth(tmp_path):
     (tmp_path / "transfer" / "uses_pretrain.py").write_text(
         "from pretrain.utils.errors import LoracError\n"
     )
-    (tmp_path / "tests" / "test_x.py").write_text("def test():\n    from tools import train_net\n")
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "def test():\n    from tools import train_net\nfrom benchmarks.bench_step import measure\n"
+    )
     (tmp_path / "tools" / "run.py").write_text("import tools.demo\n")
     assert layer_violations(tmp_path) == [
         "pretrain/bad.py:3: imports transfer.classification (pretrain is below transfer)",
@@ -154,6 +157,7 @@ def test_the_walker_finds_imports_at_any_depth(tmp_path):
         "pretrain/bad.py:7: imports transfer.cli.demo (pretrain is below transfer)",
         "tools/run.py:1: imports tools.demo (tools are scripts)",
         "tests/test_x.py:2: imports tools (tools are scripts)",
+        "tests/test_x.py:3: imports benchmarks.bench_step (benchmarks are scripts)",
     ]
 
 

@@ -3,12 +3,15 @@
 ``make gpu-check`` runs with a stand-in interpreter (``GPU_PY``): a script that answers the
 recipe's probes (Python version, CUDA visible, packages importable) and plays pytest and the
 benchmarks with the exit status the test asks for. The recipes pipe each through ``tee``, whose
-own status must not hide a failure (``pipefail``).
+own status must not hide a failure (``pipefail``). ``make test``'s pytest command is read from a
+dry run (``make -n``).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -80,3 +83,22 @@ def test_device_check_refuses_in_one_error_line(tmp_path, env, says):
     errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], r.stdout + r.stderr
     assert not (tmp_path / "gpu_check" / "tests.txt").exists()
+
+
+def test_make_test_runs_two_workers_and_names_the_slowest_tests(tmp_path):
+    """``make test``: pytest on two xdist workers (installed by the ``dev`` extra), each test
+    module whole on one worker (its module-scoped fixtures run once), the 25 slowest tests after
+    the summary; ``PYTEST_ARGS`` comes after them, so ``PYTEST_ARGS="-n 0"`` runs one process."""
+    stamp = tmp_path / "installed"  # newer than setup.py: no venv install in the dry run
+    stamp.touch()
+    cmd = ["make", "-n", "-C", str(ROOT), "test", f"VENV_STAMP={stamp}", "PYTEST_ARGS=-n 0 -x"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [line] = [x for x in r.stdout.replace("\\\n", " ").splitlines() if "-m pytest" in x]
+    argv = shlex.split(line)
+    assert argv[argv.index("-m") + 1 :][:4] == ["pytest", "-q", "-m", "not compile"]
+    workers = [argv[i + 1] for i, a in enumerate(argv) if a == "-n"]
+    assert workers == ["2", "0"], argv  # make's default, then PYTEST_ARGS's (the last one wins)
+    assert argv[argv.index("--dist") + 1] == "loadfile" and "--durations=25" in argv
+    assert argv[-3:] == ["0", "-x", "tests"]
+    assert re.search(r'"dev": \[[^]]*"pytest-xdist', (ROOT / "setup.py").read_text())

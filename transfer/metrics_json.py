@@ -1,10 +1,6 @@
-"""Read ``metrics.json``, the one-JSON-object-per-line log of detectron2's ``JSONWriter``.
-
-Pretraining, classification and detection runs all log through it. Every line is an object with
-an integer ``iteration``; a resumed run logs again the iterations after its last checkpoint, and
-the later line wins (merged key by key). Python's json reads the ``Infinity`` the pretraining
-writes for beta while the prior is off. Blank lines are skipped; any other malformed line is an
-error naming the file and the line, since dropping it would silently change a curve or a result.
+"""Read ``metrics.json``, the one-JSON-object-per-line log of detectron2's ``JSONWriter`` that
+every run writes. A resumed run logs iterations again: the later line wins, key by key. A
+malformed line is an error naming the file and line: dropping it would change a curve silently.
 """
 
 from __future__ import annotations

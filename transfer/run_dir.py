@@ -1,23 +1,11 @@
-"""One discipline for the run directory of every evaluation tool (detection, linear probe,
-linear transfer, semi-supervised fine-tuning, kNN, the nuclear-norm analysis).
+"""One discipline for the run directory of every evaluation tool.
 
-A directory *holds a run* when it has a run's ``config.yaml``, ``args.json`` or results file; the
-run is *finished* when its results file is there. A later run leaves such a directory as it is
-unless asked:
-
-* ``--resume`` continues an unfinished run with the same config (pretraining's check,
-  :func:`pretrain.config.resume.config_changes`: a changed key is refused, naming it with both
-  values); on a finished run it has nothing left to do;
-* ``--overwrite`` deletes the files a run writes there (:data:`RUN_FILES` and the tool's own),
-  then starts afresh;
-* otherwise the run is refused with one error line naming the ways out.
-
-:meth:`RunDir.check` only reads, so every refusal (and every check a tool makes before calling
-:meth:`RunDir.start`) leaves the directory byte for byte as it was. :meth:`RunDir.start` takes the
-directory's lock (pretraining's :class:`~pretrain.utils.locks.DirLock`: one live run per
-directory) and only then deletes anything. :meth:`RunDir.write_results` writes the results file
-atomically, together with the config and the model that produced the numbers, so that no table
-can pair them with another run's settings.
+A directory *holds a run* when it has a run's ``config.yaml``, ``args.json`` or results file, and
+the run is *finished* when its results file is there. A later run leaves it as it is unless
+``--resume`` (the same config, :func:`pretrain.config.resume.config_changes`) or ``--overwrite``
+(delete :data:`RUN_FILES` and the tool's own) asks; otherwise it is refused in one line naming the
+ways out. :meth:`RunDir.check` only reads; :meth:`RunDir.start` takes the directory's lock before
+deleting anything; results are written atomically with the config and model that produced them.
 """
 
 from __future__ import annotations
@@ -82,11 +70,9 @@ def add_run_dir_args(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class RunDir:
-    """The run directory ``path`` of one tool; ``what`` names it in messages (``OUTPUT_DIR``,
-    ``--output-dir``, ``--out``), ``results`` is the file a finished run leaves, ``own`` the
-    tool's other files and folders (globs) that ``--overwrite`` deletes, ``may_change`` the keys
-    a resume may change besides pretraining's (:data:`pretrain.config.resume.RESUME_MAY_CHANGE`).
-    ``resumable``: whether the tool has ``--resume``."""
+    """The run directory ``path`` of one tool; ``what`` names it in messages, ``results`` is the
+    file a finished run leaves, ``own`` the tool's other globs ``--overwrite`` deletes,
+    ``may_change`` the keys a resume may change besides pretraining's."""
 
     path: str
     what: str = "--output-dir"
@@ -111,10 +97,8 @@ class RunDir:
     def check(
         self, resume: bool = False, overwrite: bool = False, cfg: CfgNode | None = None
     ) -> RunAction:
-        """What this run does with the directory (reads only). Raises :class:`RunDirError` when
-        it is a file or cannot be written, when it would touch another run unasked, or when
-        ``--resume`` changes a key of ``cfg`` outside
-        :data:`~pretrain.config.resume.RESUME_MAY_CHANGE` and ``may_change``."""
+        """What this run does with the directory (reads only); :class:`RunDirError` when it
+        cannot be written, would touch another run unasked, or a resume changes ``cfg``."""
         if resume and overwrite:
             raise RunDirError("give --resume or --overwrite, not both")
         check_output_dir(self.path, self.what, RunDirError)
@@ -132,10 +116,8 @@ class RunDir:
         return RunAction.DONE if self.finished() else RunAction.RESUME
 
     def restart_hint(self) -> str:
-        """How a run of this tool that stopped at once (a Ctrl-C outside its training loop, or a
-        second one) goes on, from what the directory holds now: ``--resume`` from the last
-        checkpoint (a resumable tool that saved one), else ``--overwrite`` (the run's files are
-        there), else the same command."""
+        """How a run of this tool that stopped at once (a Ctrl-C outside its training loop) goes
+        on, from what the directory holds now."""
         tag = self._file("last_checkpoint")
         if self.finished():
             return f"{self.what} {self.path} holds the finished run ({self.results})"

@@ -8,8 +8,7 @@ them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that ca
 
 May import: every other room (the top of the pretraining side): :mod:`pretrain.utils`,
 :mod:`pretrain.losses`, :mod:`pretrain.config`, :mod:`pretrain.data`, :mod:`pretrain.modeling`,
-:mod:`pretrain.checkpoint`, :mod:`pretrain.solver`, :mod:`pretrain.evaluation`,
-:mod:`pretrain.engine`, :mod:`pretrain.cluster`.
+:mod:`pretrain.solver`, :mod:`pretrain.evaluation`, :mod:`pretrain.engine`, :mod:`pretrain.cluster`.
 """
 
 import warnings

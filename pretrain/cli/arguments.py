@@ -1,16 +1,9 @@
 """The argument parser of every tool, and the range-checked number types of their options.
 
-argparse ends a bad command line with its usage (6-10 lines) and ``prog: error: ...``; a
-mistyped option ends in "unrecognized arguments", or, where it stood for a required option, in
-"the following arguments are required", neither naming the option meant. :class:`ToolParser`
-ends it as every user error ends (:mod:`.user_errors`): one ``error:`` line, exit status 2, and
-an option it does not know is named with the closest one it does (``did you mean
---output-dir?``). Abbreviated options are not accepted: ``--resume-with-change`` is a typo
-wherever it stands, not ``--resume-with-changes`` before the overrides and an override after them
-(:mod:`.overrides`).
-
-The number types (:func:`int_at_least`, :func:`positive_float`) refuse an out-of-range value
-while the command line is parsed, before a tool creates anything.
+:class:`ToolParser` ends a bad command line as every user error ends (:mod:`.user_errors`): one
+``error:`` line, exit status 2, an unknown option named with the closest known one (argparse's
+usage block and "unrecognized arguments" name neither). Abbreviated options are refused, so that
+a typo is one wherever it stands. The number types refuse an out-of-range value while parsing.
 """
 
 from __future__ import annotations
@@ -155,9 +148,8 @@ def positive_float(text: str) -> float:
 
 
 def check_launch_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The process counts of detectron2's ``launch`` options: ``--num-gpus`` and
-    ``--num-machines`` at least 1 (``launch`` runs 0 as one process, silently), and
-    ``--machine-rank`` one of the machines."""
+    """``--num-gpus`` and ``--num-machines`` at least 1 (``launch`` silently runs 0 as one
+    process), and ``--machine-rank`` one of the machines."""
     for flag in ("--num-gpus", "--num-machines"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:

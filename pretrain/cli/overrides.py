@@ -1,17 +1,11 @@
 """Options anywhere on a command line that ends in ``KEY VALUE`` config overrides.
 
 The tools take their overrides as a trailing ``argparse.REMAINDER`` (detectron2's ``opts``), which
-keeps everything after the first ``KEY`` as overrides: ``... SOLVER.MAX_ITER 3 --resume`` made
-``--resume`` an override and ended in a config error naming a key that does not exist, or in
-"overrides must be KEY VALUE pairs". :func:`parse_args_and_overrides` parses as argparse does,
-then takes the tool's own options out of the overrides and parses again with them in front.
-
-Only a token in a KEY position that is exactly one of the parser's option strings (or
-``--option=value``) is taken, with the values its action consumes; a value is never taken, so an
-override such as ``LOSS.X -1.5`` or ``OUTPUT_DIR --odd-name`` stays as it is. An option with a
-list of values (``--methods lorac mocom``) takes the values up to the next option, ``--`` or
-config key (an upper-case dotted name). Any other option-like token in a KEY position is a
-mistyped option, and is refused as one (:func:`~pretrain.cli.arguments.unknown_option_message`).
+would make ``--resume`` in ``... SOLVER.MAX_ITER 3 --resume`` an override.
+:func:`parse_args_and_overrides` takes the tool's own options out of the overrides and parses
+again with them in front. Only a token in a KEY position that is exactly one of the parser's
+options is taken, with its values (a value such as ``LOSS.X -1.5`` is never taken); any other
+option-like token in a KEY position is refused as a mistyped option.
 """
 
 from __future__ import annotations
@@ -63,9 +57,8 @@ def _values_taken(parser: argparse.ArgumentParser, action: argparse.Action, rest
 def split_trailing_options(
     parser: argparse.ArgumentParser, overrides: Sequence[str]
 ) -> tuple[list[str], list[str]]:
-    """``(options, overrides)``: the tokens of ``parser``'s own options found in KEY positions of
-    ``overrides`` (with their values), and the overrides without them, in order. A leading
-    ``--`` (what ends a list option before the overrides) stays with the overrides."""
+    """``(options, overrides)``: ``parser``'s own options found in KEY positions of ``overrides``
+    (with their values), and the overrides without them (a leading ``--`` included)."""
     tokens = list(overrides)
     options: list[str] = []
     kept: list[str] = ["--"] if tokens[:1] == ["--"] else []
@@ -107,9 +100,8 @@ def _without_separator(args: argparse.Namespace, dest: str) -> argparse.Namespac
 def parse_args_and_overrides(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, dest: str = "opts"
 ) -> argparse.Namespace:
-    """``parser.parse_args(argv)`` where ``parser`` ends in the ``argparse.REMAINDER`` ``dest``
-    of ``KEY VALUE`` overrides, with the parser's options accepted after the overrides too and
-    ``--`` accepted before them (it ends a list option, and is not an override)."""
+    """``parser.parse_args(argv)`` with ``parser``'s options accepted after its trailing
+    ``KEY VALUE`` overrides ``dest`` too, and ``--`` before them."""
     argv = list(sys.argv[1:] if argv is None else argv)
     with _nothing_required(parser):
         first = parser.parse_args(argv)

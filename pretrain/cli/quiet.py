@@ -1,14 +1,10 @@
 """What a tool prints: its own lines, not its libraries' warnings, unless ``--verbose``.
 
-A user can act on neither torch's, detectron2's or fvcore's warnings nor lines such as torch's
-"No CUDA runtime is found, using CUDA_HOME=..." (logged when detectron2's environment report
-imports ``torch.utils.cpp_extension``), so every tool hides them: :func:`run_quietly` runs a
-tool's ``main`` (and the function ``launch`` runs in each worker) with warnings raised in library
-modules ignored and torch's own log lines below ERROR dropped, and restores both afterwards.
-Warnings attributed to the project's modules stay visible: those are bugs to fix at the call.
-``--verbose`` anywhere on a tool's command line shows everything in every tool; it is taken out
-of the command line before the tool's parser reads it, except in the tools whose own option it
-also is (:data:`OWN_VERBOSE`: ``convert_to_d2 --verbose`` also lists every dropped key).
+A user can act on none of the libraries' warnings (or torch's "No CUDA runtime is found" line),
+so :func:`run_quietly` runs a tool's ``main`` with library warnings ignored and torch's log lines
+below ERROR dropped; the project's own warnings stay visible (bugs to fix at the call).
+``--verbose`` anywhere on the command line shows everything; it is taken out before the tool's
+parser reads it, except in the tools whose own option it is (:data:`OWN_VERBOSE`).
 """
 
 from __future__ import annotations
@@ -55,11 +51,9 @@ def library_output_hidden(hidden: bool = True) -> Iterator[None]:
 
 
 def run_quietly(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-    """``fn(*args, **kwargs)`` with library output hidden unless ``--verbose`` is given.
-
-    ``fn`` is a tool's ``main(argv=None)``, whose ``argv`` (``sys.argv[1:]`` when None) loses
-    the flag, or a function of parsed arguments run by ``launch``, which looks for the flag in
-    ``sys.argv`` (a spawned worker's is its parent's)."""
+    """``fn(*args, **kwargs)`` with library output hidden unless ``--verbose`` is given: ``fn``
+    is a tool's ``main(argv=None)``, whose ``argv`` loses the flag, or ``launch``'s worker
+    function, which looks for it in ``sys.argv``."""
     argv = args[0] if args else kwargs.get("argv")
     if isinstance(argv, list | tuple) or (not args and not kwargs):
         given = list(sys.argv[1:] if argv is None else argv)

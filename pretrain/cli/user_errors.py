@@ -1,9 +1,8 @@
 """The one way every tool ends on a user error: an ``error: <message>`` line and exit status 2.
 
-A :class:`~pretrain.utils.errors.LoracError` is an error the user can fix (a bad config value, file,
-dataset, checkpoint or request); anything else is a bug and keeps its traceback. argparse ends
-bad command lines with the same status, so a caller (a shell, SLURM, a test) can tell "fix the
-input" from "crashed" by the exit status alone.
+A :class:`~pretrain.utils.errors.LoracError` is an error the user can fix; anything else is a bug
+and keeps its traceback. argparse uses the same status, so a caller can tell "fix the input" from
+"crashed" by the exit status alone.
 """
 
 from __future__ import annotations
@@ -48,11 +47,9 @@ def _is_worker_user_error_exit(e: BaseException) -> bool:
 
 
 def exit_on_user_error(fn: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a tool's ``main``, and the module-level function detectron2's ``launch`` runs in
-    each worker process: a :class:`LoracError` prints ``error: <message>`` on one line to stderr
-    (on the main process only) and raises ``SystemExit(2)``, as argparse does for a bad command
-    line. In the parent of ``launch``'s workers, a worker that ended this way ends the tool the
-    same way, without a second line or a traceback."""
+    """Decorate a tool's ``main`` (and ``launch``'s worker function): a :class:`LoracError`
+    prints ``error: <message>`` on one line (main process) and raises ``SystemExit(2)``; a
+    ``launch`` worker that ended this way ends its parent the same way, silently."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -73,14 +70,8 @@ def exit_on_user_error(fn: Callable[P, R]) -> Callable[P, R]:
 @contextlib.contextmanager
 def exit_on_interrupt(hint: Callable[[], str]) -> Iterator[None]:
     """End a tool that Ctrl-C reaches as ``KeyboardInterrupt`` with one line, ``interrupted:
-    stopped at once; <hint()>``, and exit status :data:`INTERRUPTED_EXIT_CODE`, without a
-    traceback.
-
-    That is Ctrl-C outside a training loop that turns it into a checkpoint at the next iteration
-    (:class:`pretrain.engine.hooks.StopOnSignal`, which prints its own line and exits with the
-    same status), or a second Ctrl-C there. ``hint`` is called then, so that it can say from
-    what is on disk what is kept and how to go on (``--resume``, ``--overwrite``, the same
-    command)."""
+    stopped at once; <hint()>``, and exit status :data:`INTERRUPTED_EXIT_CODE`; ``hint`` says,
+    from what is on disk then, how to go on."""
     try:
         yield
     except KeyboardInterrupt:

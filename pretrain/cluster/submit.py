@@ -1,23 +1,17 @@
-"""Submitting pretraining (or an evaluation tool) to SLURM with submitit, or running it locally.
-
-``tools/submit_pretrain.py`` (:mod:`pretrain.cli.submit_pretrain`) is the command line; everything
-it does is here so that tests and notebooks can submit the same way. Layout of a job:
+"""Submitting pretraining, an evaluation tool or a callable to SLURM with submitit (or running
+it locally), and asking SLURM which jobs of a submitit folder are still queued: the one module
+that talks to SLURM. ``tools/submit_pretrain.py`` (:mod:`pretrain.cli.submit_pretrain`) and
+``tools/study.py --executor slurm`` (:mod:`transfer.study.slurm`) submit through it. A job:
 
 * ``--entry pretrain``: one SLURM task per process, ``--gpus-per-node`` tasks per node (one per
   GPU) or, on CPU nodes (``--gpus-per-node 0``), ``--tasks-per-node`` processes;
 * ``--entry train_net|linear_probe|semi_supervised``: one task per node that runs the tool with
-  detectron2's ``launch`` (``--num-gpus`` = GPUs, or ``--tasks-per-node`` CPU processes).
+  detectron2's ``launch`` (``--num-gpus`` = GPUs, or ``--tasks-per-node`` CPU processes);
+* a callable of the layer above (:data:`FUNCTION_ENTRY`): one task calls it.
 
-CPUs per task (``--cpus-per-task``): when not given, a pretraining task whose
-``DATALOADER.NUM_WORKERS`` is -1 (one data worker per core, the default) asks for the node's
-cores per GPU (per process on CPU nodes), as ``sinfo`` reports the partition's nodes
-(:func:`node_cpus_per_task`), or :data:`DEFAULT_CPUS_PER_GPU` where it cannot say; the task's
-loader then starts one worker per core but one (15 on a 16-cores-per-GPU node). A fixed
-``NUM_WORKERS`` asks for ``NUM_WORKERS + 1``.
-
-Submission problems (impossible requests, a partition SLURM refuses, a pretraining job whose
-folder holds a job still queued or running: two jobs would train into one OUTPUT_DIR) raise
-:class:`SubmitError`, whose message is one line.
+A pretraining task's default ``--cpus-per-task``: :func:`_pretrain_cpus_per_task`. Submission
+problems (impossible requests, a partition SLURM refuses, a pretraining job whose folder holds a
+job still queued or running) raise :class:`SubmitError`, whose message is one line.
 """
 
 from __future__ import annotations
@@ -50,7 +44,9 @@ __all__ = [
     "check_no_live_job",
     "check_pretrain_data",
     "dry_run_text",
+    "job_ids",
     "node_cpus_per_task",
+    "queued_jobs",
     "slurm_parameters",
     "submit",
 ]
@@ -342,32 +338,51 @@ def check_pretrain_data(req: JobRequest) -> None:
 _JOB_FOLDER = re.compile(r"(\d+)(?:_\d+)?")
 
 
-def _queued_jobs(job_ids: list[str]) -> dict[str, str]:
-    """``{job id: state}`` of the jobs of ``job_ids`` that SLURM still holds (queued, running,
-    suspended...); a job that ended is not listed by ``squeue``. Empty where squeue cannot say."""
-    cmd = ["squeue", "--noheader", "--format=%i|%T", f"--jobs={','.join(job_ids)}"]
+def job_ids(folder: str) -> list[str]:
+    """The ids of the jobs submitted with ``folder`` as submitit's folder (``submit`` puts each
+    job's script, pickles and logs in ``folder/<job id>``), oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    ids = {m.group(1) for f in os.listdir(folder) if (m := _JOB_FOLDER.fullmatch(f))}
+    return sorted(ids, key=int)
+
+
+def queued_jobs() -> dict[str, str]:
+    """``{job id: state}`` of every job SLURM has not ended (pending, running, suspended...: what
+    ``squeue`` lists by default). Raises :class:`SubmitError` with SLURM's own words (its
+    controller down, a bad SLURM_CONF) where ``squeue`` fails."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
+        cmd = ["squeue", "--noheader", "--format=%i|%T"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    except subprocess.CalledProcessError as e:
+        said = "; ".join(ln.strip() for ln in (e.stderr or "").splitlines() if ln.strip())
+        raise SubmitError(
+            f"cannot ask SLURM for the queue: squeue exited with status {e.returncode}: "
+            f"{said or 'no message'}"
+        ) from None
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SubmitError(f"cannot ask SLURM for the queue (squeue): {e}") from None
     rows = (line.strip().split("|") for line in out.splitlines())
-    return {row[0]: row[1] for row in rows if len(row) == 2 and row[0] in job_ids}
+    return {row[0]: row[1] for row in rows if len(row) == 2}
 
 
 def check_no_live_job(req: JobRequest, folder: str) -> None:
     """Refuse a pretraining job whose submitit ``folder`` (by default OUTPUT_DIR/submitit) holds
     a job SLURM still queues or runs: the two would train into one OUTPUT_DIR. A job that ended
-    leaves its folder and is no obstacle (the next one resumes from its checkpoint)."""
-    if req.entry != "pretrain" or not os.path.isdir(folder):
+    leaves its folder and is no obstacle (the next one resumes from its checkpoint); where squeue
+    cannot say, sbatch will."""
+    ids = job_ids(folder) if req.entry == "pretrain" else []
+    try:
+        queue = queued_jobs() if ids else {}
+    except SubmitError:
         return
-    ids = sorted({m.group(1) for f in os.listdir(folder) if (m := _JOB_FOLDER.fullmatch(f))})
-    live = _queued_jobs(ids) if ids else {}
+    live = [job for job in ids if job in queue]
     if live:
-        job, state = sorted(live.items())[-1]
+        job = live[-1]
         raise SubmitError(
-            f"{folder} holds job {job}, still {state.lower()}: a second job would train into the "
-            f"same OUTPUT_DIR; wait for it to end, cancel it (scancel {job}), or choose another "
-            "OUTPUT_DIR"
+            f"{folder} holds job {job}, still {queue[job].lower()}: a second job would train "
+            f"into the same OUTPUT_DIR; wait for it to end, cancel it (scancel {job}), or choose "
+            "another OUTPUT_DIR"
         )
 
 

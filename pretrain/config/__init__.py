@@ -1,5 +1,5 @@
 """The pretraining config: defaults and validation (``defaults``), strict YAML loading with
-``_BASE_`` (``strict``) and the shipped config files (``files``).
+``_BASE_`` (``strict``).
 
 May import: :mod:`pretrain.utils`, :mod:`pretrain.losses` (to check prior, Q construction and
 low-rank view names against the method's own lists).

@@ -1,9 +1,8 @@
 """Pretraining configuration: defaults, strict YAML merging and validation.
 
-Configs are fvcore/yacs ``CfgNode`` YAML files that inherit through ``_BASE_``. Unknown keys
-are errors (:func:`pretrain.config.strict.load_strict`, the project's one loader, raises
-:class:`ConfigError` naming the file and the key). Every key is documented here;
-``docs/configs.md`` explains the choices.
+Configs are fvcore ``CfgNode`` YAML files that inherit through ``_BASE_``; unknown keys are
+errors (:func:`pretrain.config.strict.load_strict`). Every key is documented here in one line;
+``docs/pretraining.md`` and ``docs/method.md`` explain the choices.
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ __all__ = [
 ]
 
 
-# The values a key may take, defined once: validate_cfg below and the code acting on them
-# (modeling/encoder.py, solver/build.py, data/datasets.py) read these.
+# The values a key may take, read by validate_cfg and by the code acting on them.
 STEMS = ("imagenet", "small")  # MODEL.STEM
 NORMS = ("auto", "SyncBN", "NaiveSyncBN", "BN")  # MODEL.NORM
 DEVICES = ("cpu", "cuda")  # MODEL.DEVICE
@@ -55,28 +53,22 @@ _C = CN()
 _C.VERSION = 1
 
 _C.MODEL = CN()
-# Registered in pretrain.modeling.META_ARCH_REGISTRY. "MultiViewMoCo" covers LORAC (any prior),
-# MoCo-M (prior none or beta = inf) and MoCo-v2 (one key crop, one query view, prior none).
+# In META_ARCH_REGISTRY; "MultiViewMoCo" is LORAC, MoCo-M (prior none) and MoCo-v2 (one key crop)
 _C.MODEL.META_ARCHITECTURE = "MultiViewMoCo"
-# "cpu" or "cuda"; with "cuda" where no GPU is visible the run stops (set cpu to train on CPU)
+# "cpu" or "cuda" (which stops where no GPU is visible)
 _C.MODEL.DEVICE = "cuda"
 _C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
-# "imagenet" (torchvision's 7x7/2 conv + max-pool) or "small" (3x3/1 conv, no max-pool: for
-# 28-32 px images). Checkpoints of the small stem load as torchvision ResNets with that stem but
-# cannot be converted to detectron2, whose ResNet stem is always 7x7/2 + max-pool.
+# "imagenet" (7x7/2 conv + max-pool) or "small" (3x3/1 conv, for 28-32 px; no detectron2 export)
 _C.MODEL.STEM = "imagenet"
-# Normalisation in the query encoder when distributed: "SyncBN" (this project's
-# pretrain.modeling.norm: statistics over every process without a host sync per layer; CPU
-# and GPU), "NaiveSyncBN" (detectron2's), "BN" (per-process). "auto" = SyncBN. Single-process runs
-# always use plain BN.
+# Query encoder's norm when distributed: "SyncBN" (pretrain.modeling.norm), "NaiveSyncBN", "BN";
+# "auto" = SyncBN. Single-process runs use plain BN.
 _C.MODEL.NORM = "auto"
 _C.MODEL.HEAD_HIDDEN_DIM = 2048
 _C.MODEL.HEAD_OUT_DIM = 128
 _C.MODEL.MOMENTUM = 0.999  # key-encoder EMA
 _C.MODEL.QUEUE_SIZE = 65536  # K, per key crop; must be divisible by the global batch
 _C.MODEL.SHUFFLE_BN = True  # shuffle the key batch across processes (no-op on one process)
-# BN groups per process for the key encoder: the (shuffled) key batch of each process is encoded
-# in this many chunks. 1 = MoCo. N processes x 1 split == 1 process x N splits (tested).
+# BN groups per process for the key encoder (1 = MoCo; N processes x 1 == 1 process x N)
 _C.MODEL.KEY_BN_SPLITS = 1
 _C.MODEL.CHANNELS_LAST = False
 
@@ -89,27 +81,16 @@ _C.LOSS.BETA_INF_EPOCHS = 0.0
 _C.LOSS.C = 3.0  # prior "constant" (L-sftmx-c)
 _C.LOSS.C0 = math.sqrt(5.0)  # prior "gaussian": centre
 _C.LOSS.SIGMA2 = 2.0  # prior "gaussian": variance
-# Which views' queries enter Q besides the keys: "large" (the key-sized crops, the paper's
-# default in Sec. 6.1: small crops are outlier-prone), "all", or "queries" (every view that is a
-# query of some key crop: with one key crop, all views but it, so Q = [q_1..q_{M-1}, k] has M
-# rows exactly as in Eq. 11).
+# Views whose queries enter Q besides the keys: "large" (the paper's, Sec. 6.1), "all", "queries"
 _C.LOSS.LOWRANK_VIEWS = "large"
-# How Q is built from those queries and the keys (docs/method.md): "instance" = one Q per
-# instance, the LOWRANK_VIEWS queries and all KEY_CROPS keys (3 + 2 = 5 rows at 3x224 + 5x96, as
-# the paper's c0 = sqrt(5) implies); "per_key_crop" = for key crop j, the LOWRANK_VIEWS queries
-# other than view j and k_j (3 rows there; the earlier reading, kept for comparison).
+# "instance" (one Q of all keys per instance) or "per_key_crop" (docs/method.md)
 _C.LOSS.Q_CONSTRUCTION = "instance"
 _C.LOSS.PRIOR_M = 0  # the M normalising the prior; 0 = number of rows of Q (see docs/method.md)
-# The nuclear norm's eigensolver (pretrain.losses.nuclear): "auto" is Jacobi sweeps on a GPU in
-# the static step (SOLVER.STATIC_STEP; no host sync, fused or captured with the rest) for Q's few
-# rows, and eigh otherwise: the eager step's one sync (eigh's error check) costs less than the
-# ~2,000 launches of eager Jacobi sweeps (IN-1K LORAC), and the CPU keeps LAPACK's results.
-# "eigh" or "jacobi" force one.
+# Nuclear norm eigensolver: "auto" (Jacobi in a GPU static step, else eigh), "eigh", "jacobi"
 _C.LOSS.NUCLEAR_NORM = "auto"
 
 _C.INPUT = CN()
-# Views: LARGE_CROPS crops of LARGE_SIZE then SMALL_CROPS of SMALL_SIZE (paper: 3x224 + 5x96).
-# MoCo-v2 is LARGE_CROPS 2, SMALL_CROPS 0, KEY_CROPS 1 with its own scale/jitter values.
+# Views: LARGE_CROPS crops of LARGE_SIZE then SMALL_CROPS of SMALL_SIZE (paper: 3x224 + 5x96)
 _C.INPUT.LARGE_SIZE = 224
 _C.INPUT.LARGE_CROPS = 3
 _C.INPUT.LARGE_SCALE = (0.14, 1.0)
@@ -117,34 +98,25 @@ _C.INPUT.SMALL_SIZE = 96
 _C.INPUT.SMALL_CROPS = 5
 _C.INPUT.SMALL_SCALE = (0.05, 0.14)
 _C.INPUT.KEY_CROPS = 2  # the first KEY_CROPS large crops are key crops (one queue each)
-# The colour ops' settings (pretrain.data.color: Jitter, Grayscale, Blur; each op names its keys).
+# The colour ops' settings (pretrain.data.color: Jitter, Grayscale, Blur)
 _C.INPUT.COLOR_JITTER = (0.8, 0.8, 0.8, 0.2)
 _C.INPUT.JITTER_PROB = 0.8
 _C.INPUT.GRAYSCALE_PROB = 0.2
 _C.INPUT.BLUR_SIGMA = (0.1, 2.0)
 _C.INPUT.BLUR_PROB = 0.5
-# Colour jitter, grayscale and blur batched on the model's device (fast) instead of per image in
-# the data workers; both draw the same parameter distributions.
+# Colour ops batched on the model's device instead of per image in the workers (same draws)
 _C.INPUT.COLOR_ON_DEVICE = True
 
 _C.DATASETS = CN()
-# "imagefolder" (<ROOT>/<class>/<image>), "fashion_mnist" (its IDX files) or "imagefiles": every
-# image file (torchvision's extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp, any case)
-# under ROOT at any depth, in any folders, no labels (one's own photos); sorted by path.
+# "imagefolder" (<ROOT>/<class>/<image>), "fashion_mnist" or "imagefiles" (any image, no labels)
 _C.DATASETS.TYPE = "imagefolder"
 _C.DATASETS.ROOT = ""  # ImageFolder root (e.g. .../imagenet/train), the Fashion-MNIST folder, ...
-# Optional class list (one WordNet id per line) restricting an ImageFolder root; "imagenet100"
-# selects the shipped CMC ImageNet-100 list. Not with imagefiles (no classes).
+# Class list file restricting an imagefolder root; "imagenet100": the shipped CMC list
 _C.DATASETS.CLASS_LIST = ""
 _C.DATASETS.MAX_IMAGES = 0  # use only the first N images (0 = all); for smoke runs
 
 _C.DATALOADER = CN()
-# Data worker processes per training process. -1 (auto): the cores this process may run on
-# (its CPU affinity; at most SLURM_CPUS_PER_TASK in a SLURM step), shared with the other training
-# processes of the machine when each sees every core (torchrun, --num-gpus), less one for the
-# training process: 15 per GPU on a 16-cores-per-GPU node (pretrain.data.loader.
-# resolve_num_workers; the number is logged). >= 0: that many (0: load in the training process).
-# Set it where processes share a CPU set smaller than the machine (a container's cpuset).
+# Data workers per training process; -1: this process's share of the cores, less one
 _C.DATALOADER.NUM_WORKERS = -1
 
 _C.SOLVER = CN()
@@ -164,43 +136,29 @@ _C.SOLVER.LOG_PERIOD = 20
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False
 _C.SOLVER.AMP.PRECISION = "bfloat16"  # "bfloat16" or "float16" (float16 uses a GradScaler)
-# The step as a graph replay needs it (docs/performance.md, "The static step"): every step runs
-# the same device ops on tensors of the same shapes, whatever its data and iteration: colour
-# augmentation as masked whole-batch ops, the learning rate and the iteration as device tensors,
-# the nuclear norm every step, the logged values into a device buffer. Same method, other
-# rounding. Off: the eager step, which skips work per step (fastest on a CPU).
+# Same device ops and shapes every step, as a graph replay needs (docs/performance.md)
 _C.SOLVER.STATIC_STEP = False
-# torch.compile of the step's device work (the colour augmentation, the model's forward and loss
-# and so their backward), whole graphs with static shapes; implies STATIC_STEP. MODE is
-# torch.compile's: "default", "reduce-overhead" (adds CUDA graphs on a GPU), "max-autotune",
-# "max-autotune-no-cudagraphs". Off until a GPU measures it faster (docs/performance.md).
+# torch.compile of the step's device work, implies STATIC_STEP; MODE is torch.compile's
 _C.SOLVER.COMPILE = CN()
 _C.SOLVER.COMPILE.ENABLED = False
 _C.SOLVER.COMPILE.MODE = "default"
-# torch.compile's backend: "inductor" (generated kernels), or "aot_eager" (the same traced graphs
-# run by eager kernels: for checking a trace, and the CPU tests: no code generation).
+# "inductor", or "aot_eager" (the traced graphs on eager kernels: the CPU tests)
 _C.SOLVER.COMPILE.BACKEND = "inductor"
 
 _C.TEST = CN()
 _C.TEST.KNN_PERIOD = 0  # iterations between kNN evaluations (0 = off)
-# the weighted kNN's k and T everywhere (the monitor, the demo, knn_eval, the analysis): the
-# defaults of pretrain.evaluation.knn are read from here
+# the weighted kNN's k and T everywhere (pretrain.evaluation.knn reads its defaults here)
 _C.TEST.KNN_K = 200
 _C.TEST.KNN_T = 0.07
 _C.TEST.KNN_TRAIN_IMAGES = 10000  # subset sizes for the periodic kNN
 _C.TEST.KNN_TEST_IMAGES = 2000
-# Labelled images for the kNN monitor. fashion_mnist: "" = DATASETS.ROOT (train split as the
-# references, test split as the queries). imagefolder and imagefiles: required, a root with
-# train/ and val/ class folders (ImageNet's layout; DATASETS.CLASS_LIST applies).
+# kNN monitor's root with train/ and val/ class folders ("" = DATASETS.ROOT for fashion_mnist)
 _C.TEST.KNN_ROOT = ""
 _C.TEST.KNN_BATCH_SIZE = 256
 
 _C.DIST = CN()
-# Minutes a collective (all-reduce, barrier, the process group's start) may wait for the other
-# processes before the run fails. Short, so a dead or hung rank ends the job within minutes
-# instead of holding every GPU until the time limit (torch's default is 30); long enough for the
-# longest stretch one rank spends alone (scanning the dataset, writing a checkpoint).
-_C.DIST.TIMEOUT_MINUTES = 10  # whole minutes
+# Whole minutes a collective waits for the other processes: a hung rank ends the job soon
+_C.DIST.TIMEOUT_MINUTES = 10
 
 _C.OUTPUT_DIR = "./output"
 _C.SEED = 0  # all data order and augmentation randomness derive from it (exact resume)
@@ -230,11 +188,7 @@ def _one_of(node: CN, key: str, prefix: str, choices: Sequence[str]) -> None:
 
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
-    """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training.
-
-    One check per config node; the values a key may take are the tables above, which the code
-    acting on them (modeling/encoder.py, solver/build.py, data/datasets.py) reads too, and the
-    registries of the losses (priors, Q constructions, low-rank view sets)."""
+    """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
     _check_loss(cfg.LOSS)
     _check_input(cfg.INPUT)
     _check_model(cfg.MODEL)
@@ -320,9 +274,8 @@ def _check_batch_split(batch: int, world_size: int) -> None:
 
 
 def check_world_size(cfg: CN, world_size: int) -> None:
-    """What :func:`validate_cfg` (run by :func:`load_config` for one process) checks that
-    depends on the number of processes: the global batch splits evenly among them, and each
-    process's key batch into non-empty BN groups."""
+    """The checks that depend on the number of processes: the global batch splits evenly among
+    them, and each process's key batch into non-empty BN groups."""
     batch, splits = cfg.SOLVER.IMS_PER_BATCH, cfg.MODEL.KEY_BN_SPLITS
     _check_batch_split(batch, world_size)
     _need(splits >= 1, "MODEL.KEY_BN_SPLITS", splits, "must be >= 1")

@@ -1,16 +1,10 @@
 """What a resumed run may change: the keys that alter neither the trained state nor the data order,
 and, when asked for explicitly, the learning rate and the schedule's length.
 
-A run resumes from ``OUTPUT_DIR/last_checkpoint``; its ``config.yaml`` is the config that trained
-it. Resuming with another value of any other key (a queue size, a seed, the data) would continue
-a different run from this one's state, and fvcore would only log a skipped tensor:
-:func:`check_resume_config` refuses it, naming each key with both values.
-
-The keys of :data:`RESUME_WITH_CHANGES` (a lower learning rate after a divergence, a longer or
-shorter schedule, a finished run extended) may change with ``--resume-with-changes``
-(``tools/train_pretrain.py``) only; the trainer then records each change
-(:mod:`pretrain.engine.config_changes`). Without the flag such a resume is refused as any other,
-in one line that names the flag.
+Resuming with another value of any other key (a queue size, a seed, the data) would continue a
+different run from this one's state: :func:`check_resume_config` refuses it, naming each key with
+both values. The keys of :data:`RESUME_WITH_CHANGES` may change with ``--resume-with-changes``
+only, and each change is recorded (:mod:`pretrain.engine.config_changes`).
 """
 
 from __future__ import annotations
@@ -35,8 +29,7 @@ __all__ = [
     "read_saved_config",
 ]
 
-# Logging, checkpointing, loading speed, monitoring, timeouts: how a run is watched, not what it
-# computes; and how the same computation runs (kernels, graphs, an eigensolver: the rounding
+# How a run is watched, not what it computes; and how the same computation runs (the rounding
 # only, as cudnn's benchmark). docs/layout.md lists them.
 RESUME_MAY_CHANGE = (
     "OUTPUT_DIR",
@@ -99,12 +92,12 @@ def changed_values(
 def config_changes(
     saved: dict, cfg: CfgNode, may_change: Collection[str] = frozenset()
 ) -> list[str]:
-    """``"KEY: saved X, now Y"`` for every key whose value differs (keys of either side),
-    except :data:`RESUME_MAY_CHANGE` and a tool's own ``may_change``."""
-    return [
-        f"{key}: saved {was!r}, now {now!r}"
-        for key, (was, now) in changed_values(saved, cfg, may_change).items()
-    ]
+    """``"KEY: saved X, now Y"`` for every key :func:`changed_values` finds."""
+    return _described(changed_values(saved, cfg, may_change))
+
+
+def _described(changes: dict[str, tuple[object, object]]) -> list[str]:
+    return [f"{key}: saved {was!r}, now {now!r}" for key, (was, now) in changes.items()]
 
 
 def read_saved_config(output_dir: str, config_file: str = CONFIG_FILE) -> dict | None:
@@ -122,12 +115,10 @@ def read_saved_config(output_dir: str, config_file: str = CONFIG_FILE) -> dict |
 def check_resume_config(
     cfg: CfgNode, with_changes: bool = False, config_file: str = CONFIG_FILE
 ) -> dict[str, tuple[object, object]]:
-    """Raise :class:`ConfigError` when ``cfg.OUTPUT_DIR`` holds a checkpoint to resume from and
-    ``cfg`` differs from the saved ``config.yaml`` in a key outside :data:`RESUME_MAY_CHANGE`,
-    unless every such key is one of :data:`RESUME_WITH_CHANGES` and ``with_changes`` (the
-    command line's :data:`RESUME_FLAG`) allows them. Returns the changes allowed,
-    ``{KEY: (saved, now)}``, empty when nothing changed or there is nothing to resume. Reads
-    only: nothing is written."""
+    """Raise :class:`ConfigError` when ``cfg.OUTPUT_DIR`` holds a run to resume and ``cfg``
+    differs from its saved config in a key outside :data:`RESUME_MAY_CHANGE`, unless every such
+    key is one of :data:`RESUME_WITH_CHANGES` and ``with_changes``. Returns the changes allowed,
+    ``{KEY: (saved, now)}``; writes nothing."""
     out = cfg.OUTPUT_DIR
     saved = read_saved_config(out, config_file)
     if saved is None:
@@ -136,7 +127,7 @@ def check_resume_config(
     allowed = {k: v for k, v in changes.items() if k in RESUME_WITH_CHANGES}
     if changes and (not with_changes or len(allowed) < len(changes)):
         saved_path = os.path.join(out, config_file)
-        listed = "; ".join(f"{k}: saved {was!r}, now {now!r}" for k, (was, now) in changes.items())
+        listed = "; ".join(_described(changes))
         if len(allowed) == len(changes):
             how = (
                 f"To resume with the new values pass {RESUME_FLAG} (each change is recorded in "

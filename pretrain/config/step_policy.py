@@ -1,20 +1,13 @@
 """How the one training step runs, chosen once from the config when the trainer is built.
 
-There is one step (fetch, colour augmentation, forward, loss, backward, optimiser, logged values
-into a device ring buffer) and two ways of running it, which differ only in these choices:
+* **eager** (the default, fastest on a CPU): colour ops on host-picked subsets, ``eigh`` with the
+  logged-only ||Q||_* on logging iterations, a float learning rate;
+* **graph-safe** (``SOLVER.STATIC_STEP``, implied by ``SOLVER.COMPILE.ENABLED``): the same device
+  ops on the same shapes every step with no host read, as a CUDA graph or a compiled graph needs:
+  device masks, the sync-free Jacobi norm on a GPU every step, a device learning rate, static DDP.
 
-* **eager** (the default, fastest on a CPU): the colour ops run on the host-picked subsets of
-  the batch they touch, the nuclear norm is LAPACK's ``eigh`` and is computed for the log only
-  on logging iterations, the learning rate is the parameter group's float;
-* **graph-safe** (``SOLVER.STATIC_STEP``, implied by ``SOLVER.COMPILE.ENABLED``): every step runs
-  the same device ops on tensors of the same shapes with no host read, as a CUDA graph replay or
-  a compiled graph needs: the colour ops pick their samples with device masks, the norm is the
-  sync-free Jacobi solver on a GPU and is computed every step, the learning rate is a device
-  tensor, DDP's graph of gradient hooks is static.
-
-The float learning rate stays in the eager step because the device one changes the update's
-rounding (a multiply then a subtract, where the float's update is one fused multiply-add):
-every eager run would move by a rounding, and the stored golden records with it.
+The eager step keeps the float learning rate because the device one rounds the update otherwise
+(a multiply then a subtract, not one fused multiply-add), which would move the golden records.
 """
 
 from __future__ import annotations

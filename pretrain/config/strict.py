@@ -1,17 +1,10 @@
 """The one strict config loader: defaults, a YAML file (``_BASE_`` aware) and ``KEY VALUE`` opts.
 
-Every config of the project goes through :func:`load_strict`: pretraining
-(:func:`pretrain.config.defaults.load_config`), the classification tools and detectron2's own
-config for
-detection. The strictness is fvcore/yacs's: a key the defaults do not have (unless its section
-was created with ``new_allowed``), a value of another type or an unreadable file is an error.
-This module only turns yacs's bare ``KeyError``/``AssertionError``/``ValueError`` into one
-:class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (following the
-``_BASE_`` chain), the key and, when the file holds it, the value; an unknown key is followed by
-the closest known one (``did you mean SOLVER.BASE_LR?``); a YAML syntax error names the file,
-line and column; a number YAML reads as text (``inf``) is followed by its YAML spelling
-(``.inf``). One relaxation of yacs's types, as detectron2 users expect: an integer
-where the default is a float (``SOLVER.BASE_LR 1``) is taken as that float; never the reverse.
+Every config of the project (pretraining, classification, detection) goes through
+:func:`load_strict`. The strictness is fvcore/yacs's; this module turns yacs's bare errors into
+one :class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (along the
+``_BASE_`` chain), the key, its value and the closest known key. One relaxation, as detectron2
+users expect: an integer where the default is a float (``SOLVER.BASE_LR 1``) is taken as a float.
 """
 
 from __future__ import annotations
@@ -49,10 +42,8 @@ def _dotted_keys(node: CfgNode, prefix: str = "") -> list[str]:
 
 
 def _unknown_key(msg: str, cfg: CfgNode) -> str:
-    """yacs's ``Non-existent config key: A.B ...`` as ``unknown config key A.B ...``, followed
-    by the closest key of ``cfg`` where one is close: difflib over the full dotted names,
-    ignoring case, so that a misspelt section is found as well as a misspelt key. Any other
-    message is returned as it is."""
+    """yacs's ``Non-existent config key: A.B ...`` as ``unknown config key A.B ...`` with the
+    closest dotted key of ``cfg`` (ignoring case: a misspelt section is found too)."""
     m = _UNKNOWN_KEY.match(msg)
     if not m:
         return msg
@@ -64,8 +55,7 @@ def _unknown_key(msg: str, cfg: CfgNode) -> str:
 
 
 def _yaml_float_hint(value: object) -> str:
-    """What to write instead of a YAML string that was meant as an infinite or NaN number: YAML
-    reads ``inf`` as text and spells the numbers ``.inf``, ``-.inf`` and ``.nan``."""
+    """The YAML spelling (``.inf``, ``.nan``) of a string meant as an infinite or NaN number."""
     if not isinstance(value, str):
         return ""
     word = value.strip().lower()
@@ -82,8 +72,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def _yaml_syntax(path: str, e: yaml.YAMLError) -> str:
-    """``file:line:column: problem (context)`` of a YAML syntax error, on one line (1-based, as
-    editors count). The file is the one whose text failed (a ``_BASE_`` file, say), not ``path``."""
+    """``file:line:column: problem (context)`` of a YAML syntax error (1-based), naming the file
+    whose text failed (maybe a ``_BASE_`` file)."""
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     if mark is None:
         return f"{path}: invalid YAML ({_one_line(e)})"
@@ -106,10 +96,8 @@ def _int_to_float_too(replacement: object, original: object, key: str, full_key:
 
 @contextlib.contextmanager
 def _ints_as_floats() -> Iterator[None]:
-    """yacs refuses ``1`` for a float key (detectron2 users write ``SOLVER.BASE_LR 1``); while
-    merging, take it as ``1.0``. yacs has no hook for its type check: its merge functions look
-    the module-level checker up at each call, so it is wrapped here, and only here, for the
-    duration of a merge; every other mismatch (float -> int included) stays an error."""
+    """While merging, take ``1`` for a float key as ``1.0``; yacs has no hook for its type
+    check, so its module-level checker is wrapped for the duration of a merge."""
     yacs.config._check_and_coerce_cfg_value_type = _int_to_float_too
     try:
         yield
@@ -129,8 +117,7 @@ def _read_base(file: str) -> str | None:
 
 
 def _resolve_base(file: str, base: str) -> str:
-    """Where fvcore/detectron2 look for ``file``'s ``_BASE_``: ``~`` expanded, a relative path
-    relative to ``file``'s folder."""
+    """Where fvcore looks for ``file``'s ``_BASE_`` (relative to ``file``'s folder)."""
     base = os.path.expanduser(base)
     return base if os.path.isabs(base) else os.path.join(os.path.dirname(file), base)
 
@@ -148,9 +135,8 @@ def _base_chain(path: str) -> list[str]:
 
 
 def _missing_base(path: str) -> str | None:
-    """The error naming the first file of ``path``'s ``_BASE_`` chain that asks for a base file
-    that is not there, and that base; None when every base is there. (fvcore's own error is a
-    bare ``FileNotFoundError`` whose first argument is the errno, 2.)"""
+    """The error naming the file of ``path``'s ``_BASE_`` chain whose base is missing, or None
+    (fvcore's own error is a bare ``FileNotFoundError``)."""
     last = _base_chain(path)[-1]
     base = _read_base(last)
     if base is None or base.startswith(("http://", "https://")):
@@ -162,9 +148,7 @@ def _missing_base(path: str) -> str | None:
 
 
 def check_override_pairs(opts: Sequence[str]) -> None:
-    """Raise :class:`ConfigError` unless ``opts`` are ``KEY VALUE`` pairs. A tool that adds
-    overrides of its own (``OUTPUT_DIR`` from ``--output-dir``) checks the user's first, so that
-    the message lists only what the user typed."""
+    """Raise :class:`ConfigError` unless ``opts`` are ``KEY VALUE`` pairs."""
     if len(opts) % 2:
         raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
 
@@ -198,13 +182,9 @@ def _where(path: str, full_key: str) -> tuple[str, object]:
 
 
 def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> CfgNode:
-    """A clone of ``defaults`` merged with the YAML file ``path`` (none if empty) and ``opts``.
-
-    ``defaults`` is any fvcore ``CfgNode``: the pretraining defaults, a classification tool's, or
-    detectron2's ``get_cfg()`` (whose ``merge_from_file`` also upgrades old config versions).
-    The result is not validated beyond key names and types, nor frozen: callers do both.
-    Raises :class:`ConfigError` for a missing file, unreadable YAML, unknown keys, type
-    mismatches and malformed overrides, naming the file (or the command line), key and value.
+    """A clone of ``defaults`` (any fvcore ``CfgNode``) merged with the YAML file ``path`` (none
+    if empty) and ``opts``, neither validated beyond key names and types nor frozen. Raises
+    :class:`ConfigError` naming the file (or the command line), key and value.
     """
     cfg = defaults.clone()
     if path:

@@ -1,40 +1,20 @@
 """Batched colour augmentation: jitter, grayscale and Gaussian blur, then normalisation.
 
-The reference pipelines (SwAV, the public LORAC code, MoCo-v2) run torchvision's ``ColorJitter``,
-``RandomGrayscale`` and a PIL Gaussian blur on every view, one image at a time, in the data
-loader workers. Here the same augmentations run on whole batches of uint8 views, on whatever
-device the views live on (the model's GPU in real runs), with one random draw per sample. The
-ops are :class:`ColorOp` subclasses in a registry (:data:`COLOR_OPS`, draw and run order):
+The reference pipelines (SwAV, LORAC, MoCo-v2) run torchvision's ``ColorJitter``,
+``RandomGrayscale`` and a PIL blur per image in the loader workers; here the same ops
+(:data:`COLOR_OPS`, in draw and run order) run on whole batches of uint8 views on their device,
+with one random draw per sample. Each equals ``torchvision.transforms.v2.functional`` on float
+images up to float rounding (``tests/pretrain/data/test_transforms.py``). Departures, on purpose:
 
-* :class:`Jitter`, colour jitter with probability ``prob``; when applied, brightness,
-  contrast, saturation and hue run in a random order per sample (``ColorJitter`` draws
-  ``torch.randperm(4)`` per image) with factors uniform in ``[max(0, 1 - s), 1 + s]`` and a
-  hue shift uniform in ``[-h, h]``; every op clamps to ``[0, 1]`` like torchvision;
-* :class:`Grayscale` with probability ``prob`` (torchvision's ITU-R 601 weights, 3 channels);
-* :class:`Blur`, a Gaussian blur with probability ``prob`` and sigma uniform in ``sigma``.
+* The blur is an exact separable Gaussian (reflect padding) of ``2 * ceil(3 * sigma) + 1`` taps
+  per sample (:func:`blur_radius`); the reference's PIL ``GaussianBlur(radius=sigma)`` is an
+  iterated box-filter approximation of the same Gaussian.
+* The ops run on float images in [0, 1], not rounded to uint8 between ops.
 
-Each op equals ``torchvision.transforms.v2.functional`` on float images (``adjust_brightness``,
-``adjust_contrast``, ``adjust_saturation``, ``adjust_hue``, ``rgb_to_grayscale``,
-``gaussian_blur``) up to float rounding; ``tests/pretrain/data/test_transforms.py`` checks this.
-
-Departures from the reference, on purpose:
-
-* The blur is an exact separable Gaussian with reflect padding and a per-sample kernel of
-  ``2 * ceil(3 * sigma) + 1`` taps (3 to 13 for sigma in [0.1, 2]), i.e. torchvision's
-  ``gaussian_blur`` with that kernel size (``blur_radius``). The reference uses PIL's
-  ``GaussianBlur(radius=sigma)``, an iterated box-filter approximation of the same Gaussian;
-  truncating at 3 sigma keeps 99.7% of the Gaussian's mass.
-* The ops run on float images in [0, 1] and are not re-quantised to uint8 between ops (the
-  reference rounds after every PIL op). When ``color_on_device=False`` the worker rounds once at
-  the end.
-
-Random parameters are drawn on the CPU from a ``torch.Generator`` (so a seed fixes them whatever
-the device) and copied to the device through pinned memory without a host sync
-(:func:`pretrain.utils.device.to_device`); decisions that pick subsets of the batch are made on the
-CPU, so a CUDA batch never waits on a device-to-host synchronisation. Each op is one computation
-and picks its samples through a :class:`Pick` named when the augmentation is built (:data:`PICKS`):
-host subsets (``"subset"``, the default) or device masks with ``torch.where`` (``"mask"``, for a
-CUDA graph or ``torch.compile``), with the same draws and result up to float rounding.
+Parameters are drawn on the CPU from a ``torch.Generator`` (a seed fixes them whatever the
+device). A :class:`Pick` (:data:`PICKS`) runs each op on host-chosen subsets (``"subset"``: no
+device sync) or on the whole batch under a device mask (``"mask"``: for a CUDA graph or
+``torch.compile``), with the same result up to float rounding.
 """
 
 from __future__ import annotations
@@ -83,14 +63,8 @@ BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
 
 
 class ColorParams:
-    """Per-sample random colour parameters of ``n`` samples (CPU tensors of n rows), by name.
-
-    Each colour op draws its own tensors (:class:`Jitter`: ``jitter`` (n,) bool, ``factors``
-    (n, 4) with the brightness, contrast and saturation factors and the hue shift, ``order``
-    (n, 4) the op codes ``BRIGHTNESS`` .. ``HUE`` in the order sample i runs them;
-    :class:`Grayscale`: ``grayscale``; :class:`Blur`: ``blur``, ``sigma``), read as attributes
-    (``params.sigma``). Sliced, concatenated and collated by name, whatever the ops.
-    """
+    """Per-sample colour parameters of ``n`` samples: the tensors (n rows) each op's
+    :meth:`ColorOp.sample` draws, by name, read as attributes (``params.sigma``)."""
 
     def __init__(self, n: int, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, t in tensors.items():
@@ -127,32 +101,23 @@ class ColorParams:
         return ColorParams(n, {k: t[index] for k, t in self.tensors.items()})
 
     def to(self, device: torch.device | str) -> ColorParams:
-        """The parameters on ``device``, copied without a host sync
-        (:func:`pretrain.utils.device.to_device`); the same tensors when they are there."""
+        """The parameters on ``device``, copied without a host sync."""
         return ColorParams(self.n, {k: to_device(t, device) for k, t in self.tensors.items()})
 
     def pin_memory(self) -> ColorParams:
-        """The parameters in pinned host memory (needs CUDA). The DataLoader's pin-memory thread
-        calls it on the batches it pins, so that the copy to the GPU is asynchronous with no
-        pinning left for the training loop's thread."""
+        """The parameters in pinned host memory; the DataLoader's pin-memory thread calls it."""
         return ColorParams(self.n, {k: t.pin_memory() for k, t in self.tensors.items()})
 
 
 class ColorOp:
-    """One photometric op of a view. The one place to add an op is a subclass: a frozen
-    dataclass whose fields are the op's settings, registered with :func:`color_op` (the
-    registry's order is the order ops draw and run in), plus its ``INPUT`` keys in
-    ``pretrain/config/defaults.py`` (whose ``*_PROB`` keys are checked to be probabilities).
+    """One photometric op: a frozen dataclass of its settings, registered with :func:`color_op`,
+    with its ``INPUT`` keys in ``pretrain/config/defaults.py``.
 
-    * ``config``: the ``INPUT`` key of each setting (field name -> key).
-    * ``names``: the parameter tensors :meth:`sample` returns; :meth:`apply` runs when present.
-    * :meth:`width`: the uniforms it draws per sample from the one draw of
-      :func:`sample_color_params` (``columns``). A new op should draw none when it is off, so
-      that the runs that do not use it keep their random stream (``tests/golden`` checks it).
-    * :meth:`sample`: its named parameters from its (n, width) uniforms.
-    * :meth:`apply`: changes float images (n, 3, h, w) in [0, 1] in place, from the parameters
-      alone (maybe drawn in a data worker), picking its samples with ``pick`` (:class:`Pick`):
-      with :class:`Mask` nothing it does (op, shape, host read) may depend on their values.
+    ``config`` maps each setting to its ``INPUT`` key; :meth:`sample` turns its (n, width)
+    uniforms into the tensors ``names``; :meth:`apply` changes float images (n, 3, h, w) in place
+    from those alone, picking samples with ``pick`` (under :class:`Mask` nothing may depend on
+    their values). A new op should draw no uniforms when off, so that the runs without it keep
+    their random stream (``tests/golden``).
     """
 
     config: ClassVar[dict[str, str]] = {}
@@ -202,9 +167,8 @@ def _check_prob(op: ColorOp, name: str) -> None:
 @color_op
 @dataclass(frozen=True)
 class Jitter(ColorOp):
-    """torchvision's ``ColorJitter(*strengths)`` with probability ``prob``: brightness, contrast,
-    saturation and hue in a random order per sample. The defaults are the paper's multi-crop
-    values (SwAV's colour distortion with strength 1)."""
+    """torchvision's ``ColorJitter(*strengths)`` with probability ``prob``, the four ops in a
+    random order per sample; the defaults are the paper's (SwAV's distortion of strength 1)."""
 
     strengths: tuple[float, float, float, float] = (0.8, 0.8, 0.8, 0.2)
     prob: float = 0.8
@@ -274,8 +238,7 @@ class Grayscale(ColorOp):
 @color_op
 @dataclass(frozen=True)
 class Blur(ColorOp):
-    """A Gaussian blur with probability ``prob`` and sigma uniform in ``sigma`` (MoCo-v2's
-    probability; see the module docstring for the kernel)."""
+    """A Gaussian blur with probability ``prob`` (MoCo-v2's) and sigma uniform in ``sigma``."""
 
     sigma: tuple[float, float] = (0.1, 2.0)
     prob: float = 0.5
@@ -300,17 +263,14 @@ class Blur(ColorOp):
         return {"blur": u[:, 0] < self.prob, "sigma": lo + (hi - lo) * u[:, 1]}
 
     def apply(self, x: torch.Tensor, params: ColorParams, pick: Pick, group_by_size: bool) -> None:
-        """Each sample's own kernel size (:func:`blur_radius`, zero-padded to the size
-        :meth:`Pick.blur_` runs: the same Gaussian), by shifted sums with ``group_by_size`` (the
-        CPU's cost is the taps), otherwise by depthwise convolutions (a GPU's: the launches)."""
+        """Shifted sums per kernel size with ``group_by_size`` (the CPU's cost is the taps),
+        otherwise depthwise convolutions (a GPU's cost is the launches)."""
         pick.blur_(x, params, self.max_radius, group_by_size)
 
 
 @dataclass(frozen=True)
 class ColorSpec:
-    """The photometric augmentations of one view (the flip is geometric:
-    ``CropSpec.flip_prob``): one of each registered op, in the registry's order. ``ColorSpec()``
-    holds every op's defaults; :meth:`replace` swaps some."""
+    """The photometric ops of one view: one of each registered op, in the registry's order."""
 
     ops: tuple[ColorOp, ...] = field(default_factory=lambda: tuple(op() for op in COLOR_OPS))
 
@@ -340,9 +300,8 @@ class ColorSpec:
 def sample_color_params(
     n: int, spec: ColorSpec, generator: torch.Generator | None = None
 ) -> ColorParams:
-    """Draw the colour parameters of ``n`` samples on the CPU, with ColorJitter's ranges."""
-    # One draw of n x (the ops' widths) uniforms, split among the ops in order: the stream
-    # consumed per call is fixed, so seeds reproduce.
+    """Draw the colour parameters of ``n`` samples on the CPU, in one draw split among the ops
+    (the stream consumed per call is fixed, so seeds reproduce)."""
     widths = [op.width() for op in spec.ops]
     u = torch.rand(n, sum(widths), generator=generator)
     tensors: dict[str, torch.Tensor] = {}
@@ -371,12 +330,8 @@ def _blend_(
     fg: torch.Tensor | None,
     fm: torch.Tensor | None,
 ) -> torch.Tensor:
-    """In place ``x <- clamp(fx * x + fg * gray(x) + fm * mean(gray(x)), 0, 1)`` per sample.
-
-    Brightness (fx=f), contrast (fx=f, fm=1-f) and saturation (fx=f, fg=1-f) are all of this
-    form, so one slot of the jitter handles a batch whose samples run different ops in one pass.
-    fx, fg, fm are (n, 1, 1, 1); fg / fm may be None when no sample needs them.
-    """
+    """In place ``x <- clamp(fx * x + fg * gray(x) + fm * mean(gray(x)), 0, 1)`` per sample
+    (n, 1, 1, 1): brightness, contrast and saturation in one pass; None terms are skipped."""
     if fg is not None:
         gray = rgb_to_grayscale(x)  # (n, 1, h, w)
         mean = gray.mean(dim=(2, 3), keepdim=True) if fm is not None else None
@@ -414,13 +369,10 @@ def adjust_saturation(x: torch.Tensor, factor: torch.Tensor | float) -> torch.Te
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
     """Rotate the HSV hue of float RGB images by ``shift`` turns (per sample, in [-0.5, 0.5]).
 
-    Same result as torchvision's ``adjust_hue`` (RGB -> HSV, h += shift mod 1, HSV -> RGB) up to
-    float rounding, in branch-free arithmetic: a hue rotation keeps each pixel's max and min
-    channel, so only the hue H (in sextants, [0, 6)) is computed and mapped back with the
-    hexcone's piecewise-linear functions. Boolean masks and ``torch.where`` are avoided because
-    their CPU kernels are several times slower than plain arithmetic. The result is a (n, 3, h, w)
-    view of contiguous (3, n, h, w) planes (``torch.compile`` cannot write a non-contiguous
-    ``out=``).
+    torchvision's ``adjust_hue`` up to float rounding, branch-free (masks and ``torch.where`` are
+    several times slower on CPU): a rotation keeps each pixel's max and min, so only the hue H in
+    sextants is computed and mapped back with the hexcone's ramps. Returns a (n, 3, h, w) view of
+    (3, n, h, w) planes (``torch.compile`` cannot write a non-contiguous ``out=``).
     """
     out = x.new_empty((3, x.shape[0], *x.shape[2:]))  # (3, n, h, w)
     planes = out.unbind(0)
@@ -451,24 +403,16 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor | float) -> torch.Tensor:
 
 
 def blur_radius(sigma: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Kernel half-width per sample: ceil(3 sigma), at least 1, below the image side.
-
-    A kernel of 2 * ceil(3 sigma) + 1 taps keeps 99.7% of the Gaussian's mass; it is about
-    OpenCV's default size for 8-bit images and the support of PIL's ``GaussianBlur(radius=sigma)``
-    used by the reference code. Sizing it per sample makes the small sigmas cheaper. Reflect
-    padding needs the half-width below the image side, hence the upper clamp (tiny views only).
-    """
+    """Kernel half-width per sample: ceil(3 sigma) (99.7% of the Gaussian's mass), at least 1,
+    below the image side (reflect padding needs it; tiny views only)."""
     return torch.ceil(3.0 * sigma).clamp(1, min(height, width) - 1).long()
 
 
 def _gaussian_taps(
     sigma: torch.Tensor, radius: int, cutoff: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Normalised 1-D Gaussian taps, (n,) float64 sigma -> (n, 2 * radius + 1).
-
-    Taps further than ``cutoff`` (per sample, <= radius) from the centre are 0, which gives a
-    smaller kernel the same result inside a larger one.
-    """
+    """Normalised 1-D Gaussian taps, (n,) float64 sigma -> (n, 2 * radius + 1); taps further
+    than ``cutoff`` (per sample) are 0: a smaller kernel inside a larger one."""
     d = torch.arange(-radius, radius + 1, dtype=sigma.dtype, device=sigma.device)
     # The clamp keeps tiny taps at exactly 0 instead of float32 denormals, which are slow.
     taps = torch.exp((-0.5 * (d / sigma[:, None]) ** 2).clamp_min_(-80.0))  # (n, k)
@@ -498,9 +442,8 @@ def _separable_blur(
 
 
 def _separable_blur_conv(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """:func:`_separable_blur` as two depthwise convolutions (one launch per pass, not one per
-    tap): the one-pass (GPU) path. The CPU keeps the shifted sums, several times faster there.
-    Same result up to float rounding; float32 even under autocast."""
+    """:func:`_separable_blur` as two depthwise convolutions (one GPU launch per pass, not one
+    per tap); float32 even under autocast."""
     n, c, h, w = x.shape
     radius = (taps.shape[1] - 1) // 2
     with torch.autocast(x.device.type, enabled=False):
@@ -517,26 +460,19 @@ def gaussian_blur(
     radius: int,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Separable Gaussian blur with a per-sample sigma and a (2 * radius + 1)-tap kernel.
-
-    Equals torchvision's ``gaussian_blur(img, kernel_size=2 * radius + 1, sigma=s)`` (reflect
-    padding) up to float rounding. x is float (n, 3, h, w) with h, w > radius; the result goes
-    to ``out`` when given (it must not overlap x).
-    """
+    """torchvision's ``gaussian_blur(x, 2 * radius + 1, sigma)`` with a per-sample sigma, up to
+    float rounding; x is float (n, 3, h, w) with h, w > radius, ``out`` must not overlap it."""
     sig = torch.as_tensor(sigma, dtype=torch.float64).expand(x.shape[0])
     return _separable_blur(x, _gaussian_taps(sig, radius), out)
 
 
 class Pick:
-    """How the colour ops pick the samples they change (:data:`PICKS`), so that no op branches
-    on it: ``params`` where the ops read them, ``jitter_terms`` (3 x 4 bools: the blend terms
-    each slot runs), ``select_`` (in place ``x[i] <- fn(x, params)[i]`` for the samples the bool
-    ``mask`` (n,) picks, the others bit for bit) and ``blur_`` (:meth:`Blur.apply`)."""
+    """How the colour ops pick the samples they change (:data:`PICKS`): ``select_`` sets
+    ``x[i] <- fn(x, params)[i]`` in place where ``mask`` (n,) holds, the others bit for bit."""
 
 
 class Subset(Pick):
-    """``fn`` runs on the picked rows only, which go back by index; masks and parameters are CPU
-    tensors, read on the host (no device sync). The least work; shapes vary with the draw."""
+    """``fn`` runs on the rows picked on the host only: the least work, shapes vary."""
 
     def params(self, params: ColorParams, device: torch.device) -> ColorParams:
         return params
@@ -575,8 +511,8 @@ class Subset(Pick):
 
 
 class Mask(Pick):
-    """``fn`` runs on the whole batch, ``torch.where`` on the device mask keeping the other rows
-    whatever computed them: no host read, the same ops whatever the draw (CUDA graph, compile)."""
+    """``fn`` runs on the whole batch, ``torch.where`` on the device mask keeps the other rows:
+    no host read, the same ops whatever the draw (CUDA graph, compile)."""
 
     def params(self, params: ColorParams, device: torch.device) -> ColorParams:
         return params.to(device)
@@ -612,12 +548,8 @@ def apply_color_params(
     *,
     pick: str | Pick = "subset",
 ) -> torch.Tensor:
-    """Run every op of ``spec`` (the spec that drew ``params``) whose parameters ``params``
-    holds, in the registry's order, on float images (n, 3, h, w) in [0, 1], in place; returns x.
-
-    ``pick`` (a name in :data:`PICKS`, or a :class:`Pick`) runs each op on its samples picked on
-    the host (``"subset"``) or on the whole batch with ``params`` on x's device (``"mask"``: no
-    op, shape or host read depends on the draw). Same result up to float rounding (about 1e-6).
+    """Run every op of ``spec`` whose parameters ``params`` holds on float images (n, 3, h, w)
+    in [0, 1], in place; returns x. ``pick`` is a :class:`Pick` or its name in :data:`PICKS`;
     ``group_blur_by_size`` (default: on the CPU) is the blur's form (:meth:`Blur.apply`).
     """
     pick = _as_pick(pick)
@@ -635,19 +567,10 @@ def apply_color_params(
 class BatchColorAugment:
     """Colour augmentation and normalisation of batches of uint8 views, on their device.
 
-    Call it on the list of view batches a ``MultiCropTransform`` loader yields (after moving them
-    to the device). Every sample of every view gets its own parameters; there is no Python loop
-    over samples (the loops run over resolutions, jitter slots and tap offsets).
-
     ``one_pass`` (default: on every device but the CPU) runs the views of one resolution as one
-    batch through one pipeline, so a step launches one pipeline per resolution (2 at 3x224 +
-    5x96), not one per view. Without it (the CPU default) each view is processed in chunks of
-    about ``cpu_chunk_pixels`` pixels, so that the dozens of passes of each chunk stay in cache
-    (2x faster than whole-batch passes on one core). Neither changes the random parameters or
-    the result.
-
-    ``pick`` is :func:`apply_color_params`'s: ``"mask"`` (meant for GPUs, with ``one_pass``) lets
-    a CUDA graph replay the augmentation or ``torch.compile`` take it in one graph.
+    batch (fewer launches); otherwise each view runs in chunks of about ``cpu_chunk_pixels``
+    pixels that stay in cache (2x faster on one core). Neither changes the draws or the result.
+    ``pick`` is :func:`apply_color_params`'s (``"mask"`` with ``one_pass`` on GPUs).
     """
 
     def __init__(
@@ -678,10 +601,9 @@ class BatchColorAugment:
     ) -> list[torch.Tensor]:
         """uint8 (B, 3, h, w) views -> float32 normalised views on the same device.
 
-        ``generator`` (a CPU generator, or None for the global RNG) drives every random draw;
-        with ``apply_color=False`` the views are only converted and normalised. ``params`` (one
-        ``ColorParams`` of length B per view, e.g. drawn per sample in the data workers) replaces
-        the draw, which makes the result independent of how the batch is split across processes.
+        ``generator`` (CPU, or None for the global RNG) drives the draws; ``params`` (one
+        ``ColorParams`` per view, drawn in the data workers) replaces them, which makes the result
+        independent of how the batch is split across processes.
         """
         given = params is not None and apply_color
         if given and (

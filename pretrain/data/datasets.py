@@ -1,17 +1,10 @@
 """Image datasets shared by pretraining and the evaluations: image folders and Fashion-MNIST, and
 for pretraining alone, every image file under a folder (no labels).
 
-Each is a torch ``Dataset`` of ``(image, label)`` pairs (RGB PIL images, ``transform`` applied
-when given) and also a *source* for pretraining: ``load(i)`` decodes image ``i`` to RGB,
-``label(i)`` and ``describe(i)`` need no decoding. Unreadable files (corrupt, truncated,
-zero-byte, not an image) raise :class:`BadImageError`; pretraining's ``PretrainDataset`` skips
-them with one warning per file and counts them, so one bad JPEG never stops a 200-epoch run.
-
-Here too, once for both sides: the RGB conversion :func:`to_rgb`, the decoder
-:func:`load_image` (and :func:`decodes`), the class-list reader :func:`read_class_list`, the
-IDX reader :func:`read_idx` and the dataset-type names (:func:`dataset_type`). Pretraining's
-workers decode with :func:`load_rgb` (``load_rgb(i)`` of a source): the same pixels as
-:func:`load_image`, as a uint8 (H, W, 3) tensor, faster for JPEGs.
+Each is a torch ``Dataset`` of ``(image, label)`` pairs and a pretraining *source*: ``load(i)``
+and ``load_rgb(i)`` decode image ``i``, ``label(i)`` and ``describe(i)`` need no decoding.
+Unreadable files raise :class:`BadImageError`; pretraining skips and counts them, so one bad JPEG
+never stops a 200-epoch run. The decoders and readers here serve both sides.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ import torch
 from fvcore.common.config import CfgNode
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
-from torchvision.datasets import DatasetFolder
+from torchvision.datasets import DatasetFolder, FashionMNIST
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from pretrain.config.defaults import (
@@ -70,9 +63,7 @@ __all__ = [
     "to_rgb",
 ]
 
-# DATASETS.TYPE's values (FASHION_MNIST, IMAGEFOLDER, IMAGEFILES, DATASET_TYPES) come from the
-# config's table. The evaluation tools' --dataset and the linear probe's DATA.NAME spell it
-# "fashion-mnist"; existing commands and configs keep working through this one mapping.
+# The evaluation tools' --dataset and the linear probe's DATA.NAME spell it "fashion-mnist".
 _ALIASES = {"fashion-mnist": FASHION_MNIST}
 
 
@@ -90,11 +81,8 @@ class BadImageError(OSError):
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
-    """Any PIL mode (L, P, RGBA, CMYK, I;16, I, F, ...) to 8-bit RGB.
-
-    Why not plain ``img.convert("RGB")``: it clips 16-bit and 32-bit images to 255 (they come
-    out white) and warns on palette images with transparency.
-    """
+    """Any PIL mode to 8-bit RGB; ``img.convert("RGB")`` alone would clip 16- and 32-bit images
+    to white and warn on palette images with transparency."""
     if img.mode == "RGB":
         return img
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
@@ -155,12 +143,8 @@ def _turbo_decode(data: bytes) -> torch.Tensor:
 
 @functools.cache
 def turbo_matches_pil() -> bool:
-    """Whether torchvision's JPEG decoder gives PIL's pixels on this build (once per process).
-
-    Both wrap libjpeg-turbo with its default islow IDCT and fancy upsampling, so they agree bit
-    for bit (``tests/pretrain/data/test_decode.py`` checks a range of encodings); a build where
-    they do not (another libjpeg, a torchvision without its decoders) decodes with PIL only.
-    """
+    """Whether torchvision's JPEG decoder gives PIL's pixels on this build (once per process):
+    both wrap libjpeg-turbo and agree bit for bit, unless a build has another libjpeg."""
     rng = np.random.default_rng(0)
     yy, xx = np.mgrid[0:29, 0:37]  # odd sizes: partial MCUs on both edges
     base = np.stack([xx * 7, yy * 9, (xx + yy) * 4], axis=-1) + rng.integers(0, 40, (29, 37, 3))
@@ -181,16 +165,10 @@ def turbo_matches_pil() -> bool:
 
 
 def load_rgb(path: str) -> torch.Tensor:
-    """Decode ``path`` into a uint8 (H, W, 3) RGB tensor: ``load_image(path)``'s pixels, bit for
-    bit, and its :class:`BadImageError` for the same files.
-
-    Plain JPEGs (8-bit YCbCr or RGB, as PIL reads the header: ImageNet's files) are decoded by
-    torchvision's libjpeg-turbo straight into the tensor where :func:`turbo_matches_pil`: about
-    1.0 ms for a 500x375 photo instead of 1.6 (PIL's decode, 1.2, and the copy out of its
-    4-byte pixels; ``benchmarks/bench_loader.py``). Everything else (other formats, grey, CMYK,
-    a file either decoder refuses) goes through :func:`load_image`: the old result or error.
-    Unlike PIL, libjpeg prints its warnings on corrupt data (``Corrupt JPEG data: ...``) to
-    stderr; the pixels are PIL's still.
+    """Decode ``path`` into a uint8 (H, W, 3) RGB tensor: ``load_image(path)``'s pixels and
+    errors, bit for bit. Plain RGB JPEGs go through torchvision's libjpeg-turbo where
+    :func:`turbo_matches_pil` (1.0 ms for a 500x375 photo instead of 1.6,
+    ``benchmarks/bench_loader.py``); everything else through :func:`load_image`.
     """
     if turbo_matches_pil():
         try:
@@ -215,11 +193,8 @@ def decodes(path: str) -> bool:
 
 
 def read_class_list(spec: str) -> list[str]:
-    """Class (folder) names of a file, one per line, or of the shipped ``imagenet100`` list.
-
-    Blank lines and ``#`` comments are skipped; a class listed twice is an error (a list with a
-    duplicate is a typo, and would silently have one class fewer than it says).
-    """
+    """Class (folder) names of a file, one per line (``#`` comments), or of the shipped
+    ``imagenet100`` list; a class listed twice is a typo, hence an error."""
     if spec == "imagenet100":
         text = resources.files("pretrain.data").joinpath("imagenet100.txt").read_text()
     else:
@@ -248,14 +223,10 @@ class NoClassFoldersError(DatasetError):
 
 
 class ImageFolderSource(DatasetFolder):
-    """``root/<class>/.../<file>`` images through torchvision's ``DatasetFolder``.
-
-    Hidden folders and files are skipped. ``extensions=None`` (pretraining) keeps every other
-    file on purpose: a non-image file in a class folder is reported (and skipped) rather than
-    silently ignored; the evaluations pass torchvision's ``IMG_EXTENSIONS``. ``class_list``
-    (see :func:`read_class_list`) restricts the classes, indexed in sorted order either way, so
-    one list gives the same indices for train and val folders. ``allow_empty`` permits class
-    folders without images; ``max_images`` keeps the first N images.
+    """``root/<class>/.../<file>`` images through torchvision's ``DatasetFolder``, hidden ones
+    skipped. ``extensions=None`` (pretraining) keeps other files, so that a non-image file is
+    reported rather than silently ignored. ``class_list`` restricts the classes, indexed in
+    sorted order, so one list gives train and val folders the same indices.
     """
 
     def __init__(
@@ -336,11 +307,9 @@ class ImageFolderSource(DatasetFolder):
 
 
 def _image_files(root: str, extensions: tuple[str, ...]) -> tuple[list[str], Counter]:
-    """The visible files under ``root`` whose names end in ``extensions`` (any case), sorted
-    by their path's folders and name; and how many other visible files there are, by suffix.
-
-    Walked in sorted order, following links to folders (as torchvision's ``DatasetFolder``), each
-    real folder once: a link back up the tree ends there instead of looping.
+    """The visible files under ``root`` whose names end in ``extensions`` (any case), sorted by
+    path, and the count of the others by suffix. Follows links to folders as ``DatasetFolder``
+    does, each real folder once (a link back up the tree does not loop).
     """
     found: list[str] = []
     others: Counter = Counter()
@@ -362,16 +331,9 @@ def _image_files(root: str, extensions: tuple[str, ...]) -> tuple[list[str], Cou
 
 
 class ImageFilesSource(Dataset):
-    """Every image file under ``root``, at any depth and in any folders, without labels
-    (``DATASETS.TYPE imagefiles``: pretraining on one's own photos).
-
-    Image files are the visible ones (not hidden, not in hidden folders) whose names end in
-    ``extensions`` (torchvision's ``IMG_EXTENSIONS``, as the evaluations read, in any case);
-    other files (sidecars, videos, notes) are left out and counted in one log line. The images
-    are sorted by path, so that the data order depends only on (SEED, iteration), whatever order
-    the file system lists them in. ``max_images`` keeps the first N. A file with an image suffix
-    that does not decode raises :class:`BadImageError` on :meth:`load`, as in the other sources
-    (pretraining skips and counts it). Labels are -1 and ``classes`` is empty.
+    """Every visible image file under ``root``, at any depth, labelled -1 (``DATASETS.TYPE
+    imagefiles``: pretraining on one's own photos). Other files are counted in one log line.
+    Sorted by path, so the data order depends only on (SEED, iteration), not on the file system.
     """
 
     classes: list[str] = []
@@ -433,12 +395,8 @@ _IDX_DTYPES = {
 
 
 def read_idx(path: str) -> np.ndarray:
-    """Read an IDX file (``*.gz`` or uncompressed) of the MNIST family into an array.
-
-    The format is two zero bytes, a type code, the number of dimensions, the dimensions as
-    big-endian int32 and the data in C order. Every problem raises :class:`DatasetError` naming
-    the file.
-    """
+    """Read an IDX file (``*.gz`` or not) of the MNIST family into an array; every problem
+    raises :class:`DatasetError` naming the file."""
     if not os.path.isfile(path):
         raise DatasetError(f"{path}: no such idx file")
     opener = gzip.open if path.endswith(".gz") else open
@@ -466,18 +424,7 @@ def read_idx(path: str) -> np.ndarray:
     )
 
 
-FASHION_MNIST_CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
+FASHION_MNIST_CLASSES = tuple(FashionMNIST.classes)
 
 
 def _find_idx(root: str, stem: str) -> str:
@@ -491,12 +438,9 @@ def _find_idx(root: str, stem: str) -> str:
 
 
 class FashionMNISTSource(Dataset):
-    """Fashion-MNIST from its IDX files (e.g. Debian's ``dataset-fashion-mnist``).
-
-    ``root`` holds ``{train,t10k}-images-idx3-ubyte.gz`` and ``{train,t10k}-labels-idx1-ubyte.gz``
-    (uncompressed files without ``.gz`` are read too). The 28x28 grey images are replicated to
-    RGB; ``image_size`` (0: keep 28) resizes them first (bilinear) for the evaluations, the
-    pretraining crops upsample them themselves. ``max_images`` keeps the first N images.
+    """Fashion-MNIST from its IDX files (``{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]``,
+    e.g. Debian's ``dataset-fashion-mnist``), grey replicated to RGB; ``image_size`` (0: keep
+    28) resizes bilinearly first, for the evaluations.
     """
 
     PREFIX = {"train": "train", "test": "t10k"}
@@ -565,11 +509,8 @@ class FashionMNISTSource(Dataset):
 
 
 class TransformedDataset(Dataset):
-    """A view of ``base`` (yielding ``(image, label)``) with ``transform`` applied to images,
-    optionally restricted to ``indices``.
-
-    Lets one dataset object serve several transforms and subsets (feature extraction, training,
-    evaluation) without touching the attributes of torchvision's classes.
+    """``base``'s ``(image, label)`` pairs with ``transform`` applied, optionally restricted to
+    ``indices``: one dataset serves several transforms without touching torchvision's classes.
     """
 
     def __init__(

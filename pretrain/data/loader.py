@@ -2,16 +2,10 @@
 (``build_pretrain_loader``), and their last step on the model's device
 (``augment_views_on_device``: colour augmentation and normalisation, run by the trainer).
 
-Every random choice of iteration t is a function of (SEED, t, position in the global batch):
-the sampler's per-sample seeds drive crops and colours, and each batch carries this process's
-part of one ShuffleBN plan per key crop (``shuffle_plans``, drawn from (SEED, t, key crop) alike
-on every process) for the model.
-
-The workers use the cores there are: ``DATALOADER.NUM_WORKERS -1`` (the default) becomes the
-cores of this process's CPU affinity less one for the training process
-(:func:`resolve_num_workers`). A worker decodes JPEGs straight into tensors
-(``load_rgb``) and collates each batch into one block of shared memory, which the main process
-maps without a copy (:func:`collate_views`); ``benchmarks/bench_loader.py`` measures each stage.
+Every random choice of iteration t is a function of (SEED, t, position in the global batch),
+the ShuffleBN plans included (``shuffle_plans``). A worker decodes JPEGs straight into tensors
+and collates each batch into one block of shared memory, which the main process maps without a
+copy (:func:`collate_views`); ``benchmarks/bench_loader.py`` measures each stage.
 """
 
 from __future__ import annotations
@@ -79,18 +73,12 @@ def resolve_num_workers(
     environ: Mapping[str, str] | None = None,
     name: str = "DATALOADER.NUM_WORKERS",
 ) -> int:
-    """DATALOADER.NUM_WORKERS (or the setting ``name``: a tool's ``--num-workers``) as a
-    number of data workers for one training process.
+    """DATALOADER.NUM_WORKERS (or the setting ``name``) as a number of data workers per process.
 
-    A number >= 0 is kept. ``-1`` (:data:`AUTO_WORKERS`) counts the cores this process may run
-    on (``os.sched_getaffinity(0)``; ``cores`` replaces it, for tests), at most SLURM's
-    ``SLURM_CPUS_PER_TASK`` where a job step sets it (tasks that share the job's cores without
-    being bound to their own); where the process sees every core of the machine
-    (``machine_cores``, default ``os.cpu_count()``), its ``procs_on_machine`` training processes
-    share them (a torchrun or ``launch`` run is not bound per process); then one less for the
-    training process itself, and at least 0. Processes that share a CPU set smaller than the
-    machine (a container's cpuset without per-process binding) cannot see each other: set
-    NUM_WORKERS there.
+    ``-1`` (:data:`AUTO_WORKERS`) counts the cores of this process's CPU affinity (``cores``),
+    at most ``SLURM_CPUS_PER_TASK``; where the process sees every core of the machine, its
+    ``procs_on_machine`` training processes share them (torchrun does not bind per process);
+    then one less for the training process itself.
     """
     if configured >= 0:
         return configured
@@ -122,12 +110,9 @@ def _num_workers(cfg: CfgNode, procs_on_machine: int) -> int:
 
 
 class PretrainDataset(Dataset):
-    """Items are ``(index, augmentation_seed, iteration)`` triples from the batch sampler.
-
-    An unreadable file is replaced by the next readable one (deterministically, so resumes stay
-    exact) and its path is returned in ``skipped_files``; the trainer warns once per file in the
-    main process and logs the running count.
-    """
+    """Items are ``(index, augmentation_seed, iteration)`` triples from the batch sampler. An
+    unreadable file is replaced by the next readable one (deterministically, so resumes stay
+    exact) and reported in ``skipped_files``."""
 
     def __init__(
         self,
@@ -185,13 +170,9 @@ def shuffle_plans(
 
 
 def _allocate(specs: list[tuple[tuple[int, ...], torch.dtype]], shared: bool) -> list[torch.Tensor]:
-    """Uninitialised tensors of the given (shape, dtype)s, all in one block of memory.
-
-    ``shared``: the block is allocated in shared memory from the start (as torch's own
-    ``default_collate`` does in a worker), so the worker's result queue sends the main process
-    one handle to it; a private block would be copied into shared memory there, tensor by
-    tensor, each with its own file descriptor to pass.
-    """
+    """Uninitialised tensors of the given (shape, dtype)s, all in one block of memory; in shared
+    memory with ``shared`` (as ``default_collate`` in a worker), so that the worker sends one
+    handle, not a copy and a file descriptor per tensor."""
     offsets, size = [], 0
     for shape, dtype in specs:
         offsets.append(size)
@@ -216,14 +197,9 @@ def collate_views(
     rank: int = 0,
     splits: int = 1,
 ) -> dict[str, Any]:
-    """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v);
-    ``shuffle_plans`` holds :func:`shuffle_plans` of process ``rank`` of ``world`` (``splits``
-    BN groups) for ``key_crops`` key crops (0 where ShuffleBN does nothing).
-
-    Every tensor of the batch (views, indices, seeds, colour parameters, plans) is written straight
-    into one block of memory, in shared memory with ``shared_memory`` (what a data worker
-    does: see :func:`_allocate`); ``color_params[v]`` are views of one (views, B, ...) tensor
-    per :class:`ColorParams` tensor.
+    """Stack view ``v`` of every sample: ``views`` is a list of uint8 (B, 3, h_v, w_v), with
+    ``color_params`` and the :func:`shuffle_plans` of ``key_crops`` key crops (0 where ShuffleBN
+    does nothing); every tensor is written straight into one block (:func:`_allocate`).
     """
     first, n = batch[0], len(batch)
     n_views = len(first["views"])
@@ -304,13 +280,8 @@ def augment_views_on_device(
     apply_color: bool,
 ) -> dict[str, Any]:
     """The data path's last step, on the model's device: the loader's uint8 views -> float32
-    views, colour-augmented there when ``apply_color`` (INPUT.COLOR_ON_DEVICE), and normalised.
-
-    The colour parameters are the loader's per-sample ``color_params`` (drawn in the workers from
-    each sample's seed, so they do not depend on how the batch is split across processes);
-    without them they are drawn from a generator seeded with the batch's first sample seed.
-    ``augment`` may also be a function called as a :class:`BatchColorAugment` is (its compiled
-    ``__call__``). Returns a copy of ``batch`` with the new ``views``.
+    views, colour-augmented when ``apply_color`` (with the workers' ``color_params``, else drawn
+    from the batch's first sample seed) and normalised; returns a copy of ``batch``.
     """
     views = [v.to(device, non_blocking=True) for v in batch["views"]]
     params = batch.get("color_params") if apply_color else None
@@ -326,12 +297,8 @@ def build_pretrain_loader(
     source: ImageFolderSource | FashionMNISTSource | None = None,
     procs_on_machine: int | None = None,
 ) -> DataLoader:
-    """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``.
-
-    ``source`` (default: built from ``cfg.DATASETS``) lets the trainer scan the dataset once.
-    ``procs_on_machine`` (default: detectron2's local process group size) share this machine's
-    cores when ``DATALOADER.NUM_WORKERS`` is -1 (:func:`resolve_num_workers`).
-    """
+    """A loader yielding this rank's share of iterations ``start_iter, start_iter + 1, ...``
+    (``source``: the dataset, scanned once by the caller)."""
     source = build_source(cfg, "train") if source is None else source
     transform, color = build_train_transform(cfg)
     sampler = IterationBatchSampler(
@@ -363,10 +330,8 @@ def build_pretrain_loader(
 
 
 def shared_memory_need(cfg: CfgNode, world_size: int, procs_on_machine: int = 1) -> int:
-    """Bytes of shared memory (``/dev/shm``) the data workers of ``procs_on_machine`` processes
-    fill at once: each worker's prefetched batches of this process's share of the global batch,
-    every view a uint8 (3, size, size) tensor (colour parameters and indices are negligible).
-    The workers per process are :func:`resolve_num_workers`'."""
+    """Bytes of shared memory the data workers of ``procs_on_machine`` processes fill at once:
+    each worker's prefetched batches of uint8 views (the rest is negligible)."""
     workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, procs_on_machine)
     inp = cfg.INPUT
     per_image = 3 * (inp.LARGE_CROPS * inp.LARGE_SIZE**2 + inp.SMALL_CROPS * inp.SMALL_SIZE**2)
@@ -377,13 +342,9 @@ def shared_memory_need(cfg: CfgNode, world_size: int, procs_on_machine: int = 1)
 def check_shared_memory(
     cfg: CfgNode, world_size: int, procs_on_machine: int = 1, shm: str = "/dev/shm"
 ) -> str | None:
-    """Warn (and return the warning) when ``shm`` is smaller than :func:`shared_memory_need`.
-
-    Data workers hand their batches over in shared memory; when it is full they die with a bus
-    error or "No space left on device" some time into the run (containers often give 64 MB).
-    Nothing is checked without workers or without ``shm``. The workers are the number the
-    loader will start (:func:`resolve_num_workers`).
-    """
+    """Warn (and return the warning) when ``shm`` is smaller than :func:`shared_memory_need`:
+    workers that fill it die with a bus error some time into the run (containers often give
+    64 MB)."""
     workers = resolve_num_workers(cfg.DATALOADER.NUM_WORKERS, procs_on_machine)
     if workers <= 0 or not os.path.isdir(shm):
         return None

@@ -1,17 +1,10 @@
 """The next batch on its way to the GPU while the current step runs.
 
-Without it, each step starts by copying its batch's views (uint8, ~15 MB at 32 x (3 x 224 + 5 x
-96) per GPU) and colour parameters to the device on the compute stream: the copies wait for the
-previous step's kernels and the step's first kernels wait for the copies. Here, when a batch is
-handed to the step, the copy of the following one is issued on a side stream; the compute stream
-waits for that copy only when it takes that batch (an event, not a host sync), and each tensor is
-marked as used by the compute stream (``record_stream``) so that the caching allocator does not
-reuse its memory while the step still reads it. The copies come from the loader's pinned memory
-(``pin_memory=True`` pins the views and, through their ``pin_memory``, the colour parameters and
-ShuffleBN's plans): asynchronous, no host sync.
-
-Only CUDA has streams: elsewhere the loader's batches are handed over as they are (the step
-moves them, a no-op on the CPU).
+When a batch is handed to the step, the copy of the following one (~15 MB of uint8 views per
+GPU, from the loader's pinned memory) is issued on a side stream, so that it overlaps the step
+instead of waiting for it; the compute stream waits for it by an event, not a host sync, and
+``record_stream`` keeps the allocator from reusing its memory too early. Only CUDA has streams:
+elsewhere the batches are handed over as they are.
 """
 
 from __future__ import annotations

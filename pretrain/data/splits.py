@@ -1,13 +1,5 @@
-"""Splits of a dataset: its labelled train / test images, evenly spaced and seeded per-class
-index subsets.
-
-Both sides of the project use them: :func:`labelled_splits` is the one builder of a
-classification dataset's reference (train) and query (test) images, for pretraining's kNN
-monitor, the demo and the classification evaluations; pretraining's kNN monitor and the
-nuclear-norm analysis take evenly spaced images; the transfer datasets (validation and test
-splits) and the semi-supervised / study probes (held-out images for the learning-rate choice)
-take seeded per-class splits.
-"""
+"""Splits of a dataset, for both sides of the project: its labelled train / test images
+(:func:`labelled_splits`), evenly spaced subsets and seeded per-class splits."""
 
 from __future__ import annotations
 
@@ -32,14 +24,9 @@ def labelled_splits(
     extensions: tuple[str, ...] | None = None,
     allow_empty: bool = True,
 ) -> tuple[FashionMNISTSource, FashionMNISTSource] | tuple[ImageFolderSource, ImageFolderSource]:
-    """The labelled ``(train, test)`` images of a classification dataset of type ``kind``.
-
-    ``fashion_mnist``: the train and test splits of the idx files in ``root``, the first
-    ``limits = (n_train, n_test)`` images of each (0: all), upsampled to ``image_size`` (0: 28).
-    Any other type: the image folders ``root/train`` and ``root/val``, optionally restricted to
-    the classes of ``class_list`` (indexed alike in both); ``extensions`` and ``allow_empty`` as
-    in :class:`~pretrain.data.datasets.ImageFolderSource`. ``transform`` applies to the images.
-    """
+    """The labelled ``(train, test)`` images of a classification dataset of type ``kind``:
+    Fashion-MNIST's splits in ``root`` (the first ``limits`` images of each, 0: all), or the
+    image folders ``root/train`` and ``root/val`` (``class_list`` indexed alike in both)."""
     if kind == FASHION_MNIST:
         return (
             FashionMNISTSource(
@@ -61,10 +48,8 @@ def labelled_splits(
 
 
 def evenly_spaced(total: int, count: int) -> list[int]:
-    """``count`` distinct indices spread over ``range(total)`` (all of them if count <= 0).
-
-    Spread rather than the first ``count`` so that a class-sorted image folder keeps every class.
-    """
+    """``count`` distinct indices spread over ``range(total)`` (all if count <= 0), so that a
+    class-sorted image folder keeps every class."""
     if count <= 0 or count >= total:
         return list(range(total))
     return [int(i) for i in np.linspace(0, total - 1, count).round()]
@@ -76,17 +61,12 @@ def per_class_split(
     seed: int,
     exclude: Collection[int] = (),
 ) -> list[np.ndarray]:
-    """Seeded per-class split: ``len(counts) + 1`` sorted index arrays into ``labels``.
+    """Seeded per-class split: ``len(counts) + 1`` sorted index arrays into ``labels``. Each
+    class's indices not in ``exclude`` are shuffled by one shared ``default_rng(seed)``; part
+    ``j`` takes the next ``counts[j]`` (or ``counts(n_eligible)[j]``), the last part the rest.
 
-    For each class (in sorted order) its indices not in ``exclude`` are shuffled by one
-    ``numpy.random.default_rng(seed)`` shared by all classes; part ``j`` takes the next
-    ``counts[j]`` of them and the last part the rest. ``counts`` may be a function of the
-    class's number of eligible images (e.g. a fraction of it).
-
-    Hand-written rather than ``sklearn.model_selection.StratifiedShuffleSplit``: that one
-    allocates the held-out count over the whole set (a class can get one image more or fewer
-    than its share), refuses classes with a single image and draws other indices for a seed,
-    and the transfer splits and the study's documented probe results depend on these indices.
+    Not ``sklearn``'s ``StratifiedShuffleSplit``: it allocates over the whole set, refuses
+    one-image classes and draws other indices, and documented results depend on these.
     """
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)

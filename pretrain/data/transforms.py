@@ -1,21 +1,13 @@
 """Multi-crop views for pretraining: random resized crops and flips of one image, as uint8 tensors.
 
-``MultiCropTransform`` runs in the data loader workers. It does only what must see the full
-image (crop, resize, flip) and keeps the views uint8, a quarter of the float32 bytes through
-worker IPC and the host-to-device copy. The photometric half of the pipeline (colour jitter,
-grayscale, blur, normalisation) then runs batched on the model's device in
-``pretrain.data.color.BatchColorAugment``; with ``color_on_device=False`` it runs here instead,
-on the views of each image, and the views stay uint8.
+``MultiCropTransform`` runs in the data loader workers and does only what must see the full
+image (crop, resize, flip); the views stay uint8 (a quarter of float32's bytes through IPC and the
+host-to-device copy) and the photometric ops run batched on the device
+(``pretrain.data.color.BatchColorAugment``), or here with ``color_on_device=False``.
 
-The crop sampling is torchvision's ``RandomResizedCrop.get_params`` (10 attempts, then a central
-crop). Cropping and resizing is what torchvision's ``transforms.v2.functional.resized_crop``
-does on the uint8 channels-last tensor of the decoded image, called directly (``_crop_resize``,
-the same ``interpolate`` call on the same strides: the same pixels without its dispatch): the
-crop is a view (no copy) and the bilinear antialiased resize runs torch's native uint8 kernel,
-~4x faster than PIL's resize on one core and within a grey level or two of it. (The v1
-``transforms.functional.resized_crop`` converts to float and back: other rounding, ~5x slower.)
-The image comes as a PIL image or, from the pretraining sources' ``load_rgb``, as the uint8
-(H, W, 3) tensor that PIL's pixels would have given.
+Crops are drawn as torchvision's ``RandomResizedCrop.get_params`` and resized as
+``transforms.v2.functional.resized_crop`` does on a uint8 channels-last tensor (torch's native
+antialiased kernel, ~4x faster than PIL's resize), called directly without its dispatch.
 """
 
 from __future__ import annotations
@@ -48,12 +40,8 @@ _CROP_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class CropSpec:
-    """``count`` random resized crops of side ``size``, each flipped horizontally with
-    probability ``flip_prob`` (drawn per view, after its crop box).
-
-    ``scale`` bounds the crop's area as a fraction of the image's, ``ratio`` its aspect ratio
-    (width / height), both as in torchvision's ``RandomResizedCrop``.
-    """
+    """``count`` random resized crops of side ``size`` (``scale`` and ``ratio`` as in
+    ``RandomResizedCrop``), each flipped horizontally with probability ``flip_prob``."""
 
     size: int
     scale: tuple[float, float]
@@ -102,15 +90,9 @@ def sample_crop_boxes(
     count: int,
     generator: torch.Generator | None = None,
 ) -> list[tuple[int, int, int, int]]:
-    """``count`` crop boxes ``(top, left, height, width)`` of a ``width`` x ``height`` image.
-
-    Same distribution as torchvision's ``RandomResizedCrop.get_params``: area fraction uniform
-    in ``scale``, log aspect ratio uniform in ``log(ratio)``, sides rounded half to even, the
-    first of 10 draws that fits, else a central crop with the ratio clamped into range. The
-    uniforms for all attempts are drawn at once (a fixed number per call, so the generator's
-    stream is reproducible); the arithmetic on them is plain Python, cheaper than tensor ops on
-    a handful of numbers.
-    """
+    """``count`` crop boxes ``(top, left, height, width)`` of a ``width`` x ``height`` image, as
+    ``RandomResizedCrop.get_params`` draws them; the uniforms of all attempts are drawn at once,
+    so that the generator's stream per call is fixed."""
     draws = torch.rand(count, _CROP_ATTEMPTS, 4, generator=generator, dtype=torch.float64)
     log_r0, log_r1 = math.log(ratio[0]), math.log(ratio[1])
     area = width * height
@@ -151,14 +133,9 @@ def image_to_tensor(img: Image.Image | torch.Tensor) -> torch.Tensor:
 def _crop_resize(
     image: torch.Tensor, box: tuple[int, int, int, int], size: int, flip: bool
 ) -> torch.Tensor:
-    """Contiguous uint8 (3, size, size) view of ``box`` of a (1, 3, H, W) uint8 image.
-
-    torchvision's ``resized_crop(image, *box, [size, size], antialias=True)`` for a box inside
-    the image, step for step: the crop is a slice, a crop of the target size is returned as is,
-    and a channels-last crop gets torchvision's restriding of its batch dimension
-    (pytorch/pytorch#68430) before the same ``interpolate`` call, so the kernel and the pixels
-    are the same; ``tests/pretrain/data/test_loader_identity.py`` compares the two.
-    """
+    """Contiguous uint8 (3, size, size) view of ``box`` of a (1, 3, H, W) uint8 image: torchvision's
+    ``resized_crop(..., antialias=True)`` step for step, its restriding of a channels-last batch
+    dimension (pytorch/pytorch#68430) included, so the pixels are the same."""
     top, left, h, w = box
     crop = image[..., top : top + h, left : left + w]
     if (h, w) != (size, size):
@@ -173,12 +150,8 @@ def _crop_resize(
 
 
 class MultiCropTransform:
-    """RGB image -> list of uint8 (3, size, size) views, all crops of ``crops[0]`` first.
-
-    Meant for data loader workers: pass a ``torch.Generator`` seeded per sample, and every random
-    choice (crop boxes, flips, and the colour parameters when ``color_on_device=False``) comes
-    from it, so a seed reproduces the views exactly.
-    """
+    """RGB image -> list of uint8 (3, size, size) views, all crops of ``crops[0]`` first; every
+    random choice comes from the per-sample generator, so a seed reproduces the views."""
 
     def __init__(
         self,

@@ -1,15 +1,9 @@
 """A checkpointer whose files are always complete, loaded without running pickled code.
 
-Writes go to a temporary file in the same directory, are fsync'ed and atomically renamed, and only
-then does ``last_checkpoint`` (itself replaced atomically) point at them: a kill at any instant
-leaves the previous checkpoint loadable and the pointer valid. The files get the permissions a
-plain ``open(path, "w")`` would give (``0o666`` less the umask), not ``mkstemp``'s private
-``0o600``: on a shared file system other users must be able to read ``model_final.pth``. Loads
-use ``torch.load(weights_only=True)``; everything in a checkpoint besides tensors is plain types.
-
-A checkpoint that cannot be read (truncated by a full disk or a cut-off copy, or missing) is a
-user error, one line naming the file and how to go on: :func:`check_last_checkpoint` finds it
-before a resumed run writes anything, and a load that fails all the same says the same.
+Writes are atomic renames of fsync'ed temporary files, and ``last_checkpoint`` points at them only
+then: a kill at any instant leaves the previous checkpoint loadable. Loads use
+``torch.load(weights_only=True)``. An unreadable checkpoint is a user error naming the file and
+how to go on, found by :func:`check_last_checkpoint` before a resumed run writes anything.
 """
 
 from __future__ import annotations

@@ -1,37 +1,17 @@
 """A resume that changes the learning rate or the schedule's length (``--resume-with-changes``):
 what the schedules then are, and the record each change leaves in the run directory.
 
-Which keys may change is :data:`pretrain.config.resume.RESUME_WITH_CHANGES` (``SOLVER.BASE_LR``,
-``SOLVER.FINAL_LR``, ``SOLVER.MAX_ITER``, ``SOLVER.EPOCHS``); without the flag such a resume is
-refused (:func:`pretrain.config.resume.check_resume_config`).
+Which keys may change is :data:`pretrain.config.resume.RESUME_WITH_CHANGES`.
 
-**The schedule after a change** is the new config's, as a function of the iteration, from the
-resume iteration on: the learning rate of iteration ``i`` is ``BASE_LR x multiplier(i /
-max_iter)``, the curve a run started with the new values follows from there (warm-up, cosine to
-``FINAL_LR`` at the new ``max_iter``). The fvcore schedulers are functions of the iteration and
-``max_iter``, so this is what they give; only the checkpoint's copies of the old values (the LR
-scheduler's ``base_lrs`` and the learning rate it set for the resume iteration) are replaced
-(:func:`restart_lr_schedule`). So:
+After a change the schedules are the new config's, as functions of the iteration, from the
+resume iteration on: a lower ``BASE_LR`` lowers the rest of the curve, a longer schedule
+re-stretches the cosine over the new length, and beta's switch stays at its iteration. Only the
+checkpoint's copies of the old learning rates are replaced (:func:`restart_lr_schedule`).
 
-* a lower ``BASE_LR`` (after a divergence) lowers the rest of the curve: from the resume on it
-  is the cosine from the new ``BASE_LR`` to ``FINAL_LR`` that a run started with it follows;
-* a longer ``MAX_ITER``/``EPOCHS`` re-stretches the cosine over the new length: at the resume
-  iteration the learning rate rises to the longer schedule's value there (a finished run
-  extended from ``FINAL_LR`` too); ``BASE_LR`` and ``FINAL_LR`` set to one value instead continue
-  at that constant rate; a shorter schedule (it must end after the resume iteration)
-  compresses it;
-* beta's switch from inf (``LOSS.BETA_INF_EPOCHS``, which may not change) stays at its iteration:
-  :class:`~pretrain.solver.build.BetaParamScheduler` compares ``iter / max_iter`` with
-  ``inf_iters / max_iter``, the same order for any ``max_iter``.
-
-**The record**, written by the main process at the resume, before the first iteration with the
-new values (:func:`record_config_changes`): the previous ``config.yaml`` is kept as
-``config.before_change_<n>.yaml``; ``config_changes.json`` gets its ``n``-th entry (the iteration,
-the checkpoint resumed from, each key ``from`` / ``to``, the learning rate at that iteration
-before and after, ``max_iter`` before and after); ``metrics.json`` gets a line ``{"iteration": i,
-"config_change": {...}}``; then ``config.yaml`` is the new config (the next plain resume checks
-against it). A finished run's ``model_final.pth``, which the extended run will replace, is kept
-first as ``model_<iteration>.pth`` (a hard link where the file system has them).
+The record (:func:`record_config_changes`, main process, before the first changed iteration):
+the previous ``config.yaml`` as ``config.before_change_<n>.yaml``, an entry in
+``config_changes.json``, a ``config_change`` line in ``metrics.json``, then the new
+``config.yaml``; a finished run's ``model_final.pth`` is kept as ``model_<iteration>.pth``.
 """
 
 from __future__ import annotations
@@ -70,8 +50,7 @@ Changes = Mapping[str, tuple[object, object]]  # {KEY: (saved value, new value)}
 
 
 def checkpoint_iteration(output_dir: str) -> int:
-    """The iteration saved in ``output_dir``'s last checkpoint (the run resumes after it). The
-    file is memory-mapped: only the small entries are read, not the tensors."""
+    """The iteration saved in ``output_dir``'s last checkpoint (memory-mapped: no tensor read)."""
     with open(os.path.join(output_dir, "last_checkpoint")) as f:
         path = os.path.join(output_dir, f.read().strip())
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -93,11 +72,9 @@ def check_changed_schedule(output_dir: str, max_iter: int) -> None:
 def restart_lr_schedule(
     scheduler: torch.optim.lr_scheduler.LRScheduler, old_base_lr: float, base_lr: float
 ) -> tuple[float, float]:
-    """Continue detectron2's ``LRMultiplier`` with the current config's schedule (built with it):
-    the base learning rates restored from the checkpoint scaled from ``old_base_lr`` to
-    ``base_lr``, and the learning rate of the resume iteration (``last_epoch``), which the
-    checkpoint holds as the old schedule gave it, computed again. Returns that iteration's
-    learning rate (first group) before and after."""
+    """Continue detectron2's ``LRMultiplier`` with the current config's schedule: the restored
+    base learning rates scaled to ``base_lr`` and the resume iteration's rate computed again.
+    Returns that rate (first group) before and after."""
     groups = scheduler.optimizer.param_groups
     before = float(groups[0]["lr"])
     scale = base_lr / old_base_lr
@@ -112,8 +89,8 @@ def restart_lr_schedule(
 
 
 def _previous_final(output_dir: str, iteration: int) -> str | None:
-    """Keep a finished run's ``model_final.pth`` as ``model_<iteration>.pth`` (the run goes on
-    and will write a new final model); its name, or None when the run was not finished."""
+    """Keep a finished run's ``model_final.pth`` as ``model_<iteration>.pth``; its name, or None
+    when the run was not finished."""
     with open(os.path.join(output_dir, "last_checkpoint")) as f:
         if f.read().strip() != _FINAL:
             return None
@@ -145,9 +122,8 @@ def record_config_changes(
     lr: tuple[float, float],
     max_iter: tuple[int, int],
 ) -> dict:
-    """Write the record of a resume with ``changes`` (main process only; module docstring):
-    ``iteration`` is the first one with the new values, ``lr`` and ``max_iter`` are (before,
-    after). Returns the ``config_changes.json`` entry."""
+    """Write the record of a resume with ``changes`` (module docstring); ``iteration`` is the
+    first with the new values, ``lr`` and ``max_iter`` are (before, after)."""
     out = cfg.OUTPUT_DIR
     path = os.path.join(out, CHANGES_FILE)
     records = _read_records(path)
@@ -182,9 +158,8 @@ def record_config_changes(
 
 
 def apply_config_changes(trainer: Any, changes: Changes) -> None:
-    """After ``trainer`` (a :class:`~pretrain.engine.trainer.PretrainTrainer` built with the new
-    config) has loaded its checkpoint: continue with the new learning rates (every process) and
-    record ``changes`` (the main process)."""
+    """After ``trainer`` (built with the new config) loaded its checkpoint: continue with the
+    new learning rates and record ``changes`` (main process)."""
     cfg, solver = trainer.cfg, trainer.cfg.SOLVER
 
     def saved(key: str) -> object:

@@ -1,15 +1,10 @@
 """Training hooks: the momentum update and beta schedule of momentum-contrast pretraining, and
 stopping at an iteration boundary on preemption or time-limit signals, with a checkpoint.
 
-What each signal means on SLURM, and how data-loader workers survive the signals meant for the
-main process, is in :mod:`pretrain.utils.signals`. :class:`StopOnSignal`'s handler only records
-the signal: saving from inside it would interrupt the step (or a checkpoint write) at an
-arbitrary point. The trainer calls :meth:`StopOnSignal.at_boundary` at the start of every step,
-once the step's batch is fetched and before anything changes: the ranks all-reduce (MAX) what
-they received, so they all stop after the same iteration even if the signal reached them at
-different moments; the checkpointer writes on rank 0 only, the others wait for it, and the
-requeue (``scontrol requeue``) comes from rank 0 once the checkpoint is on disk. The process then
-exits with status 0 (:class:`Preempted`).
+:class:`StopOnSignal`'s handler only records the signal (saving inside it would interrupt a step
+or a checkpoint write anywhere); at the next iteration boundary the ranks all-reduce what they
+received, so they all stop after the same iteration, rank 0 saves and requeues, and the process
+exits (:class:`Preempted`). The signals' meanings are in :mod:`pretrain.utils.signals`.
 """
 
 from __future__ import annotations
@@ -65,25 +60,17 @@ class BetaSchedule(HookBase):
 
 
 class MomentumUpdate(HookBase):
-    """theta_k <- m theta_k + (1 - m) theta_q after every optimiser step.
-
-    MoCo does this at the start of the next forward; doing it after the step is identical and
-    keeps the key encoder of a checkpoint consistent with its query encoder.
-    """
+    """theta_k <- m theta_k + (1 - m) theta_q after every optimiser step (MoCo: before the next
+    forward; identical, and a checkpoint's key encoder then matches its query encoder)."""
 
     def after_step(self) -> None:
         unwrap(self.trainer.model).momentum_update()
 
 
 class Preempted(SystemExit):
-    """Training stopped at an iteration boundary after a signal, with a checkpoint on disk.
-
-    A ``SystemExit`` with status 0: the process ends without detectron2 logging a training
-    failure, without a traceback, and without submitit writing a result file for a job that is
-    going to run again (SLURM's requeue decides whether it does; exit statuses do not matter to
-    it); after Ctrl-C (SIGINT) with status 130, as a shell expects of an interrupted command.
-    ``str()`` gives the message, which :class:`StopOnSignal` also writes to stderr.
-    """
+    """Training stopped at an iteration boundary after a signal, with a checkpoint on disk: a
+    ``SystemExit`` (status 0, 130 after Ctrl-C), so that neither detectron2 nor submitit reports
+    a failure for a job that is going to run again."""
 
     def __init__(self, message: str, code: int = 0) -> None:
         super().__init__(code)
@@ -99,25 +86,13 @@ def _ignore_child(signum: int, frame: FrameType | None) -> None:
 
 class StopOnSignal(HookBase):
     """At the first iteration boundary after a signal received (by any rank), save
-    ``model_<last completed iteration>.pth``, requeue when asked to, and raise
-    :class:`Preempted`.
+    ``model_<last completed iteration>.pth``, requeue when asked to, and raise :class:`Preempted`.
 
-    Handlers are installed for the duration of ``train()`` only (and only from the main thread,
-    where Python delivers signals); the previous ones (submitit's, or the defaults) come back in
-    ``after_train``, SIGCHLD's included (the trainer shuts its data-loader workers down first).
-    A signal during the last iteration just lets the run finish.
-
-    With several processes the ranks agree (one ``all_reduce``) only at the boundaries after
-    every ``agree_every``-th iteration (the trainer passes its logging period), so that other
-    iterations run no collective and no host sync of their own; a stop then waits for the next
-    agreement, at most ``agree_every - 1`` iterations (seconds on a GPU, within SLURM's warning
-    time). One process checks at every boundary.
-
-    The pretraining trainer calls :meth:`at_boundary` itself, once the step's batch is fetched;
-    with ``each_step`` the hook calls it in ``before_step``, for detectron2's own trainers (the
-    evaluation tools' linear probe, detection's ``DefaultTrainer``), whose ``checkpointer``
-    attribute it saves with. ``resume`` says in the last line how the run goes on (pretraining:
-    the same command; the evaluation tools: the same command with ``--resume``).
+    Handlers are installed for the duration of ``train()`` only, from the main thread. With
+    several processes the ranks agree (one ``all_reduce``) only every ``agree_every``-th
+    iteration, so that the others run no collective; a stop then waits at most
+    ``agree_every - 1`` iterations. ``each_step`` calls :meth:`at_boundary` in ``before_step``,
+    for detectron2's own trainers; ``resume`` says in the last line how the run goes on.
     """
 
     def __init__(
@@ -195,12 +170,9 @@ class StopOnSignal(HookBase):
         return int(flag.item())
 
     def at_boundary(self, fetch_error: Exception | None = None) -> None:
-        """Stop here, after iteration ``trainer.iter - 1``, if any rank received a signal.
-
-        The trainer calls this on every rank at the start of each step, once the step's batch is
-        fetched and before anything changes. ``fetch_error``: why the batch could not be
-        fetched; with a stop signal pending (a worker killed by it) that is the stop, otherwise
-        it is raised.
+        """Stop here, after iteration ``trainer.iter - 1``, if any rank received a signal; every
+        rank calls it once the step's batch is fetched. ``fetch_error`` (why the batch could not
+        be fetched) is the stop when a signal is pending, otherwise it is raised.
         """
         if fetch_error is not None and not self.pending:
             raise fetch_error

@@ -57,11 +57,8 @@ tools/knn_eval.py or tools/linear_probe.py.
 def argument_parser(
     description: str, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
 ) -> argparse.ArgumentParser:
-    """detectron2's launch options (--config-file, --num-gpus, --num-machines, --machine-rank,
-    --dist-url with its default) and trailing KEY VALUE overrides; not its --resume (a run
-    always resumes from OUTPUT_DIR/last_checkpoint) nor --eval-only (pretraining has nothing to
-    evaluate alone), which argparse refuses as unrecognised arguments. ``parser_class``: the
-    command line's is :class:`pretrain.cli.arguments.ToolParser` (one-line errors)."""
+    """detectron2's launch options and trailing KEY VALUE overrides; not its --resume (a run
+    always resumes) nor --eval-only (pretraining has nothing to evaluate alone)."""
     d2 = default_argument_parser()
     p = parser_class(
         description=description,
@@ -99,11 +96,8 @@ def load_args_config(args: argparse.Namespace) -> CfgNode:
 
 
 def check_device(device: str) -> None:
-    """Refuse ``MODEL.DEVICE cuda`` where no CUDA device is visible.
-
-    A GPU job that lands on a node without a working GPU (a driver fault, a wrong
-    ``CUDA_VISIBLE_DEVICES``) must stop, not train for days on CPU at a hundredth of the speed.
-    """
+    """Refuse ``MODEL.DEVICE cuda`` where no CUDA device is visible, rather than train for days
+    on CPU at a hundredth of the speed."""
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             "MODEL.DEVICE = 'cuda' but CUDA is not visible to this process (no GPU, no driver, or "
@@ -113,18 +107,15 @@ def check_device(device: str) -> None:
 
 
 def check_data_root(root: str) -> None:
-    """Refuse a ``DATASETS.ROOT`` that is no directory before OUTPUT_DIR is created: the trainer
-    reads the data only after the run directory, its lock, log and config are written (a wrong
+    """Refuse a ``DATASETS.ROOT`` that is no directory before OUTPUT_DIR is created (a wrong
     path, the commonest mistake, would leave a run directory behind)."""
     if not os.path.isdir(root):
         raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
 
 
 def check_class_folders(roots: Sequence[str], class_list: str, key: str) -> None:
-    """DatasetError unless the class list ``class_list`` (a file, or the shipped
-    ``imagenet100``: :func:`~pretrain.data.datasets.read_class_list`) reads and every root of
-    ``roots`` has a folder for each of its classes; ``key`` names the setting. Only the folder
-    names are listed, nothing inside them."""
+    """DatasetError unless the class list (setting ``key``) reads and every root of ``roots``
+    has a folder for each of its classes (only folder names are listed)."""
     try:
         names = read_class_list(class_list)
     except DatasetError as e:
@@ -141,10 +132,8 @@ def check_class_folders(roots: Sequence[str], class_list: str, key: str) -> None
 
 
 def check_data(cfg: CfgNode) -> None:
-    """The data a run reads is there: ``DATASETS.ROOT`` and, with the kNN monitor on, the
-    ``train/`` and ``val/`` of ``TEST.KNN_ROOT``, and a folder in each for every class of
-    ``DATASETS.CLASS_LIST`` (the launch, and ``submit_pretrain`` and the study before a job
-    waits in the queue)."""
+    """The data a run reads is there: ``DATASETS.ROOT``, the kNN monitor's ``train/`` and
+    ``val/``, and a folder in each for every class of ``DATASETS.CLASS_LIST``."""
     check_data_root(cfg.DATASETS.ROOT)
     check_knn_root(cfg)
     if not cfg.DATASETS.CLASS_LIST or cfg.DATASETS.TYPE == FASHION_MNIST:
@@ -156,14 +145,10 @@ def check_data(cfg: CfgNode) -> None:
 
 
 def check_cpu_bfloat16(cfg: CfgNode) -> None:
-    """Refuse bfloat16 autocast on the CPU where a strided 3x3 conv would see 1 px maps.
-
-    There oneDNN's bfloat16 weight gradient is wrong: for a 3x3 stride-2 conv on a 1x1 input the
-    taps that only ever see padding must get a zero gradient, and they get leftover memory
-    (sometimes NaN) in about half the steps; float32 and float16 are exact. Measured with torch
-    2.14.1 (oneDNN 3.12) on an AVX512-BF16 CPU: ``benchmarks/check_bf16_conv.py`` shows it. It is
-    what made ``test_step_device_work`` fail now and then with a non-finite loss (16 px views,
-    ``layer4.0.conv1`` of a ResNet-18). A finite garbage gradient would pass unseen, so refuse.
+    """Refuse bfloat16 autocast on the CPU where a strided 3x3 conv would see 1 px maps: there
+    oneDNN's bfloat16 weight gradient of the padding-only taps is leftover memory (sometimes
+    NaN) in about half the steps (``benchmarks/check_bf16_conv.py``); a finite garbage gradient
+    would pass unseen.
     """
     amp = cfg.SOLVER.AMP
     if cfg.MODEL.DEVICE != "cpu" or not amp.ENABLED or amp.PRECISION != "bfloat16":
@@ -190,10 +175,9 @@ def check_cpu_bfloat16(cfg: CfgNode) -> None:
 
 
 def checked_config(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
-    """The validated config of ``args`` after every check of a run that only reads: OUTPUT_DIR
-    writable, a resume's config and checkpoint (``resume_with_changes``: a resume may change the
-    keys of :data:`pretrain.config.resume.RESUME_WITH_CHANGES`), the device, the data's folders.
-    Nothing is written, so a mistake leaves nothing a corrected command must clear."""
+    """The validated config of ``args`` after every check that only reads (OUTPUT_DIR, a
+    resume's config and checkpoint, the device, the data), so that a mistake leaves nothing a
+    corrected command must clear."""
     cfg = load_args_config(args)
     check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
     check_resume_config(cfg, resume_with_changes)
@@ -210,12 +194,9 @@ def begin_run(cfg: CfgNode, args: argparse.Namespace) -> None:
     # under torchrun or srun (one process per task): join the process group from their variables
     maybe_init_distributed(cfg.MODEL.DEVICE, timeout_min=cfg.DIST.TIMEOUT_MINUTES)
     if comm.is_main_process():
-        # before the first log line goes to OUTPUT_DIR/log.txt: a second run into a directory a
-        # live run holds stops here having written nothing; held until this process ends (the
-        # trainer takes it again for its own lifetime, for runs built without this setup)
+        # before the first log line: a second run into a live run's directory writes nothing
         DirLock(cfg.OUTPUT_DIR).acquire()
-    # logging, seeds, cudnn; PretrainTrainer dumps config.yaml and env.txt (once per run: it also
-    # runs without this setup, in the demo and the study)
+    # logging, seeds, cudnn; PretrainTrainer dumps config.yaml and env.txt
     setup_run(cfg, args, dump=False)
 
 

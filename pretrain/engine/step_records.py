@@ -1,11 +1,9 @@
 """The iterations not yet logged: their device values, kept without a host sync until the trainer
 reads them all at once at its logging period (:meth:`StepRecords.take`).
 
-Each step's values are copied into a row of a device ring buffer whose row index is itself a
-device counter, so that a step runs the same two ops on the same tensors and nothing holds on
-to the step's own outputs (a CUDA graph replay, torch.compile's included, overwrites its outputs
-at the next replay). A step may log fewer values than the row holds (the eager step logs
-||Q||_* only on logging iterations): the row is zero-padded, and its record knows its count.
+Each step's values are copied into a row of a device ring buffer indexed by a device counter,
+so that a step runs the same ops and nothing holds on to its outputs (a CUDA graph replay
+overwrites them). A shorter row is zero-padded; its record knows its count.
 """
 
 from __future__ import annotations

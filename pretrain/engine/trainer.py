@@ -61,15 +61,13 @@ def schedule_lengths(cfg: CfgNode, num_images: int) -> tuple[int, int, int]:
 
 
 class NonFiniteLossError(ConfigError, FloatingPointError):
-    """A loss that is not finite (a diverging learning rate, say): a user error, one line naming
-    the run's last checkpoint, or saying that none was written."""
+    """A non-finite loss (a diverging learning rate, say): a user error naming the last
+    checkpoint."""
 
 
 class _UserErrorWithoutTraceback(logging.Filter):
-    """detectron2's training loop logs every exception with its traceback before re-raising it;
-    a user error (:class:`~pretrain.utils.errors.LoracError`) is reported once, as one
-    ``error:`` line, by the tool (``pretrain.cli.user_errors``): keep its message, drop the
-    traceback."""
+    """Drops the traceback detectron2's loop logs for a user error
+    (:class:`~pretrain.utils.errors.LoracError`): the tool reports it as one ``error:`` line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -79,12 +77,8 @@ class _UserErrorWithoutTraceback(logging.Filter):
 
 
 class MetricPrinter(CommonMetricPrinter):
-    """detectron2's console printer, printing each iteration once.
-
-    After a stop at an iteration boundary, ``after_train`` writes again the iteration the
-    periodic write has just printed; in the first iterations of a run (no ``time`` history yet)
-    detectron2's ETA estimate then divides by the zero iterations in between.
-    """
+    """detectron2's console printer, printing each iteration once: after a stop, ``after_train``
+    writes the iteration just printed again, and detectron2's ETA then divides by zero."""
 
     def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
         super().__init__(max_iter, window_size)
@@ -100,14 +94,10 @@ class MetricPrinter(CommonMetricPrinter):
 class PretrainTrainer(SimpleTrainer):
     """Builds everything from a config and runs ``run_step`` with autocast and a finite check.
 
-    Each step runs the data path's last step on the model's device (colour augmentation and
-    normalisation of the loader's uint8 views, ``color_augment``) and hands the views to the
-    model, which returns ``{"loss_*": tensor, "metrics": {name: float}}``; losses are summed and
-    back-propagated, metrics go to the event storage (console with ETA, metrics.json,
-    TensorBoard). Checkpoints hold the model (both encoders, queues), optimizer, LR scheduler,
-    iteration and RNG states, and the unreadable files met so far (on any rank); data order and
-    augmentation depend only on (SEED, iteration), so a resumed run continues exactly where it
-    stopped.
+    Each step augments the loader's uint8 views on the model's device and sums the model's
+    ``loss_*`` outputs. Checkpoints hold the model (both encoders, queues), optimizer, scheduler,
+    iteration, RNG states and the unreadable files met so far; data order and augmentation
+    depend only on (SEED, iteration), so a resumed run continues exactly where it stopped.
     """
 
     def __init__(
@@ -124,14 +114,12 @@ class PretrainTrainer(SimpleTrainer):
         check_cpu_bfloat16(cfg)
         self.cfg = cfg
         self.policy = StepPolicy.from_config(cfg)  # how the one step runs (eager or graph-safe)
-        # before anything is written: a resume with another config is refused (every rank; the
-        # tools' setup() checked already, before its log file: this is for the library's users)
-        # resume_with_changes: a changed lr or schedule length is allowed, and recorded in resume()
+        # before anything is written: a resume with another config is refused (resume_with_changes
+        # allows a changed lr or schedule length, recorded in resume())
         self.config_changes = check_resume_config(cfg, resume_with_changes)
         check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated or missing one: before any write
         self.train_seconds = 0.0  # time spent in train() by pretrain.engine.run.run_pretraining
-        # the data, scanned once (ImageNet has 1.28M files: a caller that scanned passes
-        # ``source``), checked before anything is written: an empty root, a batch larger than it
+        # the data, scanned once (ImageNet has 1.28M files) and checked before anything is written
         self.source = build_source(cfg, "train") if source is None else source
         self.iters_per_epoch, max_iter, self.beta_inf_iters = schedule_lengths(
             cfg, len(self.source)
@@ -157,10 +145,8 @@ class PretrainTrainer(SimpleTrainer):
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
         self.device_type = cfg.MODEL.DEVICE
         self.color_augment = build_batch_augment(cfg)
-        # SOLVER.COMPILE: the model's forward and loss (and so their backward) compiled whole,
-        # with static shapes; the first step compiles, the beta switch compiles once more (the
-        # prior's ops join)
-        # and the colour augmentation's masked form: ~100 whole-batch ops per resolution fused
+        # SOLVER.COMPILE: the forward and loss compiled whole (the beta switch compiles once
+        # more), and the colour augmentation's masked form (~100 ops per resolution fused)
         compiled = self.policy.compile
         self._model_call = torch.compile(self.model, **compiled) if compiled else self.model
         augment = self.color_augment
@@ -365,8 +351,7 @@ class PretrainTrainer(SimpleTrainer):
 
     @contextlib.contextmanager
     def _announce_compile(self) -> Iterator[None]:
-        """A compiled step's first iteration of each beta phase compiles its graphs (minutes with
-        inductor): said before, and its measured duration after."""
+        """Log the compilation (minutes with inductor) of each beta phase's first step."""
         criterion = unwrap(self.model).criterion
         phase = bool(self.policy.compile) and criterion.prior.active(criterion.beta)
         if not self.policy.compile or phase in self._compiled_phases:
@@ -382,16 +367,13 @@ class PretrainTrainer(SimpleTrainer):
 
     def _model_inputs(self, data: dict) -> dict:
         """What the model reads of the batch: tensors of fixed shapes and constants only (a
-        compiled forward guards on every Python value it reads: the iteration, the file names
-        would recompile it); the loader's ShuffleBN plans travel on the device with the views."""
+        compiled forward guards on every Python value it reads)."""
         keys = ("views", "shuffle_plans", "log_stats")
         return {k: data[k] for k in keys if k in data}
 
     def _raise_if_not_finite(self) -> None:
-        """:class:`NonFiniteLossError` naming the run's real last checkpoint (or saying that none
-        was written) if a loss was not finite. The losses are read at each flush, and every
-        checkpoint is written after one (the checkpointing iterations flush, and so do a stop
-        and the end), so a non-finite state is never saved."""
+        """:class:`NonFiniteLossError` naming the run's last checkpoint if a loss was not finite;
+        every checkpoint follows a flush, so a non-finite state is never saved."""
         first_bad = int(self._first_bad)
         if first_bad < 0:
             return
@@ -431,12 +413,8 @@ class PretrainTrainer(SimpleTrainer):
 
     def flush_metrics(self) -> None:
         """Read the buffered iterations' device values at once and log them as detectron2's
-        ``write_metrics`` would have, iteration by iteration (same values, same smoothing).
-
-        Every rank calls it at the same iterations (logging, checkpointing, a stop at a
-        boundary): with several processes the records and the unreadable files travel in one
-        ``all_gather`` here, not in every iteration.
-        """
+        ``write_metrics`` would have; every rank calls it at the same iterations, so the records
+        travel in one ``all_gather`` here, not in every iteration."""
         records = self._pending.take()  # one device-to-host read
         if not records:
             return

@@ -1,10 +1,6 @@
-"""Frozen-feature extraction: the one loop that embeds labelled images for kNN and probes.
-
-:func:`embed` runs any ``feature_fn`` over any loader of ``(images, labels)`` batches (the kNN
-hook of pretraining passes its own loaders and the query backbone); :func:`extract_features` is
-the usual case, a model in eval mode over a dataset in order, in inference mode with a
-progress bar.
-"""
+"""Frozen-feature extraction: the one loop that embeds labelled images for kNN and probes
+(:func:`embed`), its usual case over a dataset (:func:`extract_features`) and its distributed
+form (:func:`gather_embeddings`)."""
 
 from __future__ import annotations
 
@@ -36,11 +32,8 @@ def embed(
     feature_fn: FeatureFn, loader: Iterable, desc: str | None = None, *, allow_empty: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(features (N, D) float32 on CPU, labels (N,) int64)`` of every ``(images, labels)``
-    batch of ``loader``, in order; a progress bar (with ETA) is shown when ``desc`` is given.
-
-    A loader without batches is an error unless ``allow_empty`` (a process's share of a small
-    set may be empty): then the features are ``(0, 0)``.
-    """
+    batch of ``loader``, with a progress bar when ``desc`` is given. No batch is an error unless
+    ``allow_empty`` (a process's share of a small set may be empty)."""
     feats, labels = [], []
     batches = tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True, disable=desc is None)
     for images, targets in batches:
@@ -55,15 +48,9 @@ def embed(
 
 def batch_shards(counts: Sequence[int], batch_size: int, rank: int, world_size: int) -> list[range]:
     """Positions of each set (``range(counts[i])``) that process ``rank`` of ``world_size``
-    embeds.
-
-    The batches of ``batch_size`` a single process would embed, set after set (a batch never
-    holds two sets, only a set's last batch may be short), are dealt out whole, a contiguous run
-    of them to each process: run lengths differ by at most one batch, also when a set has fewer
-    batches than there are processes (a process may get none of a set, or none at all).
-    Concatenating one set's shares in rank order gives ``range(counts[i])`` back, and each share
-    starts at a batch boundary, so a loader of ``batch_size`` over it yields exactly the single
-    process's batches.
+    embeds: the single process's batches, dealt out whole, a contiguous run (lengths differing by
+    at most one batch) to each process, so that the shares in rank order give the set back and a
+    loader over a share yields exactly the single process's batches.
     """
     if min(counts, default=0) < 0 or batch_size < 1 or not 0 <= rank < world_size:
         raise ValueError(
@@ -91,14 +78,9 @@ class GatheredEmbeddings(NamedTuple):
 def gather_embeddings(
     feature_fn: FeatureFn, loaders: Sequence[Iterable], dst: int = 0
 ) -> GatheredEmbeddings | None:
-    """Embed this process's share of each set (``loaders[i]`` yields it, see
-    :func:`batch_shards`), then gather every process's shares on process ``dst``.
-
-    Every process must call it. On ``dst``: each set's ``(features, labels)`` with the shares
-    concatenated in rank order (the original order when the shares are :func:`batch_shards`'),
-    and each process's embedding time; ``None`` on the other processes. The one collective is
-    detectron2's ``comm.gather`` (pickled CPU tensors over its gloo group), after all the work:
-    a process waits there only for the slowest one's extra share. One process: no collective.
+    """Embed this process's share of each set, then gather every process's shares (in rank
+    order) and embedding times on process ``dst``; ``None`` on the others. Every process must
+    call it; the one collective (``comm.gather``) comes after all the work.
     """
     start = time.perf_counter()
     shares = [embed(feature_fn, loader, allow_empty=True) for loader in loaders]
@@ -137,12 +119,8 @@ def extract_features(
     num_workers: int = 0,
     desc: str = "features",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order.
-
-    ``model`` is switched to eval mode (and left there) and run in inference mode; or a
-    ``feature_fn`` such as a pretraining model's ``backbone_features``, which moves the images
-    to its own device and sets its own mode.
-    """
+    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order, by
+    ``model`` (left in eval mode) or by a ``feature_fn`` that handles device and mode."""
     device = torch.device(device)
     loader = DataLoader(
         dataset,

@@ -1,12 +1,8 @@
 """Weighted k-nearest-neighbour classification on L2-normalised features (Wu et al. 2018).
 
 Each of the k nearest reference features (cosine similarity s) votes for its label with weight
-exp(s / T); the class with the largest total wins. The defaults :data:`KNN_K` and :data:`KNN_T`
-(k = 200, T = 0.07, as in the InstDisc / MoCo literature) are the config's ``TEST.KNN_K`` and
-``TEST.KNN_T`` (:mod:`pretrain.config.defaults`), written only there. This is the
-project's one kNN: the pretraining monitor (:mod:`.knn_monitor`), the demo, ``tools/knn_eval.py``,
-the nuclear-norm analysis and the study all score features with it; which images are
-references and which are queries is theirs to choose.
+exp(s / T). The defaults (k = 200, T = 0.07, as InstDisc and MoCo) are the config's
+``TEST.KNN_K`` and ``TEST.KNN_T``. The project's one kNN, for the monitor and every evaluation.
 """
 
 from __future__ import annotations
@@ -36,10 +32,7 @@ def weighted_knn_predict(
     temperature: float = KNN_T,
     chunk_size: int = 1024,
 ) -> torch.Tensor:
-    """Class scores (num_test, num_classes) of weighted kNN; argmax gives the prediction.
-
-    Features are L2-normalised here; ``train_labels`` are ints in [0, num_classes).
-    """
+    """Class scores (num_test, num_classes) of weighted kNN (features L2-normalised here)."""
     if train_features.shape[0] != train_labels.shape[0]:
         raise ValueError(
             f"train_features has {train_features.shape[0]} rows, train_labels "
@@ -71,10 +64,8 @@ def knn_accuracy(
     k: int = KNN_K,
     temperature: float = KNN_T,
 ) -> float:
-    """Top-1 accuracy (in [0, 1]) of :func:`weighted_knn_predict`.
-
-    ``num_classes`` defaults to one more than the largest label of either set.
-    """
+    """Top-1 accuracy (in [0, 1]) of :func:`weighted_knn_predict` (``num_classes`` defaults to
+    one more than the largest label)."""
     if num_classes is None:
         num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     scores = weighted_knn_predict(
@@ -96,8 +87,7 @@ def knn_top1(
     num_workers: int = 0,
 ) -> float:
     """:func:`knn_accuracy` of ``model``'s features of the ``test`` images, the ``references``
-    as neighbours (both datasets of ``(image tensor, label)``, features by
-    :func:`.features.extract_features`)."""
+    as neighbours."""
     f_ref, y_ref = extract_features(
         model, references, device, batch_size, num_workers, "kNN train features"
     )

@@ -1,44 +1,20 @@
 """The kNN monitor of pretraining: ``TEST.KNN_*`` -> :class:`KNNHook`, in one module.
 
-Every ``TEST.KNN_PERIOD`` iterations and after the last one (stored at ``max_iter``, as
-detectron2's ``EvalHook`` does), the query encoder's backbone (eval mode, the run's own uint8 ->
-float normalisation) embeds ``TEST.KNN_TRAIN_IMAGES`` labelled reference images and
-``TEST.KNN_TEST_IMAGES`` test images, centre-cropped at INPUT.LARGE_SIZE, and the weighted kNN
-top-1 (k = TEST.KNN_K, T = TEST.KNN_T; :mod:`.knn`) goes to metrics.json as ``knn/top1`` (a
-fraction in [0, 1]). Register the hook before ``PeriodicWriter`` so the value is written in the
-same step.
+Every ``TEST.KNN_PERIOD`` iterations and after the last one, the query encoder's backbone embeds
+``TEST.KNN_TRAIN_IMAGES`` labelled references and ``TEST.KNN_TEST_IMAGES`` queries (centre crops
+at INPUT.LARGE_SIZE, evenly spaced so that a class-sorted folder keeps every class), and the
+weighted kNN top-1 goes to metrics.json as ``knn/top1``. Register the hook before
+``PeriodicWriter`` so the value is written in the same step.
 
-Images: Fashion-MNIST's train split (references) and test split (queries) under TEST.KNN_ROOT
-(default DATASETS.ROOT); an ImageFolder run names a labelled root with ``train/`` and ``val/`` in
-TEST.KNN_ROOT (DATASETS.CLASS_LIST applies), and so does a run on unlabelled image files
-(``imagefiles``), whose own images have no labels to evaluate with. Subsets are evenly spaced
-over each split so that a class-sorted folder keeps every class.
+Every process embeds its share, and the features reach the main process in one gather after all
+the work, so a process waits there only for the slowest process's extra share; a warning names
+the keys to change when that wait passes half of DIST.TIMEOUT_MINUTES (docs/performance.md, "The
+kNN monitor"). The features are the single-process ones, bit for bit on the CPU
+(tests/pretrain/evaluation/test_knn_monitor_distributed.py).
 
-Every process works: each embeds its share of both subsets (whole batches of
-TEST.KNN_BATCH_SIZE, a contiguous run of them per process, :func:`.features.batch_shards`),
-decoded by as many loader workers as the training loader has (DATALOADER.NUM_WORKERS, -1
-resolved by :func:`~pretrain.data.loader.resolve_num_workers`; those idle meanwhile, their
-batches ready), forked afresh each time, and the features go to the main process in
-one gather (:func:`.features.gather_embeddings`), which computes the kNN once and logs it with
-the evaluation's cost. The gather is the evaluation's only collective and comes after all the
-work, so a process waits there only for the slowest process's extra share (at most one batch
-when the processes are alike), never for the whole evaluation; the log line gives that wait,
-and a warning names the keys to change when it passes half of DIST.TIMEOUT_MINUTES
-(docs/performance.md, "The kNN monitor", has the measured cost). The features are the
-single-process ones: the same batches through the same kernels (bit for bit on the CPU at the
-same thread count, as tests/pretrain/evaluation/test_knn_monitor_distributed.py checks; on a GPU
-up to cuDNN's choice of algorithm in each process).
-
-Contract of ``feature_fn(images) -> (B, D) features`` (:class:`KNNHook`): it receives each batch
-exactly as the loaders yield it (on CPU), moves it to its device, and is responsible for eval
-mode; it must not run a collective (processes embed different numbers of batches).
-:func:`build_knn_hook` uses the model's own ``backbone_features`` (the underlying model of a DDP
-wrapper: the backbone alone, never DDP's forward, which would wait for a backward; eval mode,
-restored after each batch; the training views' uint8 -> float normalisation). The hook embeds
-under ``torch.no_grad()``; it is meant for monitoring subsets, not full ImageNet.
-
-The hook takes the model, not the trainer, so that the trainer can import this module (until
-2026-11 the two imported each other).
+``feature_fn(images) -> (B, D)`` receives each batch as the loaders yield it (on CPU), handles
+device and eval mode, and must run no collective (processes embed different numbers of batches).
+The hook takes the model, not the trainer, so that the trainer can import this module.
 """
 
 from __future__ import annotations
@@ -80,11 +56,9 @@ __all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources"]
 
 logger = logging.getLogger(__name__)
 
-# The monitor's workers are started afresh at every evaluation: fork them (milliseconds, the
-# sources shared copy-on-write) even where the process's default is spawn (detectron2's launch
-# starts the ranks with spawn, whose children default to it too): a spawned worker imports the
-# whole stack and unpickles the sources (seconds each, and an ImageNet listing is 1.28M paths).
-# They run no CUDA, as the training loader's forked workers of a torchrun run.
+# The workers start afresh at every evaluation: fork (milliseconds, sources shared copy-on-write)
+# even under detectron2's spawn, whose workers import the stack and unpickle 1.28M paths each.
+# They run no CUDA.
 _WORKER_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
 # warn when a process waited longer than this fraction of DIST.TIMEOUT_MINUTES at the gather
@@ -94,11 +68,9 @@ _WAIT_WARN_FRACTION = 0.5
 class KNNHook(HookBase):
     """Weighted kNN top-1 every ``period`` iterations and after training -> ``knn/top1``.
 
-    ``train_loader`` and ``test_loader`` yield this process's share of the references and the
-    queries (everything, in one process); the shares are gathered on the main process in rank
-    order (:func:`.features.gather_embeddings`), which computes the kNN on ``device``.
-    ``timeout_minutes`` (DIST.TIMEOUT_MINUTES) is what a process's wait at that gather is
-    compared with; ``None``: not compared.
+    The loaders yield this process's share of the references and the queries; the main process
+    gathers them and computes the kNN on ``device``. ``timeout_minutes`` (DIST.TIMEOUT_MINUTES,
+    or None) bounds the wait at the gather before a warning.
     """
 
     def __init__(
@@ -138,11 +110,8 @@ class KNNHook(HookBase):
         return gather_embeddings(self._feature_fn, [self._train_loader, self._test_loader])
 
     def compute(self) -> float | None:
-        """kNN top-1 of the current features (also usable outside a trainer).
-
-        Every process must call it (it gathers); the value on the main process, ``None`` on the
-        others.
-        """
+        """kNN top-1 of the current features on the main process, ``None`` on the others (every
+        process must call it: it gathers)."""
         gathered = self.features()
         if gathered is None:
             return None
@@ -238,9 +207,8 @@ def check_knn_root(cfg: CfgNode) -> None:
 
 
 def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
-    """The :class:`KNNHook` of ``model`` (a pretraining model, DDP-wrapped or not: anything with
-    ``device`` and ``backbone_features(uint8 images)``) as ``cfg.TEST`` describes it, for this
-    process's share. Every process of a run builds it."""
+    """The :class:`KNNHook` of ``model`` (DDP-wrapped or not) as ``cfg.TEST`` describes it, for
+    this process's share; every process builds it."""
     train_src, test_src = knn_sources(cfg)
     size, t = cfg.INPUT.LARGE_SIZE, cfg.TEST
     rank, world = comm.get_rank(), comm.get_world_size()

@@ -7,17 +7,11 @@ enter the prior and the positive key(s) (M_Q rows). The loss of instance i is th
 queries of the cross-entropy of [positive, negatives] (Eq. 12); the batch loss is the mean over
 instances (Eq. 13).
 
-Two faces, one implementation (as ``torch.nn.CrossEntropyLoss`` beside ``cross_entropy``):
-:class:`LoracLoss` is built once (from the config or keyword arguments), validated once, and
-called with the tensors only; :func:`lorac_loss` builds one and calls it, returning the loss
-(the statistics are the module's). The objective is that of one multi-crop step (several key
-crops, one queue each, SwAV's pairing of every view with every key crop but its own). Both faces
-take the same tensors: there is no second, single-key signature, because a function of
-``torch.nn.functional`` takes what its module's ``forward`` takes. The single-key loss of
-Eqs. (12)-(13) (queries (M-1, N, d), one key (N, d), one queue (K, d)) is the call with one key
-crop: ``views`` (M, N, d) whose view 0 is the key crop's (no query reads it, so it may hold
-anything, the key itself for instance), ``keys`` (1, N, d), ``queues`` (1, K, d),
-``key_views=[0]`` and ``lowrank_views`` among 1..M-1.
+Two faces, one implementation: :class:`LoracLoss` (built and validated once) and
+:func:`lorac_loss`, over one multi-crop step (several key crops, one queue each, SwAV's pairing
+of every view with every key crop but its own). The single-key loss of Eqs. (12)-(13) is the call
+with one key crop: ``views`` (M, N, d) whose view 0 no query reads, ``keys`` (1, N, d),
+``queues`` (1, K, d), ``key_views=[0]``.
 
 Departures from the public reference code, on purpose (the paper is the specification):
   * every logit, the prior included, is divided by tau in every phase (the reference divides
@@ -27,21 +21,16 @@ Departures from the public reference code, on purpose (the paper is the specific
 
 Choices where the paper is ambiguous, documented in docs/method.md:
   * Q_i (multi-crop) stacks instance i's large-view queries and *all* its keys, one Q per
-    instance shared by every key crop: 3 + 2 = 5 rows at 3x224 + 5x96, which is what the paper's
-    constants imply (c0 = sqrt(5) is the minimum of ||Q||_* over 5 unit rows, Theorem 1).
-    ``q_construction="per_key_crop"`` keeps the other reading (for key crop j: the large queries
-    other than view j, plus k_j; 3 rows) for comparison.
+    instance: 3 + 2 = 5 rows at 3x224 + 5x96, as the paper's constants imply (c0 = sqrt(5) is
+    the minimum of ||Q||_* over 5 unit rows, Theorem 1); ``q_construction="per_key_crop"`` keeps
+    the other reading (the large queries other than view j, plus k_j; 3 rows).
   * M in h(Q) is the number of rows of Q unless ``prior_m`` is given.
-  * The priors (log h as a function of a nuclear norm) are the classes of
-    :mod:`pretrain.losses.priors`, named through its registry; the loss builds Q (or P), takes
-    its nuclear norm (:func:`pretrain.losses.nuclear.nuclear_norm`) and hands it to the prior.
-  * beta = inf disables every prior (MoCo-M), including ``gaussian`` and ``constant``, so the
-    beta warm-up schedule applies to the ablation priors too; ``gaussian`` ignores finite beta.
-  * ``batchwise`` (LORAC-bs, Sec. 5, Eq. 15) centres the queries that enter the prior (the keys
-    are left out: Eq. 15 centres views around the query mean) over the whole (global) batch; its
-    normaliser is the number of rows of P.
-  * The logged instance-discrimination accuracy compares the plain similarities q.k and q.k^-
-    (without log h), so that it is comparable across the beta switch and between methods.
+  * beta = inf disables every prior (MoCo-M), so the beta warm-up applies to the ablation priors
+    too; ``gaussian`` ignores finite beta.
+  * ``batchwise`` (LORAC-bs, Sec. 5, Eq. 15) centres the prior's queries (not the keys) over the
+    global batch; its normaliser is the number of rows of P.
+  * The logged accuracy compares the plain similarities q.k and q.k^- (without log h), so that it
+    is comparable across the beta switch and between methods.
 """
 
 from __future__ import annotations
@@ -118,10 +107,9 @@ def resolve_lowrank_views(spec: str, num_views: int, num_large: int, num_keys: i
 
 
 def take_views(x: torch.Tensor, idx: Sequence[int]) -> torch.Tensor:
-    """``x[idx]`` along dim 0 from slices: a run of consecutive views is a view of ``x``, any
-    other set the concatenation of its runs. No index tensor: a Python list as an index is copied
-    to the device each call (a host sync), and a device index kept between calls is state that a
-    compiled forward guards on (it recompiled on the second step)."""
+    """``x[idx]`` along dim 0 from slices (a view for consecutive indices). No index tensor: a
+    list index is copied to the device each call (a host sync), and a kept device index is state
+    a compiled forward guards on."""
     idx = [int(i) for i in idx]
     if not idx:
         return x[:0]
@@ -143,11 +131,8 @@ def _p_matrix(low: torch.Tensor) -> torch.Tensor:
 
 
 class LoracLoss(nn.Module):
-    """The LORAC objective of one multi-crop step (Eqs. 11-13; LORAC-bs Eq. 15).
-
-    Built once, validated once; ``forward(views, keys, queues)`` takes the tensors only and
-    returns ``(loss, LoracStats)``; ``log_prior(views, keys)`` is the prior term alone. ``beta``
-    may be set between calls (the beta schedule).
+    """The LORAC objective of one multi-crop step (Eqs. 11-13; LORAC-bs Eq. 15); ``forward``
+    returns ``(loss, LoracStats)``. ``beta`` may be set between calls (the beta schedule).
 
     Args:
         tau: temperature, > 0.
@@ -163,16 +148,12 @@ class LoracLoss(nn.Module):
         c, c0, sigma2: the constants of priors ``constant`` and ``gaussian`` (a name only).
         prior_m: the M that normalises the prior (default: the number of rows of Q; for
             ``batchwise`` P has N * prior_m rows).
-        q_construction: ``instance``: Q_i stacks ``views[lowrank_views, i]`` and all J keys
-            ``keys[:, i]``, one Q per instance shared by every key crop (the paper's reading,
-            5 rows at 3x224 + 5x96); ``per_key_crop``: for key crop j, Q_i^j stacks the
-            lowrank views other than ``key_views[j]`` and ``keys[j, i]`` (3 rows there).
-        nuclear_norm_method: the eigensolver of :func:`~pretrain.losses.nuclear.nuclear_norm`
-            (``auto``: Jacobi sweeps on a GPU, no host sync; ``eigh``; ``jacobi``).
+        q_construction: ``instance`` or ``per_key_crop`` (see the module docstring).
+        nuclear_norm_method: the eigensolver of :func:`~pretrain.losses.nuclear.nuclear_norm`.
 
-    For key crop j the queries are every view except ``key_views[j]`` (SwAV's pairing); loss_j
-    is Eq. (13) over those V-1 queries with positive ``keys[j]`` and negatives ``queues[j]``,
-    and the result is the mean over j. Computed in float32 even under autocast.
+    For key crop j the queries are every view except ``key_views[j]``; loss_j is Eq. (13) with
+    positive ``keys[j]`` and negatives ``queues[j]``; the result is the mean over j, in float32
+    even under autocast.
 
     Raises:
         ValueError: on invalid hyperparameters or indices, naming the argument.
@@ -226,9 +207,8 @@ class LoracLoss(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: Any, nuclear_norm_method: str | None = None) -> LoracLoss:
-        """The loss of a pretraining config (its LOSS and INPUT nodes); ``nuclear_norm_method``
-        replaces LOSS.NUCLEAR_NORM (the model passes its "auto" resolved for the step:
-        :class:`pretrain.config.step_policy.StepPolicy`)."""
+        """The loss of a pretraining config; ``nuclear_norm_method`` replaces
+        LOSS.NUCLEAR_NORM (the model passes its "auto" resolved for the step)."""
         inp, loss = cfg.INPUT, cfg.LOSS
         num_views = inp.LARGE_CROPS + inp.SMALL_CROPS
         return cls(
@@ -342,10 +322,8 @@ class LoracLoss(nn.Module):
         global_lowrank: torch.Tensor | None,
         log_norm: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """log h per key crop and instance, (J, N), and the nuclear norm(s) it read, for
-        logging: (N,) per instance, or () for a batchwise prior; None when the prior is off and
-        ``log_norm`` is off (the norm's eigendecomposition costs a host sync on a GPU).
-        Float32 inputs."""
+        """log h (J, N) and the nuclear norm(s) it read, (N,) or () batchwise; None when
+        neither the prior nor ``log_norm`` needs it (the norm costs a host sync on a GPU)."""
         prior, tau, beta, prior_m = self.prior, self.tau, self.beta, self.prior_m
         kv, low = self.key_views, list(self.lowrank_views)
         n = x.shape[1]
@@ -391,9 +369,8 @@ class LoracLoss(nn.Module):
         keys: torch.Tensor,
         global_lowrank: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prior term alone: log h per key crop and instance, (J, N) (zeros while the prior
-        is off), and the detached nuclear norm it read, (N,) per instance or () for a batchwise
-        prior. ``views``, ``keys`` and ``global_lowrank`` as in :meth:`forward`; float32."""
+        """The prior term alone: log h (J, N) (zeros while off) and the detached nuclear norm,
+        (N,) or () batchwise; arguments as in :meth:`forward`."""
         self._check_shapes(views, keys, None, global_lowrank)
         with torch.autocast(device_type=views.device.type, enabled=False):
             lp, nuc = self._prior_terms(views.float(), keys.float(), global_lowrank)
@@ -411,17 +388,14 @@ class LoracLoss(nn.Module):
         """Loss and statistics of one step.
 
         Args:
-            views: (V, N, d) L2-normalised query-encoder embeddings of every view. Rows that the
-                objective never reads (a key crop's own view, when it is no other key crop's
-                query and not in ``lowrank_views``) may hold anything.
+            views: (V, N, d) L2-normalised query-encoder embeddings of every view (rows no term
+                reads may hold anything).
             keys: (J, N, d) L2-normalised momentum-encoder embeddings of the J key crops.
             queues: (J, K, d) L2-normalised negatives, one queue per key crop.
-            global_lowrank: for ``batchwise``, the (L, N_global, d) ``lowrank_views`` queries of
-                every instance of the global batch (gathered with gradients), so that P is
-                shared across the whole batch as Eq. (15) says; default: these instances.
+            global_lowrank: for ``batchwise``, the (L, N_global, d) prior queries of the global
+                batch (gathered with gradients), so that P spans it as Eq. (15) says.
             log_norm: compute ||Q||_* for the statistics even where the prior does not read it
-                (off: ``stats.nuclear_norm`` is None while the prior is off; the trainer turns it
-                off between logging iterations).
+                (the trainer turns it off between logging iterations).
         """
         self._check_shapes(views, keys, queues, global_lowrank)
         tau = self.tau
@@ -460,21 +434,9 @@ def lorac_loss(
     global_lowrank: torch.Tensor | None = None,
     **criterion: Any,
 ) -> torch.Tensor:
-    """The LORAC loss of one step as a function: ``LoracLoss(**criterion)`` built and called once.
-
-    Args:
-        views, keys, queues, global_lowrank: as in :meth:`LoracLoss.forward` (one key crop:
-            ``keys`` (1, N, d), ``queues`` (1, K, d); see the module docstring).
-        **criterion: :class:`LoracLoss`'s keyword arguments (``tau``, ``beta``, ``prior``,
-            ``key_views``, ``lowrank_views``, ``c``, ``c0``, ``sigma2``, ``prior_m``,
-            ``q_construction``), validated by it.
-
-    Returns:
-        The scalar float32 loss (for the statistics, call a :class:`LoracLoss`). With one key
-        crop, one query and prior ``none`` it is InfoNCE, Eq. (1).
-
-    Raises:
-        ValueError: on invalid hyperparameters, indices or shapes, naming the argument.
+    """The scalar LORAC loss of one step: ``LoracLoss(**criterion)`` built and called once, on
+    the tensors of :meth:`LoracLoss.forward`. With one key crop, one query and prior ``none`` it
+    is InfoNCE, Eq. (1). Raises ValueError on invalid arguments, naming the argument.
     """
     # the statistics are dropped, so ||Q||_* is computed only where the prior reads it
     return LoracLoss(**criterion)(views, keys, queues, global_lowrank, log_norm=False)[0]

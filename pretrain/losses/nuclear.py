@@ -1,68 +1,32 @@
 """Batched nuclear norm with an exact, finite gradient: eigh on the host's path, Jacobi on a GPU's.
 
-Why hand-written rather than ``torch.linalg.matrix_norm(x, ord="nuc")``: that runs a full SVD
-(``gesdd``) of every (m, n) matrix and back-propagates through it, which is slow for the many
-small matrices LORAC needs (one (M, d) matrix per instance, M <= 8, d = 128) and gives NaN/inf
-gradients when singular values repeat (identical rows) or vanish. Why not the float32 Gram-matrix
-shortcut ``sqrt(eigvalsh(X X^T))``: squaring loses half the mantissa, so small singular values
-(and the norm of nearly identical rows) come out wrong by ~1e-4 relative.
+Why not ``torch.linalg.matrix_norm(x, ord="nuc")``: its full SVD is slow for LORAC's many small
+(M, d) matrices and its gradient is NaN/inf when singular values repeat or vanish. Why not the
+float32 ``sqrt(eigvalsh(X X^T))``: squaring loses half the mantissa (~1e-4 relative error on
+small singular values). Here the Gram matrix of the short side is eigendecomposed in float64, and
+the gradient is the exact U V^T on the non-zero singular subspace (the minimum-norm subgradient),
+U diag(1/s) U^T X, computed in the forward pass so that the backward is one multiply.
 
-Method: the Gram matrix of the short side (k x k, k = min(m, n)) is formed and eigendecomposed in
-float64, so the singular values are exact to float32 precision, and the gradient is the exact
-U V^T of the thin SVD restricted to the non-zero singular values (the minimum-norm subgradient
-when the matrix is rank-deficient): U V^T = U diag(1/s) U^T X, from the same decomposition. It is
-computed in the forward pass and saved in ``x``'s dtype (instead of a float64 copy of ``x``), so
-the backward pass is one multiply.
+Eigensolvers (:data:`NUCLEAR_NORM_METHODS`):
 
-Two eigensolvers (``method``, :data:`NUCLEAR_NORM_METHODS`):
+* ``"eigh"``: ``torch.linalg.eigh``; on a GPU it reads LAPACK's ``info`` back, one host sync per
+  call, which cannot be captured in a CUDA graph.
+* ``"jacobi"``: cyclic Jacobi in float64 with a fixed number of sweeps (:func:`jacobi_sweeps`) in
+  plain tensor ops: no host sync, no data-dependent shape or branch (CUDA graphs,
+  ``torch.compile(fullgraph=True)``). Each sweep is k' - 1 rounds of k'/2 disjoint rotations
+  (Brent and Luk's round-robin ordering; an odd k padded with a zero row and column).
+* ``"auto"``: ``"jacobi"`` for CUDA matrices with a short side up to :data:`JACOBI_AUTO_MAX_SIDE`,
+  ``"eigh"`` otherwise (the CPU golden runs are eigh's).
 
-* ``"eigh"``: ``torch.linalg.eigh`` (``eigvalsh`` without a gradient). On a GPU its kernel reads
-  LAPACK's ``info`` back for an error check (there is no ``eigh_ex``): one host sync per call,
-  which stalls the launch queue and cannot be captured in a CUDA graph.
-* ``"jacobi"``: cyclic Jacobi in float64 with a fixed number of sweeps, in plain tensor ops
-  (index_select and elementwise ops): no host sync, fixed shapes, no data-dependent control flow,
-  so it can live inside a captured CUDA graph or a ``torch.compile(fullgraph=True)`` region. Each
-  sweep is k' - 1 rounds of k'/2 disjoint rotations (the round-robin "tournament" ordering of
-  Brent and Luk; k' = k rounded up to even, an odd k padded with a zero row and column that no
-  rotation touches), vectorised over the batch and over the pairs of a round.
-* ``"auto"`` (default): ``"jacobi"`` for CUDA tensors whose short side is at most
-  :data:`JACOBI_AUTO_MAX_SIDE`, ``"eigh"`` otherwise. CPU results (and the bit-exact CPU golden
-  runs) are those of ``eigh``; a GPU matrix with a longer short side (LORAC-bs's P, d = 128) keeps
-  eigh and its sync, because Jacobi's work grows like k^3 per sweep times its sweeps, which grow
-  with k (:func:`jacobi_sweeps`).
-
-Why a fixed number of sweeps is enough (:func:`jacobi_sweeps`): cyclic Jacobi, the round-robin
-ordering included, converges globally, and quadratically once the off-diagonal part is below
-half the gap between distinct eigenvalues (Henrici; Hari for multiple eigenvalues): each sweep
-then squares the relative off-diagonal norm, so 3-4 sweeps take it from ~1e-2 to float64
-round-off. What depends on the matrix is how many sweeps reach that regime; for k <= 8 it took
-at most k + 2 (k + 1 up to k = 7) on random, nearly identical, rank-deficient, graded and
-clustered spectra (repeated singular values, relative gaps of 1e-9 to 1e-12, two clusters 1e4
-apart), measured as the sweeps after which value and gradient stop changing (float64, against a
-float64 SVD; ``benchmarks/bench_nuclear_norm.py --sweeps``); :func:`jacobi_sweeps` adds 2 or
-more. One
-rule keeps that count small: a rotation whose 2 x 2 block has two eigenvalues equal to the
-matrix's round-off (their gap hypot(a_qq - a_pp, 2 a_pq) <= 2 eps * trace) is skipped. Inside a
-cluster of equal eigenvalues (rank-deficient matrices: the zero eigenvalue) such a rotation has a
-random angle, set by round-off; it mixes the cluster's coupling to the other eigenvalues, which
-then decays linearly instead of quadratically: without the rule, rank-deficient and clustered
-matrices took 2-3 more sweeps at k = 8 (11 instead of 8 for rank 4 with equal singular values).
-Skipping it changes the eigenvalues by <= 2 eps * trace (the values only at second order) and
-the gradient by what eigh's own round-off gives.
-
-Accuracy: Jacobi is backward stable like eigh (eigenvalues to ~eps * trace, values of
-``nuclear_norm`` to ~1e-15 relative, gradient to ~eps * ||G|| / sigma_i^2 along sigma_i), and
-more accurate than eigh on graded matrices (rows of very different norms), whose Gram matrix
-keeps a relative accuracy that its rotations preserve. The angle uses the stable t = sign(theta)
-/ (|theta| + sqrt(theta^2 + 1)), theta = (a_qq - a_pp) / (2 a_pq), multiplied through by 2 |a_pq|
-so that nothing divides by a_pq (a_pq = 0 gives t = 0), ``hypot`` so that nothing squares into an
-overflow, and a denominator kept from 0: no division makes an inf or NaN (``_rotations``).
-
-A matrix holding NaN or inf gives NaN (value and gradient) without a host sync: it is zeroed
-before the eigensolver (eigh would raise on it) and its results are replaced by NaN with
-``torch.where``. Until 2026-11 the CPU ran a numba Jacobi kernel here; it was 2-4x faster than
-the eigh path but both are about 0.1 % of a training step, so the dependency was dropped
-(``benchmarks/bench_nuclear_norm.py`` reports both methods against ``matrix_norm``).
+Cyclic Jacobi converges quadratically once the off-diagonal part is below half the eigenvalue
+gaps (Henrici; Hari for multiple eigenvalues); for k <= 8 the measured worst case over random,
+rank-deficient, graded and clustered spectra was k + 2 sweeps (``benchmarks/bench_nuclear_norm.py
+--sweeps``). A rotation whose 2 x 2 block has eigenvalues equal to round-off is skipped: inside a
+cluster of equal eigenvalues its angle is random and slows convergence to linear (11 sweeps
+instead of 8 at k = 8, rank 4); skipping it changes eigenvalues by <= 2 eps * trace. Jacobi is
+backward stable like eigh, and more accurate on graded matrices. A matrix holding NaN or inf
+gives NaN (value and gradient) without a host sync: it is zeroed before the eigensolver and its
+results replaced with ``torch.where``.
 """
 
 from __future__ import annotations
@@ -84,11 +48,9 @@ __all__ = [
 
 # The values of ``nuclear_norm(method=...)`` (and of the config key that selects it).
 NUCLEAR_NORM_METHODS = ("auto", "eigh", "jacobi")
-# Under "auto", CUDA matrices with a short side up to this use Jacobi, longer ones eigh. Jacobi's
-# rounds (each ~20 small ops: launches on a GPU) grow like k times its sweeps: 45 at LORAC's
-# M = 5, 84 at 8, 240 at 16, 744 at 32, and its CPU time against eigh's with them
-# (benchmarks/bench_nuclear_norm.py --sides, (64, k, 128), forward + backward): 7x at k = 5, 9x at
-# 8, 19x at 16, 34x at 32 (42 ms at 16, 348 ms at 32). 16 covers twice LORAC's largest M (8).
+# Under "auto", CUDA matrices with a short side up to this use Jacobi, longer ones eigh: Jacobi's
+# rounds (~20 launches each) grow like k times its sweeps (45 at M = 5, 240 at 16, 744 at 32;
+# benchmarks/bench_nuclear_norm.py --sides). 16 covers twice LORAC's largest M (8).
 JACOBI_AUTO_MAX_SIDE = 16
 
 # Eigenvalues below this fraction of the largest (times the short side) are treated as zero: in
@@ -100,13 +62,9 @@ _ROUND_ROBIN: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] 
 
 
 def jacobi_sweeps(k: int) -> int:
-    """Jacobi sweeps for a k x k Gram matrix: k + 4, at most ceil(k / 2) + 8 (k >= 3).
-
-    At least 2 above the worst case measured (module docstring; ``benchmarks/
-    bench_nuclear_norm.py --sweeps``, 3 seeds of 100 matrices per spectrum): k + 1 for k = 3..7,
-    10 for k = 8, 11 for 10, 10 for 12, 12 for 16, 15 for 24, 16 for 32. One rotation
-    diagonalises a 2 x 2 matrix; a 1 x 1 needs none.
-    """
+    """Jacobi sweeps for a k x k Gram matrix: k + 4, at most ceil(k / 2) + 8 (k >= 3), at least
+    2 above the worst case measured (k + 1 for k = 3..7, 10 for 8, 12 for 16, 16 for 32;
+    ``benchmarks/bench_nuclear_norm.py --sweeps``)."""
     if k <= 2:
         return max(k - 1, 0)
     return min(k + 4, math.ceil(k / 2) + 8)
@@ -123,13 +81,9 @@ def _round_robin_orders(n: int) -> list[list[int]]:
 
 
 def _round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(start (n,), steps (n - 1, n)) int64 on ``device``: ``start`` takes the identity order to
-    the last round's, ``steps[r]`` the order before round r to round r's (so every sweep reuses
-    the same steps).
-
-    Cached per (n, device): a Python list as an index on a CUDA tensor is a blocking copy each
-    time; here the copy is made on the first call, so a CUDA graph is captured after a warm-up
-    call. Under ``torch.compile`` the tables are constants of the graph instead.
+    """(start (n,), steps (n - 1, n)) int64: ``start`` takes the identity order to the last
+    round's, ``steps[r]`` the order before round r to round r's. Cached per (n, device), since a
+    list index on a CUDA tensor is a blocking copy (a CUDA graph is captured after a warm-up call).
     """
     if torch.compiler.is_compiling():
         return _build_round_robin_tables(n, device)
@@ -155,15 +109,13 @@ def _build_round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tenso
 
 
 def _rotations(a: torch.Tensor, tol: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
-    """The (..., 2, 2, h) rotations [[c, -s], [s, c]] that zero a[i, h + i] for each i < h.
+    """The (..., 2, 2, h) rotations [[c, -s], [s, c]] that zero a[i, h + i] for each i < h, of
+    symmetric ``a`` (..., n, n); ``tol`` (..., 1) is its round-off level, ``one`` a 0-dim 1.
 
-    ``a`` is (..., n, n) symmetric, ``tol`` (..., 1) twice its round-off level eps * trace,
-    ``one`` a 0-dim 1. t = s / c is the stable root t = sign(theta) / (|theta| + sqrt(theta^2 +
-    1)), theta = (a_qq - a_pp) / (2 a_pq), multiplied through by 2 |a_pq|: t = 2 a_pq / (d +
-    copysign(hypot(d, 2 a_pq), d)), d = a_qq - a_pp. So a_pq = 0 gives t = 0 without dividing by
-    it, |t| <= 1, nothing overflows, and the denominator, 0 only for a diagonal block, is kept
-    from 0 (a safe denominator, no NaN). The rotation is skipped (t = 0) where the block's two
-    eigenvalues differ by round-off (hypot(d, 2 a_pq) <= tol, module docstring).
+    t = s / c is the stable root sign(theta) / (|theta| + sqrt(theta^2 + 1)), theta = d / (2 a_pq),
+    d = a_qq - a_pp, multiplied through by 2 |a_pq|: t = 2 a_pq / (d + copysign(hypot(d, 2 a_pq),
+    d)), so that nothing divides by a_pq, overflows or makes a NaN. Skipped (t = 0) where the
+    block's two eigenvalues differ by round-off (module docstring).
     """
     h = a.shape[-1] // 2
     diag = a.diagonal(dim1=-2, dim2=-1)
@@ -195,12 +147,8 @@ def _rotate_columns(a: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
 def jacobi_eigh(
     gram: torch.Tensor, vectors: bool = True, sweeps: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Eigenvalues (..., k) and eigenvectors (..., k, k) of symmetric ``gram`` (..., k, k) by
-    cyclic Jacobi (module docstring): no host sync, no data-dependent shape or branch.
-
-    Eigenvalues come unsorted, column j of the vectors belonging to eigenvalue j (so that
-    ``gram ~= V diag(w) V^T``); ``sweeps`` defaults to :func:`jacobi_sweeps` of k.
-    """
+    """Unsorted eigenvalues (..., k) and eigenvectors (..., k, k) (``gram ~= V diag(w) V^T``) of
+    symmetric ``gram`` by cyclic Jacobi: no host sync, no data-dependent shape or branch."""
     k = gram.shape[-1]
     n = k + k % 2
     sweeps = jacobi_sweeps(k) if sweeps is None else sweeps
@@ -287,24 +235,12 @@ def _resolve_method(x: torch.Tensor, method: str) -> str:
 
 
 def nuclear_norm(x: torch.Tensor, method: str = "auto") -> torch.Tensor:
-    """Sum of singular values of each matrix in ``x``.
+    """Sum of singular values of each matrix of ``x`` (..., m, n), by ``method`` (one of
+    :data:`NUCLEAR_NORM_METHODS`, module docstring).
 
-    Args:
-        x: (..., m, n) floating tensor, any batch shape.
-        method: the eigensolver, one of :data:`NUCLEAR_NORM_METHODS`: ``"eigh"`` (LAPACK/
-            cuSOLVER, one host sync per call on a GPU), ``"jacobi"`` (no host sync; any size,
-            meant for short sides of a few dozen at most) or ``"auto"``: Jacobi for CUDA
-            tensors whose short side is at most :data:`JACOBI_AUTO_MAX_SIDE`, eigh otherwise.
-
-    Returns:
-        (...) tensor of nuclear norms in ``x.dtype`` (float16/bfloat16 inputs are computed in
-        float64 and returned in float32, so callers under autocast keep the prior in full
-        precision). Differentiable once, with gradient U V^T on the non-zero singular subspace.
-        A matrix holding NaN or inf gives NaN (no LAPACK error, no host sync).
-
-    Raises:
-        ValueError: if ``x`` has fewer than 2 dimensions, is not floating point, or is empty, or
-            ``method`` is not one of :data:`NUCLEAR_NORM_METHODS`.
+    Returns (...) in ``x.dtype``, float32 for float16/bfloat16 inputs (the prior keeps full
+    precision under autocast); differentiable once. Raises ValueError on a tensor that is not a
+    non-empty floating batch of matrices, or an unknown ``method``.
     """
     if x.dim() < 2:
         raise ValueError(f"nuclear_norm expects (..., m, n), got shape {tuple(x.shape)}")

@@ -1,18 +1,11 @@
 """The priors h(Q) of LORAC's loss (paper Eq. 11 and 14, and the ablations), one class each.
 
-Contract of ``PRIOR_REGISTRY`` (``LOSS.PRIOR`` names an entry; :func:`build_prior` builds it):
-
-* an entry is a frozen-dataclass subclass of :class:`Prior` registered under its ``name``; its
-  fields are its own constants (``c`` of ``constant``, ``c0`` and ``sigma2`` of ``gaussian``),
-  validated on construction with a ``ValueError`` naming the constant;
-* the loss (:mod:`pretrain.losses.lorac`) builds the matrix the prior reads, one Q per instance or,
-  when ``batchwise`` is set, one P of Eq. (15) over the (global) batch, computes its nuclear
-  norm and calls :meth:`Prior.log_h` with that norm and M, the matrix's rows (or
-  ``LOSS.PRIOR_M``); tau and beta are arguments because beta follows a schedule;
-* ``reads_norm`` says whether log h depends on the norm (when not, the norm is computed only
-  for logging, without gradient); ``enabled`` is False for the prior that never acts (MoCo-M).
-
-Every prior is off while beta = inf (the warm-up), ``gaussian`` included: see :meth:`active`.
+Contract of ``PRIOR_REGISTRY`` (``LOSS.PRIOR`` names an entry): an entry is a frozen-dataclass
+subclass of :class:`Prior` registered under its ``name``, whose fields are its constants,
+validated with a ``ValueError`` naming the constant. The loss builds the matrix (one Q per
+instance, or one P of Eq. (15) when ``batchwise``) and calls :meth:`Prior.log_h` with its nuclear
+norm and M; beta is an argument because it follows a schedule. Every prior is off while
+beta = inf (the warm-up): see :meth:`Prior.active`.
 """
 
 from __future__ import annotations
@@ -154,11 +147,8 @@ def prior_names() -> tuple[str, ...]:
 def build_prior(
     name: str, *, c: float | None = None, c0: float | None = None, sigma2: float | None = None
 ) -> Prior:
-    """The prior registered as ``name``, given the constants it declares (others are ignored).
-
-    Raises:
-        ValueError: ``name`` is not registered, or a constant the prior needs is missing/invalid.
-    """
+    """The prior registered as ``name``, given the constants it declares (others are ignored);
+    ValueError for an unknown name or a missing or invalid constant."""
     if name not in PRIOR_REGISTRY:
         raise ValueError(f"prior must be one of {prior_names()}, got {name!r}")
     cls = PRIOR_REGISTRY.get(name)

@@ -1,9 +1,8 @@
 """torch.distributed helpers that degrade to no-ops on one process (no rank assumptions).
 
-Every collective here moves plainly contiguous tensors (images as :func:`as_rows`: ``(N,
-features)`` in their memory order), a layout no collective can misread: NCCL copies raw bytes,
-and a compiled collective allocates its output contiguous whatever its input's strides, so a
-channels_last tensor exchanged as it is would arrive as NCHW bytes (scrambled images).
+Every collective here moves plainly contiguous tensors (images as :func:`as_rows`), since NCCL
+copies raw bytes and a compiled collective allocates its output contiguous: a channels_last tensor
+exchanged as it is would arrive scrambled.
 """
 
 from __future__ import annotations
@@ -61,11 +60,8 @@ def concat_all_gather(x: torch.Tensor) -> torch.Tensor:
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """all_gather whose backward sums every process's gradient and returns this rank's slice.
-
-    torch.distributed.nn.functional.all_gather does the same with reduce-scatter (NCCL) or
-    all-to-all, which gloo does not offer on every build; all_reduce works on every backend.
-    """
+    """all_gather whose backward sums every process's gradient and returns this rank's slice
+    (torch.distributed.nn's all_gather needs reduce-scatter or all-to-all, not on every gloo)."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -84,11 +80,8 @@ class _GatherWithGrad(torch.autograd.Function):
 
 
 def all_gather_with_grad(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """Concatenate ``x`` from every process along ``dim``; gradients reach every contribution.
-
-    The backward sums the gradients that all processes' losses send to each slice, so with DDP's
-    gradient averaging the result equals one process computing the loss on the whole batch.
-    """
+    """Concatenate ``x`` from every process along ``dim``; gradients reach every contribution,
+    so with DDP's averaging the result equals one process computing the whole batch's loss."""
     if world_size() == 1:
         return x
     return _GatherWithGrad.apply(x.movedim(dim, 0)).movedim(0, dim)

@@ -19,12 +19,9 @@ __all__ = [
     "strided_convs_on_1px_maps",
 ]
 
-# "imagenet": torchvision's 7x7 stride-2 conv + 3x3 stride-2 max-pool (4x downsampling).
-# "small": a 3x3 stride-1 conv and no max-pool, as SimCLR and solo-learn use for 32 px CIFAR
-# images: a 28 px input keeps a 28x28 map after the stem and 4x4 in the last stage (the ImageNet
-# stem leaves 7x7 and 1x1). Module names stay torchvision's (conv1, bn1, maxpool = Identity), so
-# the state dict differs only in conv1.weight's kernel, (64, 3, 3, 3) instead of (64, 3, 7, 7).
-# The names: pretrain.config.defaults.STEMS (MODEL.STEM).
+# MODEL.STEM "small": a 3x3 stride-1 conv and no max-pool, as SimCLR and solo-learn use for
+# 32 px images (a 28 px input keeps 4x4 in the last stage, not 1x1); the module names stay
+# torchvision's, so the state dict differs only in conv1.weight's kernel.
 
 
 def set_stem(net: nn.Module, stem: str) -> nn.Module:
@@ -51,10 +48,7 @@ def resnet_backbone(arch: str, stem: str = "imagenet") -> tuple[nn.Module, int]:
 
 def strided_convs_on_1px_maps(arch: str, stem: str, size: int) -> list[str]:
     """Names of the backbone's strided convs wider than 1x1 whose input map is 1 px high or wide
-    when the image is ``size`` px (e.g. ``layer4.0.conv1`` of an ImageNet-stem ResNet at 16 px).
-
-    Shapes only: the backbone is built and run on the meta device (no memory, no arithmetic).
-    """
+    at ``size`` px images, found on the meta device (shapes only)."""
     with torch.device("meta"):
         net, _ = resnet_backbone(arch, stem)
     net.eval()  # BatchNorm in eval mode accepts a batch of one 1x1 map
@@ -91,9 +85,8 @@ class Encoder(nn.Module):
 
 
 def convert_norm(module: nn.Module, norm: str) -> nn.Module:
-    """Replace BatchNorm layers by ``BN`` or ``SyncBN`` (:mod:`pretrain.modeling.norm`: counted
-    on the host; SyncBN without a host sync per layer, CPU and GPU) or ``NaiveSyncBN``
-    (detectron2's)."""
+    """Replace BatchNorm layers by ``BN`` or ``SyncBN`` (:mod:`pretrain.modeling.norm`) or
+    ``NaiveSyncBN`` (detectron2's)."""
     if norm == "BN":
         return convert_batchnorm(module, BatchNorm2d)
     if norm == "SyncBN":

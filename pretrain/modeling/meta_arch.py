@@ -1,19 +1,11 @@
 """Multi-view momentum contrast: LORAC, MoCo-M and MoCo-v2 in one model (paper Sec. 3, Alg. 1).
 
-Per iteration, each image gives V views (multi-crop 3x224 + 5x96 for LORAC/MoCo-M; two 224 views
-for MoCo-v2). The first J large crops are key crops: each goes through the momentum encoder g
-(with ShuffleBN) and has its own queue of K negatives. The query encoder f runs on exactly the
-views the objective reads: every view that is a query of some key crop (for key crop j, all views
-but j) and the views LOSS.LOWRANK_VIEWS names, whether or not the prior is on, so that LORAC and
-its MoCo-M twin (the same config with prior "none") run f on the same views in the same BN batches.
-The objective is the model's :class:`pretrain.losses.LoracLoss` (``self.criterion``, Q per
-instance from LOSS.LOWRANK_VIEWS and all keys by default). MoCo-M is the same model with prior
-"none" (or beta = inf); MoCo-v2 is two views, one key crop, prior "none" and LOWRANK_VIEWS
-"queries": f then sees only the query view, as published.
-
-The model is encoders, queues and the loss: its input views arrive augmented and normalised (the
-data path's last step, :func:`pretrain.data.loader.augment_views_on_device`, run by the trainer
-on the model's device), with the ShuffleBN plans the loader drew for the iteration.
+Each image gives V views; the first J large crops are key crops, each encoded by the momentum
+encoder g (with ShuffleBN) and with its own queue of K negatives. The query encoder f runs on the
+views the objective reads and on those LOSS.LOWRANK_VIEWS names whether or not the prior is on,
+so that LORAC and its MoCo-M twin (prior "none") see the same BN batches. MoCo-v2 is two views,
+one key crop, prior "none" and LOWRANK_VIEWS "queries". The views arrive augmented and normalised,
+with the loader's ShuffleBN plans.
 """
 
 from __future__ import annotations
@@ -82,9 +74,7 @@ class MultiViewMoCo(nn.Module):
         self.channels_last = channels_last
         queues = nn.functional.normalize(torch.randn(num_key_crops, queue_size, out_dim), dim=-1)
         self.register_buffer("queues", queues)  # (J, K, d)
-        # The write pointers stay on the device: the host never reads them (that would be a
-        # host sync), and nothing about a step depends on their value but the rows it writes
-        # (a host pointer would make every step's ops differ: no graph replay, a recompile).
+        # on the device: a host pointer would be a sync, and would change every step's ops
         self.register_buffer("queue_ptr", torch.zeros(num_key_crops, dtype=torch.long))
         # the key encoder's conv and linear weights in the autocast dtype (see _key_weights)
         self._lowp_names = [
@@ -130,11 +120,9 @@ class MultiViewMoCo(nn.Module):
 
     @torch.no_grad()
     def backbone_features(self, images: torch.Tensor) -> torch.Tensor:
-        """The query encoder's backbone features (B, D) of ``images`` (B, 3, h, w), in eval mode
-        (the mode is restored after; BatchNorm uses its running statistics and runs no
-        collective). uint8 images are converted and normalised as the training views are
-        (:mod:`pretrain.utils.pixels`); float ones are taken as normalised. On any device: they
-        are moved to the model's. The kNN monitor and the evaluation tools embed through it."""
+        """The query encoder's backbone features (B, D) of ``images`` (B, 3, h, w) in eval mode
+        (no BN collective); uint8 images are normalised as the training views, float ones taken
+        as normalised."""
         x = images.to(self.device, non_blocking=True)
         if not x.is_floating_point():
             x = normalize_(to_unit_float(x))
@@ -192,10 +180,8 @@ class MultiViewMoCo(nn.Module):
     @torch.no_grad()
     def _key_weights(self, device_type: str) -> dict[str, torch.Tensor] | None:
         """The key encoder's conv and linear weights cast once per step to the autocast dtype
-        (None without autocast). Autocast caches its casts only of tensors that require grad:
-        it would cast each of the key encoder's ~110 weights again for every key crop (106
-        casts of a ResNet-50's convs per multi-crop step); one foreach copy does them all,
-        with the same rounding, so the keys are bit for bit the same."""
+        (None without autocast): autocast caches casts only of tensors that require grad, so it
+        would cast them again for every key crop. Same rounding, so the same keys bit for bit."""
         if not torch.is_autocast_enabled(device_type):
             return None
         dtype = torch.get_autocast_dtype(device_type)
@@ -234,18 +220,16 @@ class MultiViewMoCo(nn.Module):
     def _encode_keys(
         self, x: torch.Tensor, plan: ShufflePlan | None, weights: dict[str, torch.Tensor] | None
     ) -> torch.Tensor:
-        """g(x): the keys of the whole global batch, in batch order, with ShuffleBN from
-        ``plan``; without one (one process, one BN group) a plain forward: BN is permutation
-        invariant."""
+        """g(x): the keys of the global batch, in batch order, with ShuffleBN from ``plan``
+        (None: one BN group, where BN is permutation invariant)."""
         if plan is None:
             return concat_all_gather(self._key_encoder(x, weights))
         return encode_shuffled(x, plan, lambda group: self._key_encoder(group, weights))
 
     @torch.no_grad()
     def _enqueue(self, keys: torch.Tensor) -> None:
-        """Write key crop j's global keys ``keys[j]`` (J, n, d) into queue j at rows
-        ``queue_ptr[j] .. queue_ptr[j] + n - 1`` and advance the pointers, on the device: one
-        ``index_copy_`` for every queue (K % n == 0: a batch never wraps around)."""
+        """Write the global keys (J, n, d) into the queues at ``queue_ptr`` and advance it, on
+        the device, in one ``index_copy_`` (K % n == 0: a batch never wraps around)."""
         j, k = self.queues.shape[:2]
         n = keys.shape[1]
         if k % n:
@@ -258,10 +242,8 @@ class MultiViewMoCo(nn.Module):
         self.queue_ptr.add_(n).remainder_(k)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """``batch["views"]``: V float (B, 3, h, w) augmented, normalised views; for ShuffleBN
-        (:attr:`uses_shuffle_plans`), ``batch["shuffle_plans"]``: J
-        :class:`~pretrain.utils.shuffle_plan.ShufflePlan` on the model's device, one per key
-        crop (the loader's)."""
+        """``batch["views"]``: V float (B, 3, h, w) normalised views; ``batch["shuffle_plans"]``:
+        one :class:`~pretrain.utils.shuffle_plan.ShufflePlan` per key crop, for ShuffleBN."""
         views = self._prepare(batch)
         b = views[0].shape[0]
         plans = [None] * self.num_key_crops

@@ -1,32 +1,18 @@
 """The encoders' BatchNorm: counted by its owner, and synchronised without a host sync per layer.
 
-:class:`BatchNorm2d` is ``nn.BatchNorm2d`` (same state, same ``F.batch_norm`` call) whose
-training forwards do not count themselves: the module that runs them knows how many forwards a
-step makes (the model: one per resolution group of query views, one per key BN group) and adds
-them to every layer's ``num_batches_tracked`` with one ``_foreach_add_`` per step
-(:func:`add_counted_batches`), where ``nn.BatchNorm2d`` launches an add per layer and forward
-(212 of a ResNet-50 multi-crop step's ~3,000 device ops). The values at the end of each step are
-the same. Counting by structure rather than by a counter each forward bumps keeps the forward
-free of Python state that changes from call to call: a compiled forward would be recompiled for
-every new value of such a counter (``torch.compile`` guards on module attributes).
+:class:`BatchNorm2d` is ``nn.BatchNorm2d`` whose training forwards do not count themselves: the
+model knows how many forwards a step makes and adds them to every layer's ``num_batches_tracked``
+in one ``_foreach_add_`` (:func:`add_counted_batches`) instead of an add per layer and forward
+(212 of a ResNet-50 multi-crop step's ~3,000 device ops), with no per-call Python state for a
+compiled forward to guard on.
 
-:class:`SyncBatchNorm` synchronises the training statistics across processes.
-
-Why not ``torch.nn.SyncBatchNorm``: its forward drops the statistics of processes with an empty
-batch through a boolean mask (``count_all[count_all >= 1]``), whose output size the host reads
-back: a host sync in every BN layer of every forward (53 layers x 2 query forwards per step on a
-ResNet-50), and it refuses CPU tensors. Why not detectron2's ``NaiveSyncBatchNorm``: its
-statistics are E[x^2] - E[x]^2 in the input's dtype (bfloat16 under autocast) and it launches an
-elementwise pass per term.
-
-Here every process has the same, non-empty batch (the pretraining sampler guarantees it; an
-empty batch is refused), so nothing is masked. One implementation for every device, of plain
-float32 ops that torch.compile traces whole (torch's fused SyncBN kernels, CUDA only, have no
-meta kernels: a compiled graph would run them through FakeTensor's fallback and could not fuse
-BatchNorm with its ReLU): one all-gather of (mean, var) per layer forward, one all-reduce of
-(sum dy, sum dy (x - mean)) per layer backward, each on one flat buffer. The running statistics
-are updated in place by the module's forward, as buffer mutations a compiled graph declares.
-Gradients of weight and bias are this process's (DDP averages them), as in torch.
+:class:`SyncBatchNorm` synchronises the training statistics across processes. Not
+``torch.nn.SyncBatchNorm``: it masks empty batches with a host sync in every layer and refuses
+CPU tensors. Not detectron2's ``NaiveSyncBatchNorm``: it computes E[x^2] - E[x]^2 in the input's
+dtype (bfloat16 under autocast). Here every process has the same non-empty batch, so nothing is
+masked: plain float32 ops that torch.compile traces whole, one all-gather of (mean, var) per
+forward and one all-reduce per backward. Weight and bias gradients are this process's (DDP
+averages them), as in torch.
 """
 
 from __future__ import annotations
@@ -135,10 +121,8 @@ class SyncBatchNorm(BatchNorm2d):
 
 
 def add_counted_batches(*counts: tuple[nn.Module, int]) -> None:
-    """Add ``forwards`` to the ``num_batches_tracked`` of every :class:`BatchNorm2d` of
-    ``module`` that counts its forwards (in training mode, tracking running statistics with a
-    momentum), for each ``(module, forwards)``: one ``_foreach_add_`` per distinct number (one
-    per step in practice: the model's encoders make as many forwards each)."""
+    """For each ``(module, forwards)``, add ``forwards`` to the ``num_batches_tracked`` of every
+    counting :class:`BatchNorm2d` of ``module``, in one ``_foreach_add_`` per distinct number."""
     groups: dict[int, list[torch.Tensor]] = {}
     for module, forwards in counts:
         for m in module.modules():

@@ -1,12 +1,8 @@
-"""ShuffleBN's exchange from a :class:`~pretrain.utils.shuffle_plan.ShufflePlan` (drawn by the
-loader with the batch; its module says how and why it is as good as MoCo's permutation).
+"""ShuffleBN's exchange from a :class:`~pretrain.utils.shuffle_plan.ShufflePlan`.
 
-Each process takes its rows of the shuffled global batch (one ``all_to_all_single`` whose split
-sizes depend only on the batch size), encodes them in its BN groups, and gets back the keys of
-the global batch in batch order (one all-gather). Every index is a view of the plan's table on
-the device: no host sync, no value read, and the same ops at every step (a compiled step or a
-CUDA graph takes the plan as an input). The collectives move rows
-(:func:`~pretrain.modeling.distributed.as_rows`), whatever the images' memory layout.
+Each process takes its rows of the shuffled global batch (one ``all_to_all_single``), encodes them
+in its BN groups, and gets back the global batch's keys in batch order (one all-gather). Every
+index is a view of the plan's device table: no host sync, the same ops at every step.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Optimisers and the parameter schedules (learning rate, beta) for pretraining.
 
-LARS is written here because the paper used SwAV's setting of apex's ``LARC`` wrapper (trust
-ratio eta = 0.001, ``clip=False``, applied to every parameter), and apex is not pip-installable
-without a CUDA build; torchlars needs CUDA. Other LARS implementations, with their defaults:
-
-* solo-learn's (Lightning Bolts' code) adapts every parameter (``exclude_bias_n_norm_lars=False``;
-  True leaves 1-D parameters, biases and norms, unadapted): LARC's rule, but solo-learn's PyPI
-  package (last released in 2021) is a whole framework to depend on for one class;
-* lightly's leaves a parameter group whose weight decay is 0 unadapted (another rule there);
-* VISSL's (a Classy Vision optimizer) adapts every parameter (``exclude_bias_and_norm=False``)
-  with Barlow Twins' trust ratio eta ||p|| / ||g + weight_decay p||, not LARC's
-  eta ||p|| / (||g|| + weight_decay ||p||).
+LARS is written here because the paper used SwAV's setting of apex's ``LARC`` (eta = 0.001,
+``clip=False``, every parameter), and apex needs a CUDA build. solo-learn's LARS has LARC's rule
+but comes with a whole framework; lightly's leaves groups without weight decay unadapted; VISSL's
+uses Barlow Twins' trust ratio eta ||p|| / ||g + weight_decay p||.
 """
 
 from __future__ import annotations
@@ -50,13 +43,9 @@ class LARS(torch.optim.Optimizer):
     Where ||g|| is 0 and ||p|| is not, apex (like solo-learn and lightly) adds no weight decay;
     here d = weight_decay * p (``tests/pretrain/solver/test_solver.py`` pins this rule).
 
-    ``adapt=False`` leaves the trust ratio out (local = 1): SGD with momentum and weight decay,
-    as ``torch.optim.SGD`` (no dampening, no Nesterov). ``device_lr=True`` (the static step,
-    SOLVER.STATIC_STEP) multiplies by a device copy of each group's lr, written from the group's
-    float before the update: every step then runs the same ops (``alpha=-lr`` would pass each
-    step's lr to the kernel as a constant, which a CUDA graph would bake in), without a host sync
-    (``torch.optim.SGD`` reads a tensor lr back with ``.item()``). Schedulers and logs keep
-    reading and writing ``group["lr"]`` as a float.
+    ``adapt=False`` (local = 1) is ``torch.optim.SGD`` with momentum and weight decay.
+    ``device_lr=True`` (the static step) multiplies by a device copy of each group's float lr,
+    so that a CUDA graph does not bake the lr in as a constant, without a host sync.
     """
 
     def __init__(
@@ -150,9 +139,8 @@ class LARS(torch.optim.Optimizer):
 
 
 def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """:class:`LARS` over the query encoder's parameters: with LARC's trust ratio (LORAC,
-    MoCo-M) or without it (SGD: MoCo-v2, the same update as ``torch.optim.SGD`` with momentum
-    and weight decay); the lr a device tensor where the step's policy says so."""
+    """:class:`LARS` over the query encoder's parameters, with LARC's trust ratio (LORAC,
+    MoCo-M) or without it (SGD: MoCo-v2)."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
     if s.OPTIMIZER not in OPTIMIZERS:
@@ -189,11 +177,8 @@ class BetaParamScheduler(ParamScheduler):
     """The prior's beta over training: inf (prior off) for the first ``inf_fraction`` of the
     iterations, then ``beta`` (the paper's warm-up, Sec. 6.2 and Fig. 3).
 
-    A two-line subclass rather than fvcore's ``MultiStepParamScheduler``: that one adds
-    ``WHERE_EPSILON`` (1e-6) to ``where``, which moves the switch one iteration early from 1M
-    iterations on (IN-1K at batch 256 has 1.0M). Here ``where = iter / max_iter`` is compared
-    with ``inf_iters / max_iter``: exact, since division by the same number keeps the order of
-    integers below 2**53.
+    Not fvcore's ``MultiStepParamScheduler``: its ``WHERE_EPSILON`` (1e-6) moves the switch one
+    iteration early from 1M iterations on (IN-1K at batch 256 has 1.0M).
     """
 
     def __init__(self, beta: float, inf_iters: int, max_iter: int) -> None:

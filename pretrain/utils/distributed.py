@@ -1,21 +1,12 @@
 """torch.distributed from the environment a launcher leaves: torchrun, SLURM's srun, submitit.
 
-One process per task (per GPU, or per CPU process). The rank layout comes from, in order:
+One process per task. The layout comes from torchrun's variables, submitit's ``LocalExecutor``
+(``SUBMITIT_LOCAL_*``) or a SLURM job step (inside ``srun``; the master is the step's first host,
+the port derived from the job id, so every task computes the same one alone).
 
-* torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR/PORT``;
-* submitit's ``LocalExecutor`` (``SUBMITIT_LOCAL_*``): all tasks on this machine;
-* a SLURM job step (inside ``srun``, which submitit uses): ``SLURM_PROCID``, ``SLURM_NTASKS``,
-  ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_STEP_TASKS_PER_NODE``; the master is the first
-  host of the step's node list (``scontrol show hostnames``), the port is derived from the job
-  id so every task computes the same one without talking to the others.
-
-The batch script itself (no ``srun``) is not a step, so a process started there stays single.
-
-Failing fast: a process that dies or hangs must end the job, not leave the others waiting in a
-collective until the time limit. The process group times out after ``DIST.TIMEOUT_MINUTES``
-(10 by default, not torch's 30), and NCCL runs with asynchronous error handling
-(:data:`FAIL_FAST_ENV`), without which NCCL's timeout is never enforced: a timed-out or failed
-collective then aborts the process, and ``srun --kill-on-bad-exit=1`` ends the other tasks.
+Failing fast: a dead or hung process must end the job, not leave the others waiting until the
+time limit. The group times out after ``DIST.TIMEOUT_MINUTES`` and NCCL runs with asynchronous
+error handling (:data:`FAIL_FAST_ENV`), without which its timeout is never enforced.
 """
 
 from __future__ import annotations
@@ -70,21 +61,15 @@ class DistEnv:
 
 
 def job_port(job_id: str, restart: int = 0) -> int:
-    """A port in [20000, 60000) that every task of a job derives alike.
-
-    The restart count is part of it so a requeued job does not race the sockets its previous
-    run may leave in TIME_WAIT; consecutive job ids get ports 16 apart.
-    """
+    """A port in [20000, 60000) that every task of a job derives alike; the restart count keeps
+    a requeued job off the sockets its previous run left in TIME_WAIT."""
     digits = "".join(c for c in job_id if c.isdigit()) or "0"
     return 20000 + (16 * int(digits) + restart) % 40000
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
-    """``"gpu[01-02,5],login1"`` -> ``["gpu01", "gpu02", "gpu5", "login1"]``.
-
-    ``scontrol show hostnames`` is authoritative and used when present; this parser covers
-    machines without the SLURM client tools (and is what the unit tests exercise).
-    """
+    """``"gpu[01-02,5],login1"`` -> ``["gpu01", "gpu02", "gpu5", "login1"]``, where
+    ``scontrol show hostnames`` is missing."""
     hosts: list[str] = []
     for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?(?:,|$)", nodelist):
         prefix, ranges = m.group(1), m.group(2)

@@ -1,18 +1,10 @@
 """One live user per directory: an exclusive ``flock`` on a file inside it.
 
-A pretraining run holds ``<OUTPUT_DIR>/.lock`` (two runs into one directory would write the same
-checkpoints, metrics and ``last_checkpoint``); a study holds its own lock on its output directory.
-The lock belongs to the kernel's open file, so it goes with the process however that ends
-(``SIGKILL`` included): a killed run leaves no stale lock behind, only the file, which names its
-last holder (``pid N on HOST``) for the message a refused user gets.
-
-Two details make it behave as "one process":
-
-* Forked children (data-loader workers, ``multiprocessing`` with ``fork``) inherit the open file,
-  and with it the lock, and may outlive a killed parent for a few seconds. Each child drops its
-  copy right after the fork, so the lock lives exactly as long as the process that took it.
-* In one process the lock is re-entrant (counted per path): a process may build a second trainer
-  on the directory it already holds (a resumed run, a test), which is not a second user.
+A pretraining run holds ``<OUTPUT_DIR>/.lock``, a study its own. The lock goes with the process
+however it ends (``SIGKILL`` included); the file names its last holder for the refusal message.
+Forked children drop their inherited copy right after the fork (they may outlive a killed
+parent), and in one process the lock is re-entrant (a second trainer on the same directory is
+not a second user).
 """
 
 from __future__ import annotations
@@ -41,9 +33,8 @@ _held_guard = threading.Lock()
 
 
 def _drop_inherited_locks() -> None:
-    """In a forked child: drop the inherited lock descriptors (the parent's lock is then held by
-    the parent alone) and forget them. Each is first pointed at /dev/null, so that closing its
-    file object cannot flush or unlock anything of the parent's."""
+    """In a forked child: drop the inherited lock descriptors, each first pointed at /dev/null
+    so that closing it cannot flush or unlock anything of the parent's."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     try:
         for f, _ in _held.values():
@@ -62,13 +53,9 @@ def _holder_text() -> str:
 
 
 class DirLock:
-    """An exclusive lock on ``<directory>/<filename>``; ``what`` names the directory in messages
-    (``"OUTPUT_DIR"``, ``"--output-dir"``) and ``user`` what holds it (``"run"``, ``"study"``).
-
-    :meth:`acquire` raises ``error`` (:class:`~pretrain.utils.errors.BusyError`, or a caller's own
-    :class:`~pretrain.utils.errors.LoracError` subclass) naming the directory and the holder when
-    another process holds it; :meth:`release` is idempotent. Also a context manager.
-    """
+    """An exclusive lock on ``<directory>/<filename>``, also a context manager. :meth:`acquire`
+    raises ``error`` naming the directory (``what``) and the holder (a ``user``) when another
+    process holds it."""
 
     def __init__(
         self,

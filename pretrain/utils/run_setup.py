@@ -1,14 +1,8 @@
 """Setting up a run: its loggers, seeds, and its full config and environment on disk, once.
 
-Every run (pretraining, classification, detection, kNN) leaves in its output directory
-``config.yaml`` (the full config: defaults, file and overrides merged) and ``env.txt``
-(detectron2's ``collect_env_info``), plus ``args.json`` for tools configured by arguments only.
-:func:`dump_run_info` writes them, atomically, and is the only writer of these files;
-:func:`setup_run` is detectron2's ``default_setup`` for any ``CfgNode``.
-
-Pretraining dumps from :class:`~pretrain.engine.trainer.PretrainTrainer` (so runs built without
-the command line, such as the demo and the study, dump too) and its command-line setup passes
-``dump=False``; every other tool dumps from :func:`setup_run`.
+Every run leaves in its output directory ``config.yaml`` (the full, merged config), ``env.txt``
+and, for tools configured by arguments only, ``args.json``: :func:`dump_run_info` is their one
+writer. :func:`setup_run` is detectron2's ``default_setup`` for any ``CfgNode``.
 """
 
 from __future__ import annotations
@@ -57,12 +51,10 @@ def dump_run_info(
 def setup_run(
     cfg: CfgNode, args: argparse.Namespace | None = None, *, dump: bool = True
 ) -> logging.Logger:
-    """Loggers to ``cfg.OUTPUT_DIR/log.txt``, :func:`dump_run_info` on the main process (unless
-    ``dump`` is False), per-rank seeds from ``cfg.SEED`` and cudnn's benchmark mode.
-
-    detectron2's ``default_setup`` does the same but writes ``config.yaml`` non-atomically and
-    unconditionally, no ``env.txt``, and reads keys through OmegaConf, which fails on fvcore's
-    ``CfgNode``. Returns the ``detectron2`` logger.
+    """Loggers to ``cfg.OUTPUT_DIR/log.txt``, :func:`dump_run_info` (unless not ``dump``),
+    per-rank seeds and cudnn's benchmark mode; returns the ``detectron2`` logger. Not
+    ``default_setup``: it writes non-atomically and reads keys through OmegaConf, which fails on
+    fvcore's ``CfgNode``.
     """
     from detectron2.utils import comm
     from detectron2.utils.env import seed_all_rng

@@ -1,33 +1,16 @@
 """ShuffleBN's plan: which rows of the global key batch each process encodes, in which BN group.
 
 MoCo's ShuffleBN permutes the global key batch before the key encoder, so that a key is not
-normalised with the statistics of the BN batch its query was normalised with (the query encoder's
-BN batch is its own process's ``b`` rows): a model that can read the positive pair's shared
-batch statistics cheats on the pretext task. Here that permutation is a :class:`ShufflePlan`,
-drawn by the loader with the batch (a pure function of a seed and the sizes, on the host) and
-delivered with it as data: the exchange (:mod:`pretrain.modeling.shuffle`) reads it as a device
-tensor, so its ops and its collectives' split sizes are the same at every step.
+normalised with its query's BN batch statistics (which would let the model cheat). Here that
+permutation is a :class:`ShufflePlan` drawn by the loader from a seed and delivered as data, so
+that the exchange's ops and split sizes (:mod:`pretrain.modeling.shuffle`) are the same every step.
 
-**Split sizes.** With ``b = q * world + r``, process ``p`` sends ``q + 1`` rows to the ``r``
-ranks after it (``d`` with ``(d - p - 1) % world < r``) and ``q`` rows to the others, itself
-included: every rank receives ``b`` rows, the sizes depend only on ``(world, b)``, and the extra
-rows never stay on their own process.
-
-**Why stratified is as good as MoCo's uniform permutation.** MoCo's permutation puts into each
-key BN group, in expectation, an even share of every process's batch; how many is
-hypergeometric, so some steps give a group that is mostly one process's batch (all of it with
-probability ``world / C(world * b, b)``), the very case ShuffleBN is there to avoid. The plan
-gives every group that even share every step, and only the variance is gone. Which rows go where
-stays random: each process sends its rows in the order of a uniform permutation of its ``b``
-rows, cut into the fixed split sizes in rank order, so the rows ``p`` sends to ``d`` are a
-uniform subset of its batch (the law of the uniform permutation conditioned on the counts).
-A rank encodes its ``b`` rows in ``splits`` BN groups (``torch.tensor_split``: sizes differ by
-at most one); the received rows are dealt into them one from each source in turn, the sources
-in a random order (those that sent ``q + 1`` first), so a group of ``s`` rows holds
-``floor(s / world)`` or ``ceil(s / world)`` rows of every process. One process with ``splits``
-groups (``splits`` dividing ``b``) draws the plan of ``splits`` processes of ``b / splits`` rows
-with one group each, so that it trains as they would (``MODEL.KEY_BN_SPLITS`` emulates them);
-else its groups are a uniform random grouping.
+With ``b = q * world + r``, process ``p`` sends ``q + 1`` rows to the ``r`` ranks after it and
+``q`` to the others: every rank receives ``b`` rows. Stratified, not MoCo's uniform permutation:
+each BN group holds an even share of every process's batch every step (MoCo's does only in
+expectation, and sometimes mostly one process's batch, the very case ShuffleBN avoids); which rows
+go where stays uniformly random. One process with ``splits`` groups (dividing ``b``) draws the
+plan of ``splits`` processes with one group each, so that ``MODEL.KEY_BN_SPLITS`` emulates them.
 """
 
 from __future__ import annotations
@@ -49,19 +32,14 @@ def split_size(world: int, b: int, src: int, dst: int) -> int:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ShufflePlan:
-    """One process's part of a ShuffleBN exchange (see the module's docstring).
+    """One process's part of a ShuffleBN exchange, as one int64 ``table`` (one copy to the
+    device) of the same shape for every seed:
 
-    ``table`` is one int64 tensor of ``2 * b + world * b`` entries (one tensor: one copy to the
-    device, one pinned block), the same shape for every seed:
-
-    * :attr:`send` ``(b,)``: the rows of this process's batch to send, grouped by destination
-      rank in rank order (:func:`split_size` rows each);
+    * :attr:`send` ``(b,)``: the rows to send, grouped by destination rank in rank order;
     * :attr:`arrange` ``(b,)``: position ``j`` of this rank's BN-group order holds row
-      ``arrange[j]`` of what the all-to-all received (source ranks in rank order); the identity
-      when there is one group or one process (:attr:`arranges` False);
-    * :attr:`restore` ``(world * b,)``: the key of global row ``i`` (process ``i // b``'s row
-      ``i % b``) is row ``restore[i]`` of the all-gathered keys (rank order, each rank's keys
-      in its BN-group order); the same on every rank.
+      ``arrange[j]`` of what the all-to-all received;
+    * :attr:`restore` ``(world * b,)``: global row ``i``'s key is row ``restore[i]`` of the
+      all-gathered keys.
     """
 
     world: int
@@ -84,8 +62,7 @@ class ShufflePlan:
 
     @property
     def arranges(self) -> bool:
-        """Whether the received rows are reordered before the BN groups (a host decision fixed
-        by the sizes: one group is permutation invariant, one process's ``send`` is enough)."""
+        """Whether the received rows are reordered before the BN groups (fixed by the sizes)."""
         return self.world > 1 and self.splits > 1
 
     def split_sizes(self) -> tuple[list[int] | None, list[int] | None]:
@@ -129,10 +106,9 @@ class ShufflePlan:
 
 
 def shuffle_plan(seed: int, world: int, b: int, splits: int, *, rank: int) -> ShufflePlan:
-    """The ShuffleBN plan of process ``rank`` among ``world`` processes of ``b`` rows each,
-    ``splits`` BN groups per process, for ``seed`` (the same on every process: each computes
-    the same global plan and keeps its part). A pure function of its arguments, drawn with a
-    CPU generator, so that it can run in a data worker; host tensors."""
+    """The ShuffleBN plan of process ``rank`` among ``world`` processes of ``b`` rows each and
+    ``splits`` BN groups: every process draws the same global plan from ``seed`` on the CPU (in
+    a data worker) and keeps its part."""
     if not 1 <= splits <= b or world < 1:
         raise ValueError(
             f"world {world}, per-process batch {b} and MODEL.KEY_BN_SPLITS {splits}: "

@@ -1,33 +1,16 @@
 """The stop signals SLURM sends, what each asks for, requeueing, and data workers that survive them.
 
-Signals and what they mean on SLURM:
+* ``SIGTERM``: SLURM is ending the job now (preemption, ``scancel``, the time limit); ``SIGKILL``
+  follows ``KillWait`` seconds later. We only save; whether the job runs again is SLURM's call.
+* ``SIGUSR1``/``SIGUSR2`` (or submitit's ``SUBMITIT_PREEMPT_SIGNAL``): the warning before the time
+  limit (``sbatch --signal=USR2@120``): we save *and* requeue.
 
-* ``SIGTERM``: SLURM is ending the job now (preemption with ``PreemptMode=REQUEUE``,
-  ``scontrol requeue``, ``scancel``, the time limit itself); it sends ``SIGKILL`` ``KillWait``
-  seconds later (30 by default). Whether the job runs again is SLURM's decision: we only save.
-* ``SIGUSR1``/``SIGUSR2``: the warning ``sbatch --signal=USR2@120`` sends before the time limit
-  (submitit's default signal is USR2, ``SUBMITIT_PREEMPT_SIGNAL`` changes it), or a user's
-  ``scancel --signal=USR1``: we save *and* requeue the job, which then resumes from the save.
-
-The trainer acts on them at an iteration boundary (:class:`pretrain.engine.hooks.StopOnSignal`,
-which says how). SLURM signals *every* process of a job step (preemption, ``scancel``, requeue),
-data-loader workers included, so the design has to survive the whole process group being
-signalled:
-
-* Data-loader workers (:func:`shield_data_worker`, their ``worker_init_fn``) take the stop
-  signals on a thread with ``sigwaitinfo``: a SIGTERM from their parent (the orderly shutdown,
-  ``multiprocessing``'s ``terminate()``) ends them at once, as torch's own worker handler does;
-  any other sender's is ignored, so the workers keep serving the main process until it stops at
-  the iteration boundary and shuts them down itself (the trainer does, before restoring the
-  signal handlers). Plain ``SIG_IGN`` would not do: ``multiprocessing`` could then not stop its
-  daemon children and every process would hang at exit.
-* A worker can still die of the signal (one killed before it installed the filter, or by another
-  process's hand). On the first stop signal the main process therefore stops listening to
-  SIGCHLD (torch's handler would raise "DataLoader worker ... is killed by signal" at any
-  bytecode, e.g. in the middle of the checkpoint write), and a batch that cannot be fetched
-  while a stop is pending is not an error: it is the stop, after the last completed iteration.
-
-Standard library only: data loaders (below the engine) import :func:`shield_data_worker`.
+The trainer acts on them at an iteration boundary (:class:`pretrain.engine.hooks.StopOnSignal`).
+SLURM signals every process of a job step, data-loader workers included: the workers
+(:func:`shield_data_worker`) ignore stop signals from anyone but their parent, so that they serve
+the main process until it stops; and once a stop is pending, the main process ignores SIGCHLD and
+takes a batch that cannot be fetched as the stop. Standard library only: the data loaders import
+this module.
 """
 
 from __future__ import annotations
@@ -78,10 +61,8 @@ def requeue_slurm_job() -> None:
 
 
 def default_stop_signals(interrupt: bool = False) -> dict[int, int]:
-    """Signal -> :data:`STOP` or :data:`STOP_AND_REQUEUE`: SIGTERM stops, SIGUSR1, SIGUSR2 and
-    submitit's ``SUBMITIT_PREEMPT_SIGNAL`` stop and requeue; with ``interrupt`` SIGINT (Ctrl-C)
-    stops too (what ``tools/train_pretrain.py`` asks for; a tool that handles Ctrl-C itself,
-    such as the study, leaves it out)."""
+    """Signal -> :data:`STOP` or :data:`STOP_AND_REQUEUE` (module docstring); with ``interrupt``
+    SIGINT (Ctrl-C) stops too."""
     sigs = {signal.SIGTERM: STOP, signal.SIGUSR1: STOP_AND_REQUEUE}
     if interrupt:
         sigs[signal.SIGINT] = STOP
@@ -95,18 +76,14 @@ def default_stop_signals(interrupt: bool = False) -> dict[int, int]:
 def shield_data_worker(worker_id: int) -> None:
     """``worker_init_fn`` of data loaders: survive stop signals meant for the main process.
 
-    Blocks the stop signals (SIGTERM, SIGUSR1, SIGUSR2, submitit's) and SIGINT in this worker
-    and takes them on a daemon thread with ``sigwaitinfo``, which tells the sender: SIGTERM from
-    the parent process (the data loader's or ``multiprocessing``'s shutdown) exits at once with
-    status 0, like torch's own worker handler; everything else is ignored (the main process stops
-    at an iteration boundary and then shuts the workers down). SIGKILL still ends a worker, and a
-    worker whose parent died exits on its own (torch's watchdog).
+    The stop signals and SIGINT are taken on a thread with ``sigwaitinfo``, which tells the
+    sender: SIGTERM from the parent (its orderly shutdown) exits at once, as torch's handler
+    does; the rest is ignored. (``SIG_IGN`` would keep ``multiprocessing`` from stopping them.)
     """
     del worker_id
     if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep torch's behaviour
         return
-    # SIGINT too: Ctrl-C reaches the whole process group, and the main process decides (the
-    # study's workers turn it into a checkpoint; a plain run stops and shuts the workers down)
+    # SIGINT too: Ctrl-C reaches the whole process group, and the main process decides
     sigs = set(default_stop_signals()) | {signal.SIGINT}
     parent = os.getppid()
     # Block first: threads started later (the waiter included) inherit the mask, and a blocked

@@ -1,6 +1,6 @@
 """Helpers shared by the checkpoint tests: seeded ResNets with non-trivial BatchNorm statistics
 and the public checkpoint layouts of docs/checkpoints.md as tiny synthetic files (``CASES``).
-Used by ``tests/pretrain/checkpoint/``, ``tests/transfer/detection/`` and
+Used by ``tests/transfer/checkpoint/``, ``tests/transfer/detection/`` and
 ``tests/transfer/export/``."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def pre(prefix: str, sd: dict) -> dict:
 
 def d2_names(sd: dict, prefix: str = "") -> dict:
     """detectron2 names as ``convert-torchvision-to-d2.py`` writes them, re-done by string
-    replacement (independent of pretrain.checkpoint.resnet_names), numpy values, its ``stem.fc.*``
+    replacement (independent of transfer.checkpoint.resnet_names), numpy values, its ``stem.fc.*``
     kept."""
     out = {}
     for k, v in sd.items():

@@ -14,9 +14,9 @@ import pytest
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import ENTRIES
-from pretrain.config.files import config_path
 from pretrain.utils.errors import USER_ERROR_EXIT_CODE, ConfigError
 from tests.helpers import ROOT
+from transfer.shipped_configs import config_path
 
 
 def _setup_tools() -> dict[str, str]:

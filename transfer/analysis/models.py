@@ -1,9 +1,6 @@
-"""Load a pretrained ``MultiViewMoCo`` from a run directory or a checkpoint file.
-
-A run directory (``OUTPUT_DIR`` of ``tools/train_pretrain.py``) gives its ``config.yaml`` and the
-checkpoint named in ``last_checkpoint`` (else ``model_final.pth``); a checkpoint file is read
-with the ``config.yaml`` beside it. The config is needed both to rebuild the model and to
-reproduce the run's own augmentation; the weights are loaded strictly.
+"""Load a pretrained ``MultiViewMoCo``, strictly, from a run directory (its ``config.yaml`` and
+last checkpoint) or a checkpoint file with ``config.yaml`` beside it: the config rebuilds the
+model and reproduces the run's own augmentation.
 """
 
 from __future__ import annotations
@@ -15,15 +12,15 @@ from dataclasses import dataclass
 import torch
 from fvcore.common.config import CfgNode
 
-from pretrain.checkpoint.layouts import find_matches
-from pretrain.checkpoint.provenance import run_label
-from pretrain.checkpoint.reader import load_checkpoint_file
 from pretrain.config.defaults import load_config
 from transfer.analysis import AnalysisError
 from transfer.analysis.runs import prior_never_on
+from transfer.checkpoint.layouts import find_matches
+from transfer.checkpoint.provenance import run_label
+from transfer.checkpoint.reader import load_checkpoint_file
 from transfer.metrics_json import read_metrics_json
 
-__all__ = ["PretrainedModel", "beta_of", "default_label", "load_pretrained", "resolve_run"]
+__all__ = ["PretrainedModel", "load_pretrained", "resolve_run"]
 
 
 @dataclass
@@ -37,18 +34,12 @@ class PretrainedModel:
 
     @property
     def beta(self) -> float:
-        return beta_of(self.cfg)
+        """The prior's final beta; inf when the prior is off (MoCo-M / MoCo-v2)."""
+        return math.inf if self.prior == "none" else float(self.cfg.LOSS.BETA)
 
     @property
     def prior(self) -> str:
         return str(self.cfg.LOSS.PRIOR)
-
-
-def beta_of(cfg: CfgNode) -> float:
-    """The prior's final beta; inf when the prior is off (``none``: MoCo-M / MoCo-v2)."""
-    if cfg.LOSS.PRIOR == "none":
-        return math.inf
-    return float(cfg.LOSS.BETA)
 
 
 def resolve_run(path: str) -> tuple[str, str]:
@@ -78,12 +69,6 @@ def resolve_run(path: str) -> tuple[str, str]:
     return ckpt, config
 
 
-def default_label(path: str) -> str:
-    """:func:`pretrain.checkpoint.provenance.run_label`: the run directory's name, plus the
-    checkpoint's stem for a periodic one; the results tables name the model's rows so too."""
-    return run_label(path)
-
-
 def load_pretrained(path: str, label: str = "", device: str = "cpu") -> PretrainedModel:
     """Build the run's model on ``device`` ("cpu" or "cuda") and load its weights strictly."""
     from pretrain.modeling import build_model
@@ -111,9 +96,7 @@ def load_pretrained(path: str, label: str = "", device: str = "cpu") -> Pretrain
         ) from None
     model.eval()
     never_on = prior_never_on(cfg, _logged_betas(config_path, obj.get("iteration")))
-    return PretrainedModel(
-        label or default_label(path), ckpt_path, config_path, cfg, model, never_on
-    )
+    return PretrainedModel(label or run_label(path), ckpt_path, config_path, cfg, model, never_on)
 
 
 def _logged_betas(config_path: str, iteration: object) -> list[float]:

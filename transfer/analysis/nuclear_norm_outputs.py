@@ -1,11 +1,5 @@
-"""Run the nuclear-norm analysis over several models and write its figures and CSVs.
-
-Outputs in ``out_dir`` (every PNG has a CSV with the same stem holding exactly the plotted data):
-
-* ``nuclear_norm_hist``: one row per (model, test image) -> overlaid histograms (Fig. 4c);
-* ``nuclear_norm_vs_beta``: one row per model (mean, std, median) -> mean vs beta (Fig. 3b);
-* ``accuracy_vs_nuclear_norm``: one row per model with an accuracy -> Fig. 3c (only when an
-  accuracy is known: ``--accuracy-csv`` or ``--knn-train``).
+"""Run the nuclear-norm analysis over several models and write its figures (:data:`FIGURES`:
+Fig. 4c, 3b and, when an accuracy is known, 3c), each PNG beside a CSV of exactly its data.
 """
 
 from __future__ import annotations
@@ -18,9 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pretrain.data.loader import resolve_num_workers
-from pretrain.data.splits import evenly_spaced
 from pretrain.evaluation.knn import KNN_K
-from pretrain.utils.tables import write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_stats import (
@@ -33,6 +25,7 @@ from transfer.analysis.nuclear_norm_stats import (
     summary_row,
     view_spec,
 )
+from transfer.tables import write_csv
 
 __all__ = ["FIGURES", "AnalysisOptions", "Written", "analyze", "write_outputs"]
 
@@ -67,15 +60,15 @@ def analyze(paths: Sequence[str], opt: AnalysisOptions) -> list[ModelStats]:
         raise AnalysisError(f"--labels gives {len(opt.labels)} names for {len(paths)} models")
     if opt.views < 2:
         raise AnalysisError(f"--views {opt.views}: need at least 2 views per image")
-    workers = resolve_num_workers(opt.num_workers, name="--num-workers")  # -1: fit to the cores
     accuracy = read_accuracy_csv(opt.accuracy_csv) if opt.accuracy_csv else {}
-    test = open_split(opt.dataset, opt.data_root, "test", opt.class_list)
-    indices = evenly_spaced(len(test), opt.max_images)
+    test, indices = open_split(opt.dataset, opt.data_root, "test", opt.class_list, opt.max_images)
     classes = [test.label(i) for i in indices]
+    workers = resolve_num_workers(opt.num_workers, name="--num-workers")  # -1: fit to the cores
     train = train_idx = None
     if opt.knn_train:
-        train = open_split(opt.dataset, opt.data_root, "train", opt.class_list)
-        train_idx = evenly_spaced(len(train), opt.knn_train)
+        train, train_idx = open_split(
+            opt.dataset, opt.data_root, "train", opt.class_list, opt.knn_train
+        )
     results: list[ModelStats] = []
     for n, path in enumerate(paths):
         m = load_pretrained(path, opt.labels[n] if opt.labels else "", opt.device)

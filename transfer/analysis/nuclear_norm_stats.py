@@ -1,15 +1,10 @@
 """Nuclear norm of augmented test views (paper Sec. 6.2 "Test Data Nuclear Norm Statistics").
 
-For every test image, V = 32 views drawn from the run's own pretraining augmentation (its large
-crop: ``INPUT.LARGE_SIZE`` / ``LARGE_SCALE``, flip, and its colour spec) go through the query
-encoder f; the V x d matrix Q_hat of L2-normalised embeddings has a nuclear norm between sqrt(V)
-(all views identical) and sqrt(V * rank). The paper plots its histogram per model (Fig. 4c), its
-mean against beta (Fig. 3b) and the accuracy against it (Fig. 3c).
-
-Determinism: image ``i``'s crops come from a generator seeded with ``sample_seed(seed, i, 0)``
-and its colours from ``sample_seed(seed, i, 1)``, so values do not depend on the batch size,
-the number of workers or which other images are evaluated, and two models with the same
-augmentation see the same views. The encoder runs in eval mode (BatchNorm running statistics).
+Per test image, V = 32 views of the run's own large-crop augmentation go through the query
+encoder (eval mode); the V x d matrix Q_hat of L2-normalised embeddings has a nuclear norm
+between sqrt(V) (identical views) and sqrt(V * rank). Image ``i``'s crops and colours are seeded
+by ``sample_seed(seed, i, 0 / 1)``, so values do not depend on batching or on the other images,
+and two models with the same augmentation see the same views.
 """
 
 from __future__ import annotations
@@ -35,15 +30,16 @@ from pretrain.data.datasets import (
     dataset_type,
 )
 from pretrain.data.sampler import sample_seed
+from pretrain.data.splits import evenly_spaced
 from pretrain.data.transforms import CropSpec, MultiCropTransform
 from pretrain.evaluation.features import FeatureFn
 from pretrain.evaluation.knn import KNN_K
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
-from pretrain.utils.tables import read_csv
 from transfer.analysis import AnalysisError
 from transfer.analysis.runs import beta_label
 from transfer.classification.transforms import eval_transform
+from transfer.tables import read_csv
 
 __all__ = [
     "ModelStats",
@@ -81,27 +77,27 @@ class ModelStats:
 
 
 def open_split(
-    dataset: str, root: str, split: str, class_list: str = ""
-) -> FashionMNISTSource | ImageFolderSource:
-    """The ``test`` (or ``train``) images of ``dataset`` as a pretrain image source.
-
-    ``imagefolder``: ``root/<class>/<image>``; when ``root`` has ``train/`` and ``val/`` the test
-    images are ``root/val`` and the kNN references ``root/train``.
-    """
+    dataset: str, root: str, split: str, class_list: str = "", count: int = 0
+) -> tuple[FashionMNISTSource | ImageFolderSource, list[int]]:
+    """The ``test`` (or ``train``) images of ``dataset`` as ``(source, indices)``: a pretrain
+    image source and ``count`` evenly spaced indices into it (all when ``count`` <= 0); an image
+    folder with ``train/`` and ``val/`` gives ``val/`` as the test images."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, got {split!r}")
     try:
         kind = dataset_type(dataset)
     except DatasetError as e:
         raise AnalysisError(f"--dataset: {e}") from None
-    if kind == FASHION_MNIST:
-        return FashionMNISTSource(root, split)
     sub = os.path.join(root, "val" if split == "test" else "train")
-    if os.path.isdir(sub):
-        return ImageFolderSource(sub, class_list)
-    if split == "train":
+    if kind == FASHION_MNIST:
+        source = FashionMNISTSource(root, split)
+    elif os.path.isdir(sub):
+        source = ImageFolderSource(sub, class_list)
+    elif split == "train":
         raise AnalysisError(f"{root}: no train/ folder for the kNN reference images")
-    return ImageFolderSource(root, class_list)
+    else:
+        source = ImageFolderSource(root, class_list)
+    return source, evenly_spaced(len(source), count)
 
 
 def view_spec(cfg: CfgNode, views: int) -> tuple[CropSpec, ColorSpec]:
@@ -188,11 +184,9 @@ def knn_top1(
     batch_size: int = 256,
     num_workers: int = 0,
 ) -> float:
-    """Weighted kNN top-1 in % (T = :data:`~pretrain.evaluation.knn.KNN_T`) of the pooled
-    backbone features of ``model`` (a backbone, or a pretraining model's ``backbone_features``),
-    eval pipeline: resize to ``size / crop_fraction``, centre crop ``size``,
-    ImageNet normalisation.
-    ``train`` and ``test`` are ``(source, indices)``: the references and the queries."""
+    """Weighted kNN top-1 in % of ``model``'s pooled features (a backbone, or a pretraining
+    model's ``backbone_features``) on centre crops ``size`` of images resized to ``size /
+    crop_fraction``; ``train`` and ``test`` are ``(source, indices)``."""
     tf = eval_transform(round(size / crop_fraction), size)
     top1 = _knn_top1(
         model,

@@ -1,9 +1,6 @@
-"""The analysis figures (matplotlib, Agg backend: no display needed).
-
-Each function writes one PNG and returns how many data values it drew (per series, or in
-total), so tests and callers can check a figure against the CSV written beside it.
-beta = inf (the prior switched off: MoCo-M, MoCo-v2) cannot sit on a log axis, so it is drawn
-at a separate position past the largest finite beta and labelled with the infinity sign.
+"""The analysis figures (matplotlib, Agg backend). Each function writes one PNG and returns how
+many data values it drew, to check a figure against its CSV. beta = inf (the prior off) cannot
+sit on a log axis: it is drawn past the largest finite beta, labelled with the infinity sign.
 """
 
 from __future__ import annotations
@@ -63,11 +60,8 @@ def _save(fig: Figure, path: str) -> None:
 def plot_histograms(
     values: Mapping[str, Sequence[float]], path: str, *, views: int, title: str = ""
 ) -> dict[str, int]:
-    """Overlaid histograms of ||Q_hat||_* per model (paper Fig. 4c), common bins.
-
-    A dotted line marks sqrt(views), the smallest possible value (all views identical).
-    Returns the number of values counted per model.
-    """
+    """Overlaid histograms of ||Q_hat||_* per model (paper Fig. 4c), common bins, a dotted line
+    at its minimum sqrt(views); returns the values counted per model."""
     if not values or not any(len(v) for v in values.values()):
         raise ValueError("plot_histograms: no values to plot")
     everything = np.concatenate([np.asarray(v, dtype=float) for v in values.values()])
@@ -112,9 +106,8 @@ def _inf_position(points: Sequence[Point]) -> float:
 
 
 def plot_vs_beta(points: Sequence[Point], path: str, *, ylabel: str, title: str) -> int:
-    """Mean ||Q_hat||_* against beta (paper Fig. 3b); the curve joins the per-beta means of
-    the finite betas, beta = inf points are separate labelled markers. Returns the point count.
-    """
+    """Mean ||Q_hat||_* against beta (paper Fig. 3b), the finite betas' means joined; returns
+    the point count."""
     if not points:
         raise ValueError("plot_vs_beta: no points")
     x_inf = _inf_position(points)
@@ -184,11 +177,8 @@ def plot_curves(
     ylabel: str,
     title: str,
 ) -> dict[str, int]:
-    """One training metric against the iteration, one line per run (NaNs are gaps).
-
-    Infinite values (beta while the prior is off) are drawn on a dotted line above the finite
-    ones, whose y tick reads as the infinity sign. Returns the number of points drawn per run.
-    """
+    """One training metric against the iteration, one line per run (NaNs are gaps); +inf (beta
+    while the prior is off) on a dotted line above the rest. Returns the points drawn per run."""
     finite_all = [y for _, ys in series.values() for y in ys if math.isfinite(y)]
     has_inf = any(math.isinf(y) and y > 0 for _, ys in series.values() for y in ys)
     top = max(finite_all) if finite_all else 1.0
@@ -222,9 +212,8 @@ def plot_curves(
 def plot_seed_spread(
     panels: Mapping[str, Mapping[str, Sequence[float]]], path: str, *, title: str = ""
 ) -> dict[str, int]:
-    """One panel per metric (``{metric: {method: per-seed values}}``): each seed's value as a
-    dot, the method's mean as a bar with +- its sample standard deviation (ddof = 1; none for a
-    single seed). Returns the number of dots drawn per metric."""
+    """One panel per metric (``{metric: {method: per-seed values}}``): dots per seed, the mean
+    +- sample std (ddof = 1) as a bar. Returns the dots drawn per metric."""
     if not panels or not any(len(v) for m in panels.values() for v in m.values()):
         raise ValueError("plot_seed_spread: no values to plot")
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.6), squeeze=False)
@@ -263,9 +252,8 @@ def plot_sweep(
     log_x: bool = False,
     title: str = "",
 ) -> None:
-    """One panel per metric (``ylabels[i]`` is panel i): per curve (``{name: {x: per seed, a
-    tuple of the metrics' values}}``), the per-x mean with +- sample std bars. An x of ``inf``
-    (MoCo-M in the beta sweep) is drawn as a horizontal dashed line at its mean."""
+    """One panel per metric: per curve (``{name: {x: per-seed tuples of the metrics}}``) the
+    per-x mean +- sample std; an x of ``inf`` is a dashed horizontal line at its mean."""
     fig, axes = plt.subplots(
         1, len(ylabels), figsize=(3.8 * len(ylabels) + 0.6, 3.6), squeeze=False
     )

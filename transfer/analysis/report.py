@@ -1,15 +1,8 @@
-"""One report of an experiment: ``report.html`` (self-contained) and ``report.md`` (+ PNGs).
-
-Sections: the pretraining runs (a summary table and one figure per training metric with every
-run overlaid), the paper's Tables 1-5 with this run's rows beside the paper's, the kNN tables,
-the nuclear-norm figures of ``tools/analyze_nuclear_norm.py`` and any other result CSV found.
-Missing pieces are reported as "not run"; malformed files stop the report with an
-:class:`~transfer.analysis.AnalysisError` naming them.
-
-The HTML (:mod:`.report_html`, a jinja2 template) embeds every figure as a base64 PNG and carries
-its own CSS: it opens offline, can be mailed as one file, and references nothing outside itself.
-The Markdown (tables by :func:`pretrain.utils.tables.markdown_table`) links the PNGs written to
-``OUT/figures/``.
+"""One report of an experiment: ``report.html`` (self-contained, :mod:`.report_html`) and
+``report.md`` with its PNGs in ``OUT/figures/``. Sections: the pretraining runs and their curves,
+the paper's Tables 1-5 with this run's rows beside the paper's, kNN, the nuclear-norm figures,
+the studies and any other result CSV. A missing piece is "not run"; a malformed file stops the
+report with an :class:`~transfer.analysis.AnalysisError` naming it.
 """
 
 from __future__ import annotations
@@ -22,7 +15,6 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pretrain.utils.tables import markdown_table, read_csv, write_csv
 from transfer.analysis import AnalysisError, plots
 from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
 from transfer.analysis.paper_tables import PAPER_TABLES
@@ -36,6 +28,7 @@ from transfer.analysis.study_figures import write_plots
 from transfer.analysis.study_records import load_records
 from transfer.analysis.study_setup import StudyError
 from transfer.analysis.study_stats import summarize
+from transfer.tables import markdown_table, read_csv, write_csv
 
 __all__ = ["Figure", "Report", "build_report"]
 
@@ -121,9 +114,7 @@ def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
 
 
 def _studies(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
-    """One section per folder of study records (``tools/study.py --records``: ``make study``,
-    ``make study-beta``, ``make study-views``): what it shows about LORAC vs MoCo-M (the same
-    sentences as its Markdown page), its tables and its plots."""
+    """One section per folder of study records: the sentences, tables and plots of its page."""
     sections = []
     for i, (d, opt, results) in enumerate(loaded):
         summaries = summarize(results, opt.methods)

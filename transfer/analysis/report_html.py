@@ -1,7 +1,6 @@
-"""The report's HTML page: one jinja2 template, self-contained (CSS inline, PNGs as base64).
-
-The template lives here rather than in a ``.html`` file so that it ships with the package
-without package data. Autoescaping is on: titles, cells and notes are text, never markup.
+"""The report's HTML page: one jinja2 template, self-contained (CSS inline, PNGs as base64), so
+it opens offline as one file. The template lives here to ship without package data; autoescaping
+is on (titles, cells and notes are text, never markup).
 """
 
 from __future__ import annotations

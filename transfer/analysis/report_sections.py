@@ -1,8 +1,5 @@
-"""The report's content: a :class:`Section` holds paragraphs, :class:`Figure` s and tables.
-
-:mod:`.report` builds the sections; :mod:`.report_html` and :func:`.report.render_markdown`
-render them. Both import this module, neither imports the other's renderer.
-"""
+"""The report's content, built by :mod:`.report` and rendered by it and :mod:`.report_html`: a
+:class:`Section` holds paragraphs, :class:`Figure` s and tables."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Table models for the report: the paper's tables with this run's rows beside the paper's.
-
-A :class:`Table` is plain text cells plus a kind per row (``paper``, ``ours``, ``missing`` or
-``plain``), rendered to HTML and Markdown by :mod:`.report`; the study's pages
-(:mod:`.study_page`) build their tables as :class:`Table` s too.
-"""
+"""The report's and the study pages' tables: text cells plus a kind per row (``paper``, ``ours``,
+``missing`` or ``plain``), and the paper's tables with this run's rows beside the paper's."""
 
 from __future__ import annotations
 
@@ -11,10 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pretrain.utils.tables import CsvTable
 from transfer.analysis.paper_tables import PaperTable, normalize_name
 from transfer.analysis.results import FoundRow
 from transfer.analysis.runs import RunData, beta_label
+from transfer.tables import CsvTable
 
 __all__ = ["Table", "compare_table", "csv_table", "runs_table"]
 

@@ -1,18 +1,7 @@
-"""Find the result tables the evaluation and detection tools wrote, and sort them by paper table.
-
-Every ``*.csv`` under the given folders is read (strictly, see :mod:`pretrain.utils.tables`) and
-placed:
-
-* ``table1_linear.csv`` (tools/linear_probe.py) -> Table 1; under an ``--ablation-dir`` (the
-  ImageNet-100 linear probes of the priors) -> Table 5;
-* ``table2_transfer.csv`` (tools/transfer_linear.py) -> Table 2;
-* ``table3_semi.csv`` (tools/semi_supervised.py) -> Table 3;
-* a CSV whose first column is ``pretraining`` (tools/collect_detection_results.py) -> Table 4;
-* ``knn.csv`` (tools/knn_eval.py) -> the kNN table; any other CSV -> "other result tables".
-
-Under ``--detection-dir`` every folder with a ``results.json`` (tools/train_net.py) is also read
-with :func:`transfer.detection.results.read_run` and goes to Table 4. Folders named
-``feature_cache`` and hidden folders are skipped.
+"""Find the result tables the evaluation and detection tools wrote and sort them by paper table:
+each tool's CSV by its file name (``table1_linear.csv`` under an ``--ablation-dir`` is Table 5),
+a CSV whose first column is ``pretraining`` and every detection run's ``results.json`` to Table
+4, any other CSV to "other result tables". Hidden and ``feature_cache`` folders are skipped.
 """
 
 from __future__ import annotations
@@ -22,9 +11,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pretrain.utils.tables import CsvTable, read_csv
 from transfer.analysis import AnalysisError
 from transfer.analysis.paper_tables import PAPER_TABLES
+from transfer.tables import CsvTable, read_csv
 
 __all__ = ["FoundRow", "Results", "collect_results"]
 
@@ -52,7 +41,6 @@ class Results:
     rows: dict[str, list[FoundRow]] = field(default_factory=dict)  # paper table key -> rows
     sources: dict[str, list[str]] = field(default_factory=dict)  # table key -> files
     other: list[CsvTable] = field(default_factory=list)  # knn.csv and unknown CSVs
-    notes: list[str] = field(default_factory=list)
 
 
 def _walk(root: str, pattern_ext: str) -> list[str]:

@@ -1,8 +1,5 @@
-"""Read pretraining run directories: ``metrics.json`` (detectron2 JSONWriter) and ``config.yaml``.
-
-``metrics.json`` is read by :func:`transfer.metrics_json.read_metrics_json` (a resumed run's
-repeated iterations: the later line wins; a malformed line is an error naming the file and the
-line). A missing file is tolerated: the run is listed as "no metrics.json".
+"""Read pretraining run directories: ``metrics.json`` (:func:`transfer.metrics_json.
+read_metrics_json`) and ``config.yaml``; a missing file is listed as a note of the run.
 """
 
 from __future__ import annotations
@@ -38,8 +35,8 @@ class Curve:
     zero_is_missing: bool = False
 
 
-# One figure per metric, in this order. Runs from before the trainer logged ||Q||_* in the
-# prior-off phase have nuclear_norm = 0 there; the norm of unit rows is >= 1, so 0 means "absent".
+# One figure per metric, in this order. A nuclear_norm of 0 means "not logged" (the norm of unit
+# rows is >= 1).
 CURVES = (
     Curve("total_loss", "Training loss", "loss"),
     Curve("nuclear_norm", "Mean ||Q||_* of the batch", "mean ||Q||_*", zero_is_missing=True),
@@ -52,10 +49,9 @@ CURVES = (
 
 
 def prior_never_on(config: Mapping, betas: Sequence[float] = ()) -> bool:
-    """Whether a pretraining run with a prior trained with beta = inf throughout, MoCo-M in all
-    but name: its ``LOSS.BETA`` is inf, every beta it logged (``betas``) is inf, or, with none
-    logged, its ``SOLVER.EPOCHS`` end by ``LOSS.BETA_INF_EPOCHS`` (``SOLVER.MAX_ITER`` 0). False
-    for ``LOSS.PRIOR`` none (MoCo-M itself) or a config that does not say."""
+    """Whether a run with a prior trained with beta = inf throughout (MoCo-M in all but name):
+    its ``LOSS.BETA`` or every beta it logged is inf, or, with none logged, its ``SOLVER.EPOCHS``
+    end by ``LOSS.BETA_INF_EPOCHS``. False without a prior or a config that says."""
     loss, solver = config.get("LOSS") or {}, config.get("SOLVER") or {}
     if loss.get("PRIOR") in (None, "none"):
         return False

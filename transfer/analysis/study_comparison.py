@@ -59,9 +59,8 @@ _ACCURACIES = (("knn_top1", "kNN"), ("linear_top1", "linear-probe"))
 
 @dataclass
 class Comparison:
-    """What one study or sweep shows about LORAC vs MoCo-M: its title, the sentences (the
-    paper's curve shapes first for a sweep) and its table (:data:`SWEEP_TITLE` or
-    :data:`PAIRED_TITLE`; without rows when there is nothing to compare)."""
+    """What one study or sweep shows about LORAC vs MoCo-M: title, sentences and table (without
+    rows when there is nothing to compare)."""
 
     title: str
     text: list[str]
@@ -225,17 +224,12 @@ def spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]])
     return ", ".join(parts)
 
 
-def _sweep_table(rows: Sequence[Mapping]) -> Table:
-    """The sweep's rows under the first row's columns (a cell it lacks is "-")."""
-    return Table.of_rows(SWEEP_TITLE, list(rows[0]) if rows else ["x"], rows)
-
-
 def _sweep(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[Table, str]:
     """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and one sentence on
     what it shows next to the paper's curve shapes, computed from the numbers."""
     by = {s.key: s for s in summaries}
     rows, sentence = (_beta_sweep if opt.sweep == "beta" else _views_sweep)(opt, by)
-    return _sweep_table(rows), sentence
+    return Table.of_rows(SWEEP_TITLE, list(rows[0]) if rows else ["x"], rows), sentence
 
 
 def _beta_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:

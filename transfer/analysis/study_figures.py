@@ -15,9 +15,7 @@ __all__ = ["write_plots"]
 
 
 def write_plots(opt: StudyOptions, summaries: Sequence[MethodSummary], stem: str) -> list[tuple]:
-    """Draw the study's figures as ``<stem>*.png``; returns ``[(title, path)]``: the per-seed
-    values (``<stem>.png``) and, for a sweep, the metrics against its x (``<stem>_curves.png``)
-    and for beta kNN against the test ‖Q̂‖∗ (``<stem>_accuracy_vs_nuclear_norm.png``, Fig. 3c)."""
+    """Draw the study's figures as ``<stem>*.png``; returns ``[(title, path)]``."""
     drawn = [_seed_spread(summaries, f"{stem}.png")]
     if opt.sweep:
         drawn.append(_sweep_curves(opt, summaries, f"{stem}_curves.png"))

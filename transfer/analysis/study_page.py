@@ -1,15 +1,7 @@
-"""A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``).
-
-The page is a list of sections, each a short function returning its lines: the comparison of
-LORAC and MoCo-M (:mod:`.study_comparison`, the same sentences and table as the HTML report's),
-mean ± sample std per method and metric, the per-seed rows, the command and the configs, the
-budget, the hardware and the wall time. Its tables are :class:`~.report_tables.Table` s written
-by the project's one table writer, :func:`pretrain.utils.tables.markdown_table` (first column
-left, numbers right, an empty cell "-"). What the page says about the invocation that writes it
-(when, on what machine, how long) comes in as an :class:`Invocation`, so the page is a function
-of the records, the options and that alone: rewritten from the committed records, with what a
-committed page states about its invocation, it comes out byte for byte
-(``tests/transfer/analysis/test_study_page.py``).
+"""A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``): a
+list of sections, each a short function returning its lines. The page is a function of the
+records, the options and the :class:`Invocation` that writes it alone, so rewritten from the
+committed records it comes out byte for byte.
 """
 
 from __future__ import annotations
@@ -22,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pretrain.evaluation.knn import KNN_K, KNN_T
-from pretrain.utils.tables import markdown_table
 from transfer.analysis.report_tables import Table
 from transfer.analysis.study_comparison import Comparison, comparison, mean_table
 from transfer.analysis.study_records import INVOCATIONS
@@ -33,6 +24,7 @@ from transfer.analysis.study_stats import (
     prior_never_on,
     summarize,
 )
+from transfer.tables import markdown_table
 
 __all__ = [
     "TARGETS",
@@ -48,8 +40,7 @@ TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-vie
 
 @dataclass(frozen=True)
 class Invocation:
-    """What the page states about the invocation of the study that writes it (gathered by the
-    driver, :func:`transfer.study.report.write_report`)."""
+    """What the page states about the invocation of the study that writes it."""
 
     stamp: str  # when the page is written, ISO 8601 to the second
     seconds: float  # this invocation's wall time
@@ -66,9 +57,8 @@ def render_page(
     invocation: Invocation,
     missing: Sequence[str] = (),
 ) -> str:
-    """The Markdown page of ``results`` with its plot ``png`` (linked by its file name);
-    ``missing``: one line per run without a result (its state, a failed run's log), said
-    under the title so that no mean passes for one over every seed."""
+    """The Markdown page of ``results`` with its plot ``png``; ``missing``: one line per run
+    without a result, said under the title so that no mean passes for one over every seed."""
     summaries = summarize(results, opt.methods)
     found = comparison(opt, summaries)
     blocks = [
@@ -101,10 +91,8 @@ def missing_section(missing: Sequence[str]) -> list[str]:
 
 
 def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> list[str]:
-    """The runs whose training ended before their prior turned on (a budget shorter than
-    ``LOSS.BETA_INF_EPOCHS``, as in a quick look): they trained with beta = inf throughout, as
-    MoCo-M does, so their numbers say nothing about the prior. [] when every prior turned on
-    (or the records, older than ``prior_on_iter``, do not say)."""
+    """The runs whose prior never turned on (:func:`~.study_stats.prior_never_on`), whose
+    numbers say nothing about the prior; [] when there are none."""
     late: dict[str, list[Mapping]] = {}
     for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
         if prior_never_on(r):

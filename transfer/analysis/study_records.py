@@ -1,11 +1,7 @@
 """The committed run records of a study (``--records DIR``, e.g. ``docs/results_runs/beta``):
-one ``<method>_seed<k>.json`` per finished run (its ``study.json``) and :data:`INVOCATIONS`, the
-wall time of every invocation of the target that ran something.
-
-:func:`read_json` and :func:`write_json` are the one reader and writer of the study's JSON files
-(records, ``study.json``, ``train_stats.json``); :func:`load_records` reads a folder back into
-the study's options and results, so that a page or the report (``tools/make_report.py
---study-records``) shows a study without its run directories.
+one ``<method>_seed<k>.json`` per finished run (its ``study.json``) and :data:`INVOCATIONS`.
+:func:`load_records` reads a folder back, so a page or the report shows a study without its run
+directories; :func:`read_json` / :func:`write_json` are the study's one JSON reader and writer.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ def _sweep_of(methods: set[str]) -> str:
 
 
 def _read_record(path: str, method: str, seed: int) -> dict:
-    """One run record, checked: valid JSON, the keys a page needs, the method and seed its
-    name says."""
+    """One run record: valid JSON, the keys a page needs, the method and seed its name says."""
     try:
         record = read_json(path)
     except ValueError as e:
@@ -63,9 +58,8 @@ def _read_record(path: str, method: str, seed: int) -> dict:
 
 
 def load_records(records_dir: str) -> tuple[StudyOptions, list[dict]]:
-    """The study options (sweep, method table, methods and seeds found) and the results of the
-    records in ``records_dir``. Raises :class:`StudyError` naming the folder or file when there
-    are no records, a record is not valid JSON or lacks a key, or a method is unknown."""
+    """The study options (sweep, methods and seeds found) and the results of the records in
+    ``records_dir``; :class:`StudyError` naming the folder or file for a bad or unknown one."""
     if not os.path.isdir(records_dir):
         raise StudyError(f"{records_dir}: no such folder of study records")
     results = [

@@ -1,10 +1,5 @@
-"""What a study is: its methods (the three of ``make study`` and the method tables of its two
-sweeps) and its options.
-
-Shared by the driver that runs a study (:mod:`transfer.study`) and by the pages that show its
-records (:mod:`.study_records`, :mod:`.study_page`, the HTML report), so it lives here, below
-both; the checks that need the pretraining configs (:func:`transfer.study.config.
-load_method_configs`) stay with the driver.
+"""What a study is: its methods (the three of ``make study``, the tables of its two sweeps) and
+options; below both the driver (:mod:`transfer.study`) and the pages that show its records.
 """
 
 from __future__ import annotations
@@ -14,8 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pretrain.config.files import config_path
 from pretrain.utils.errors import LoracError
+from transfer.shipped_configs import config_path
 
 __all__ = [
     "METHODS",
@@ -50,10 +45,8 @@ METHODS: dict[str, Method] = {
         "MoCo-v2", os.path.join(_CONFIGS, "pretrain", "demo_fashion_mnist_r18_mocov2.yaml")
     ),
 }
-# The paper's two ablations at demo scale (Sec. 6.2), both with beta = inf for the first half of
-# the epochs as its ImageNet-100 runs: Fig. 3 (beta; MoCo-M is beta = inf throughout) and the M
-# ablation of Fig. 4b (M views of one size, one key crop, Q = the M - 1 queries and the key,
-# beta = 1; LORAC and MoCo-M at every M).
+# The paper's two ablations at demo scale (Sec. 6.2), beta = inf for the first half of the epochs
+# as its ImageNet-100 runs: Fig. 3 (beta) and Fig. 4b (M views of one size, one key crop, beta 1).
 SWEEP_BETAS = (0.5, 1.0, 2.0, 4.0, 8.0)
 SWEEP_VIEWS = (2, 3, 4, 6)
 SWEEPS = ("beta", "views")
@@ -94,12 +87,9 @@ class StudyOptions:
     nuclear_images: int = 500  # test images of the ||Q_hat||_* statistic, spread over the split
     nuclear_views: int = 32  # augmented views per image (paper: 32)
     nuclear_seed: int = 0  # the views' seed: the same views for every model
-    # Linear probe on the kNN's frozen features (transfer's cached-feature classifier, Table 2):
-    # PROBE_LRS log-spaced lrs chosen on PROBE_HELDOUT reference images per class, then one
-    # classifier retrained on all references with the best lr, scored on the test images.
+    # Linear probe on the kNN's frozen features (transfer.study.run.linear_probe)
     probe_epochs: int = 30
-    # 1e-4 .. 1: pooled ResNet features are not normalised; with (0.01, 10) the sweep chose its
-    # lowest value on every LORAC run of the first study
+    # pooled ResNet features are not normalised: a (0.01, 10) sweep chose its lowest lr for LORAC
     probe_lr_range: tuple[float, float] = (1e-4, 1.0)
     probe_num_lrs: int = 7
     probe_heldout_per_class: int = 100
@@ -111,6 +101,10 @@ class StudyOptions:
     # a run whose record is there is not run again, even without its run directory.
     records: str = ""
     method_table: Mapping[str, Method] = field(default_factory=lambda: dict(METHODS))
+
+    def overrides(self, method: str) -> list[str]:
+        """The config overrides of ``method``'s runs: the study's, then the method's own."""
+        return [str(o) for o in (*self.opts, *self.method_table[method].opts)]
 
     def eval_settings(self) -> dict[str, object]:
         """What a study.json's numbers depend on besides the checkpoint (compared on resume)."""

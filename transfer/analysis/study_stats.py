@@ -35,9 +35,8 @@ NEVER_ON = "prior never on: β = ∞ throughout"
 
 def prior_never_on(record: Mapping) -> bool:
     """Whether a study run with a prior trained with beta = inf throughout (MoCo-M in all but
-    name): its training ended at or before the iteration its prior turns on
-    (``LOSS.BETA_INF_EPOCHS``), or its beta is inf. False without a prior, and for records from
-    before ``prior_on_iter``, which do not say."""
+    name): its training ended by the iteration its prior turns on, or its beta is inf. False
+    without a prior or a ``prior_on_iter``."""
     on = record.get("prior_on_iter")
     if on is None:
         return False
@@ -52,7 +51,7 @@ def never_on_label(label: str, never_on: bool) -> str:
 @dataclass
 class MethodSummary:
     key: str
-    label: str  # marked NEVER_ON when the prior of any of its runs never turned on
+    label: str  # marked NEVER_ON when never_on
     seeds: list[int]
     values: dict[str, list[float]]  # metric -> per-seed values, in seed order
     never_on: bool = False  # the prior of some run never turned on: its numbers are MoCo-M's

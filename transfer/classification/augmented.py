@@ -1,18 +1,8 @@
-"""The paper's linear-transfer pre-processing: classifiers trained on augmented images.
-
-``TRANSFER.PROTOCOL augmented`` (Table 2 as the paper describes it, "the same pre-processing as
-the linear evaluation on ImageNet-1K"): no feature cache; every training step draws a batch of
-images through the ImageNet linear-evaluation training pipeline (RandomResizedCrop(INPUT.CROP) +
-horizontal flip, :func:`.transforms.train_transform`), passes it through the frozen backbone
-(eval mode, no gradients) and updates the linear classifiers. This is the ImageNet linear probe's
-model (:class:`.probe.LinearProbe`) on its engine (:func:`.engine.run_training`, detectron2's
-``SimpleTrainer``), with one head per learning rate of the sweep.
-
-The sweep is kept as in the cached protocol: its heads (identically initialised) share each
-augmented batch and its one backbone pass; their losses are summed, and since each loss depends
-only on its own head, each head equals a classifier trained alone with its lr on the same
-batches. Validation and test images are scored on centre crops (:func:`.transforms.eval_transform`),
-one backbone pass per image, never stored.
+"""``TRANSFER.PROTOCOL augmented``: Table 2 as the paper describes it ("the same pre-processing
+as the linear evaluation on ImageNet-1K"). Every step draws RandomResizedCrop + flip images
+through the frozen backbone into the ImageNet linear probe's model (:class:`.probe.LinearProbe`)
+on its engine, one head per lr of the sweep sharing each batch (summed losses: each head equals
+one trained alone). Val and test are scored on centre crops, never stored.
 """
 
 from __future__ import annotations
@@ -52,9 +42,8 @@ logger = logging.getLogger(__name__)
 
 
 class LinearHeads(nn.ModuleList):
-    """``num_heads`` ``nn.Linear(feature_dim, num_classes)`` with the same N(0, 0.01) weights
-    and zero biases (drawn with ``seed``, as :func:`.linear.train_linear_heads` does);
-    ``forward`` stacks their logits."""
+    """``num_heads`` identical :func:`.linear.linear_head` s drawn with ``seed``; ``forward``
+    stacks their logits."""
 
     def __init__(self, feature_dim: int, num_classes: int, num_heads: int, seed: int = 0) -> None:
         if num_heads < 1:
@@ -116,9 +105,8 @@ def train_heads_augmented(
     device: torch.device | str,
     output_dir: str,
 ) -> list[nn.Linear]:
-    """One linear head per lr trained for ``iters`` steps of ``TRANSFER.BATCH_SIZE`` augmented
-    images of ``splits``: SGD (``TRANSFER.MOMENTUM``, ``TRANSFER.WEIGHT_DECAY``), cosine decay
-    to 0, as the cached protocol. Logs (``metrics.json``) go to ``output_dir``."""
+    """One linear head per lr trained for ``iters`` steps on augmented images of ``splits``
+    with the cached protocol's SGD and cosine schedule; logs go to ``output_dir``."""
     t = cfg.TRANSFER
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     heads = LinearHeads(backbone.feature_dim, data.num_classes, len(lrs), cfg.SEED)

@@ -1,12 +1,6 @@
-"""The backbone every classification tool evaluates: a checkpoint or a random initialisation.
-
-Checkpoints go through :func:`pretrain.checkpoint.reader.load_backbone`, so every layout of
-``docs/checkpoints.md`` works (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn,
-VISSL, converted SimCLR/BYOL, detectron2) and a file without a backbone in a known layout raises
-``CheckpointError`` naming it. ``identity`` (the SHA-256 of the
-checkpoint file, or ``random-init:<arch>:seed<seed>``) keys the feature cache; ``weights`` (a short
-hash of the tensors evaluated, :func:`pretrain.checkpoint.digest.weights_digest`) keys the model's
-rows in the results tables.
+"""The backbone every classification tool evaluates: a checkpoint in any layout of
+``docs/checkpoints.md`` (:func:`transfer.checkpoint.reader.load_backbone`) or a random
+initialisation. Its ``identity`` keys the feature cache, its ``weights`` hash the table rows.
 """
 
 from __future__ import annotations
@@ -18,12 +12,12 @@ import torch
 import torchvision
 from torch import nn
 
-from pretrain.checkpoint.digest import weights_digest
-from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
+from transfer.checkpoint.digest import weights_digest
+from transfer.checkpoint.reader import build_torchvision_backbone, load_backbone
 
 __all__ = ["ARCHS", "EvalBackbone", "file_sha256", "load_eval_backbone"]
 
-# torchvision ResNets that pretrain.checkpoint.reader understands, with their pooled feature width.
+# torchvision ResNets that transfer.checkpoint.reader understands, with their pooled feature width.
 ARCHS = {"resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048, "resnet152": 2048}
 
 

@@ -12,12 +12,11 @@ import torch
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.checkpoint.provenance import checkpoint_method, run_label
-from pretrain.config.strict import check_override_pairs
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import setup_run
-from pretrain.utils.tables import RowOwner, check_row, update_table
+from transfer.checkpoint.provenance import checkpoint_method, run_label
 from transfer.run_dir import RESULTS_FILE, RunAction, RunDir, RunDirError, add_run_dir_args
+from transfer.tables import RowOwner, check_row, update_table
 
 from .backbone import ARCHS, EvalBackbone, load_eval_backbone
 from .config import load_config
@@ -39,11 +38,9 @@ __all__ = [
     "write_table_row",
 ]
 
-# What a resumed classification run may change besides pretraining's list: how it is run and
-# watched (device, loader workers, logging and evaluation periods), not what it computes.
+# What a resumed classification run may change besides pretraining's list: how it is run.
 RESUME_MAY_CHANGE = ("DEVICE", "DATA.NUM_WORKERS", "LOG_PERIOD", "TEST.EVAL_PERIOD")
-# How a table row of the same name holding another model's results is resolved (the tables'
-# RowClashError ends with it).
+# The end of a RowClashError: how a row of the same name holding another model's is resolved.
 ROW_CLASH_HINT = "give this model another --name, or pass --replace-row to replace that row"
 
 
@@ -95,8 +92,7 @@ def model_from_args(args: argparse.Namespace) -> EvalBackbone:
 
 def model_name(args: argparse.Namespace) -> str:
     """``--name``, else ``random-init <arch>`` or the checkpoint's
-    :func:`~pretrain.checkpoint.provenance.run_label` (the run directory of a
-    ``model_final.pth``)."""
+    :func:`~transfer.checkpoint.provenance.run_label`."""
     if args.name:
         return args.name
     if args.random_init:
@@ -105,8 +101,8 @@ def model_name(args: argparse.Namespace) -> str:
 
 
 def row_owner(args: argparse.Namespace, backbone: EvalBackbone) -> RowOwner:
-    """Whose results rows are: :func:`model_name`, the method its run's config names and the hash
-    of the weights evaluated, which keys the rows."""
+    """Whose results rows are: :func:`model_name`, its run's method and the hash of the weights
+    evaluated, which keys the rows."""
     method = checkpoint_method(args.checkpoint) if args.checkpoint else ""
     return RowOwner(model_name(args), method, backbone.weights)
 
@@ -122,9 +118,8 @@ def check_table_row(
     key: str,
     sources: Mapping[str, str],
 ) -> None:
-    """Refuse, before any work, a run whose row in the table ``file`` of the table dir would
-    meet a row of that name holding another model's results, or figures of other data in the
-    columns of ``sources`` (column -> :func:`~pretrain.utils.tables.data_source`)."""
+    """Refuse, before any work, a run whose row in the table ``file`` would meet a row of that
+    name holding another model's results, or figures of other data in ``sources``' columns."""
     path = os.path.join(table_dir(args), file)
     cells = owner.cells(key)
     check_row(path, key, cells, replace=args.replace_row, hint=ROW_CLASH_HINT, sources=sources)
@@ -139,9 +134,8 @@ def write_table_row(
     title: str,
     sources: Mapping[str, str],
 ) -> str:
-    """Add or update ``owner``'s row (``cells`` and its identifying cells) in the table ``file``
-    of the table dir (:func:`pretrain.utils.tables.update_table`, its figures keyed by
-    ``sources``); returns the CSV path."""
+    """Add or update ``owner``'s row in the table ``file`` of the table dir
+    (:func:`transfer.tables.update_table`); returns the CSV path."""
     path = os.path.join(table_dir(args), file)
     row = {**cells, **owner.cells(columns[0])}
     keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT, "sources": sources}
@@ -150,18 +144,15 @@ def write_table_row(
 
 
 def reject_eval_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """detectron2's ``default_argument_parser`` offers ``--eval-only``; these tools have nothing to
-    evaluate alone, so it is a usage error."""
+    """detectron2's parser offers ``--eval-only``; these tools have nothing to evaluate alone."""
     if args.eval_only:
         parser.error("--eval-only is not supported by this tool")
 
 
 @dataclass
 class RunStart:
-    """What :func:`start_run` set up: the config, the device, the run directory and what the run
-    does with it (``action`` :attr:`RunAction.DONE`: nothing left to do, and then neither
-    ``backbone`` nor ``data`` is read), the backbone, the tool's data and whose table rows the
-    results are (:func:`row_owner`)."""
+    """What :func:`start_run` set up (``backbone``, ``data`` and ``owner`` stay None when the
+    run is :attr:`done`)."""
 
     cfg: CfgNode
     device: torch.device
@@ -176,13 +167,6 @@ class RunStart:
         return self.action is RunAction.DONE
 
 
-def _done(start: RunStart) -> RunStart:
-    if comm.is_main_process():
-        run_dir = start.run_dir
-        print(f"{run_dir.path} holds a finished run ({run_dir.results}): nothing left to do")
-    return start
-
-
 def start_run(
     defaults: CfgNode,
     args: argparse.Namespace,
@@ -192,20 +176,15 @@ def start_run(
     prepare: Callable[[CfgNode], Any] | None = None,
     check: Callable[[RunStart], None] | None = None,
 ) -> RunStart:
-    """The start every classification tool shares: the config (``--config-file``, the tool's own
-    overrides ``extra_opts``, then ``OUTPUT_DIR`` and ``--device``), the device, the run
-    directory (:mod:`transfer.run_dir`; ``own``: the tool's files ``--overwrite`` deletes,
-    ``results``: its results file), the data (``prepare(cfg)``, kept as :attr:`RunStart.data`)
-    and the backbone are all read, and ``check(start)`` run (the tool's table rows:
-    :func:`check_table_row`), before anything is written, so a mistake leaves no run
-    directory behind and a directory holding a run as it was. Then
-    the directory's lock and the run setup (logs, config.yaml, env.txt); nothing of it when a
-    finished run is resumed (:attr:`RunStart.done`)."""
-    check_override_pairs(args.opts)  # before the tool's own: the message lists the user's only
-    opts = [*args.opts, *extra_opts, "OUTPUT_DIR", args.output_dir]
+    """The start every classification tool shares. The config (``--config-file``, then
+    ``extra_opts``, ``OUTPUT_DIR`` and ``--device``), the run directory (``own``: the files
+    ``--overwrite`` deletes), the data (``prepare(cfg)``) and the backbone are read and
+    ``check(start)`` run before anything is written, so a mistake leaves no directory behind;
+    then the directory's lock and the run setup (nothing of it for a finished run)."""
+    tool_opts = [*extra_opts, "OUTPUT_DIR", args.output_dir]
     if args.device:
-        opts += ["DEVICE", args.device]
-    cfg = load_config(defaults, args.config_file, opts)
+        tool_opts += ["DEVICE", args.device]
+    cfg = load_config(defaults, args.config_file, args.opts, tool_opts)
     device = resolve_device(cfg.DEVICE)
     resume = bool(getattr(args, "resume", False))
     run_dir = RunDir(
@@ -216,7 +195,9 @@ def start_run(
     check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
     start = RunStart(cfg, device, run_dir, action)
     if start.done:
-        return _done(start)
+        if comm.is_main_process():
+            print(f"{run_dir.path} holds a finished run ({run_dir.results}): nothing left to do")
+        return start
     start.data = prepare(cfg) if prepare else None
     start.backbone = model_from_args(args)
     start.owner = row_owner(args, start.backbone)

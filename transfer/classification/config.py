@@ -7,12 +7,13 @@ workers' ``-1`` (the default) is resolved on loading, so ``config.yaml`` records
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode as CN
 
-from pretrain.config.strict import load_strict
+from pretrain.config.strict import check_override_pairs, load_strict
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
@@ -30,6 +31,7 @@ __all__ = [
 
 # TRANSFER.PROTOCOL values; see transfer.classification.transfer and docs/evaluation.md.
 TRANSFER_PROTOCOLS = ("cached_features", "augmented")
+_DATA_NAMES = ("imagefolder", "fashion-mnist")
 
 
 def _input(c: CN) -> None:
@@ -126,9 +128,14 @@ def transfer_defaults() -> CN:
     return c
 
 
-def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
-    """``defaults`` merged with the YAML file ``path`` and ``KEY VALUE`` ``opts``, validated."""
-    cfg = load_strict(defaults, path, opts)
+def load_config(
+    defaults: CN, path: str = "", opts: Sequence[str] = (), tool_opts: Sequence[str] = ()
+) -> CN:
+    """``defaults`` merged with the YAML file ``path``, the user's ``KEY VALUE`` ``opts`` and then
+    the tool's own ``tool_opts``, validated. The user's pairs are checked first, so that the
+    message lists only what the user typed."""
+    check_override_pairs(opts)
+    cfg = load_strict(defaults, path, [*opts, *tool_opts])
     _validate(cfg, path or "<defaults>")
     _fit_workers(cfg, path or "<defaults>")
     cfg.freeze()
@@ -137,9 +144,8 @@ def load_config(defaults: CN, path: str = "", opts: Sequence[str] = ()) -> CN:
 
 def _fit_workers(cfg: CN, src: str) -> None:
     """``DATA.NUM_WORKERS`` / ``FEATURES.NUM_WORKERS -1`` as the loader workers pretraining
-    would start (:func:`~pretrain.data.loader.resolve_num_workers`: the cores of this process
-    less one, shared by this machine's processes); more workers than cores slow loading down.
-    Other values are kept, a negative one other than -1 refused."""
+    would start (:func:`~pretrain.data.loader.resolve_num_workers`): more than the cores slow
+    loading down."""
     for group in ("DATA", "FEATURES"):
         if "NUM_WORKERS" in cfg.get(group, {}):
             name = f"{src}: {group}.NUM_WORKERS"
@@ -147,76 +153,46 @@ def _fit_workers(cfg: CN, src: str) -> None:
             cfg[group].NUM_WORKERS = resolve_num_workers(given, comm.get_local_size(), name=name)
 
 
+def _lr_range(r: Sequence[float]) -> bool:
+    return len(r) == 2 and 0 < r[0] <= r[1]
+
+
 def _validate(cfg: CN, src: str) -> None:
-    def need(cond: bool, key: str, value: object, what: str) -> None:
-        if not cond:
-            raise ConfigError(f"{src}: {key} = {value!r}: {what}")
+    def fail(key: str, value: object, what: str) -> None:
+        raise ConfigError(f"{src}: {key} = {value!r}: {what}")
+
+    def need(key: str, ok: Callable[[Any], bool], what: str) -> None:
+        group, name = key.split(".")
+        if not ok(cfg[group][name]):
+            fail(key, cfg[group][name], what)
 
     for key in ("TRAIN_CROP", "TEST_RESIZE", "TEST_CROP", "RESIZE", "CROP"):
         if key in cfg.INPUT:
-            need(cfg.INPUT[key] > 0, f"INPUT.{key}", cfg.INPUT[key], "must be > 0")
+            need(f"INPUT.{key}", lambda x: x > 0, "must be > 0")
     if "SOLVER" in cfg:
-        s = cfg.SOLVER
-        need(s.BATCH_SIZE > 0, "SOLVER.BATCH_SIZE", s.BATCH_SIZE, "must be > 0")
-        need(s.EPOCHS > 0 or s.MAX_ITER > 0, "SOLVER.EPOCHS", s.EPOCHS, "or MAX_ITER must be > 0")
-        need(s.SCHEDULE in ("step", "cosine"), "SOLVER.SCHEDULE", s.SCHEDULE, "step or cosine")
-        need(all(0 < x < 1 for x in s.STEPS), "SOLVER.STEPS", s.STEPS, "fractions in (0, 1)")
-        need(
-            cfg.DATA.NAME in ("imagefolder", "fashion-mnist"),
-            "DATA.NAME",
-            cfg.DATA.NAME,
-            "imagefolder or fashion-mnist",
-        )
+        need("SOLVER.BATCH_SIZE", lambda x: x > 0, "must be > 0")
+        if not (cfg.SOLVER.EPOCHS > 0 or cfg.SOLVER.MAX_ITER > 0):
+            fail("SOLVER.EPOCHS", cfg.SOLVER.EPOCHS, "or MAX_ITER must be > 0")
+        need("SOLVER.SCHEDULE", lambda x: x in ("step", "cosine"), "step or cosine")
+        need("SOLVER.STEPS", lambda x: all(0 < f < 1 for f in x), "fractions in (0, 1)")
+        need("DATA.NAME", lambda x: x in _DATA_NAMES, "imagefolder or fashion-mnist")
     if "LRS" in cfg.get("SOLVER", {}):
-        s = cfg.SOLVER
-        need(all(x > 0 for x in s.LRS), "SOLVER.LRS", s.LRS, "must be > 0")
-        need(
-            len(s.LR_RANGE) == 2 and 0 < s.LR_RANGE[0] <= s.LR_RANGE[1],
-            "SOLVER.LR_RANGE",
-            s.LR_RANGE,
-            "(low, high) with 0 < low <= high",
-        )
-        need(s.HEAD_LR_MULT > 0, "SOLVER.HEAD_LR_MULT", s.HEAD_LR_MULT, "must be > 0")
-        need(
-            cfg.DATA.LABEL_PERCENT in (1, 10),
-            "DATA.LABEL_PERCENT",
-            cfg.DATA.LABEL_PERCENT,
-            "1 or 10",
-        )
-        need(
-            cfg.DATA.HELDOUT_PER_CLASS > 0,
-            "DATA.HELDOUT_PER_CLASS",
-            cfg.DATA.HELDOUT_PER_CLASS,
-            "must be > 0",
-        )
+        need("SOLVER.LRS", lambda x: all(lr > 0 for lr in x), "must be > 0")
+        need("SOLVER.LR_RANGE", _lr_range, "(low, high) with 0 < low <= high")
+        need("SOLVER.HEAD_LR_MULT", lambda x: x > 0, "must be > 0")
+        need("DATA.LABEL_PERCENT", lambda x: x in (1, 10), "1 or 10")
+        need("DATA.HELDOUT_PER_CLASS", lambda x: x > 0, "must be > 0")
     if "TRANSFER" in cfg:
-        t = cfg.TRANSFER
-        need(
-            t.PROTOCOL in TRANSFER_PROTOCOLS,
-            "TRANSFER.PROTOCOL",
-            t.PROTOCOL,
-            f"choose from {list(TRANSFER_PROTOCOLS)}",
-        )
-        bad = [d for d in t.DATASETS if d not in TRANSFER_DATASETS]
-        need(not bad, "TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
-        need(0 < t.VAL_FRACTION < 1, "TRANSFER.VAL_FRACTION", t.VAL_FRACTION, "in (0, 1)")
-        need(
-            len(t.LR_RANGE) == 2 and 0 < t.LR_RANGE[0] <= t.LR_RANGE[1],
-            "TRANSFER.LR_RANGE",
-            t.LR_RANGE,
-            "(low, high) with 0 < low <= high",
-        )
-        need(t.NUM_LRS >= 1, "TRANSFER.NUM_LRS", t.NUM_LRS, "must be >= 1")
-        for key, b in t.BUDGET.items():
-            need(
-                (b.ITERS > 0) != (b.EPOCHS > 0),
-                f"TRANSFER.BUDGET.{key}",
-                dict(b),
-                "exactly one of ITERS and EPOCHS must be > 0",
-            )
-        need(
-            cfg.FEATURES.DTYPE in ("float32", "float16"),
-            "FEATURES.DTYPE",
-            cfg.FEATURES.DTYPE,
-            "float32 or float16",
-        )
+        protocols = f"choose from {list(TRANSFER_PROTOCOLS)}"
+        need("TRANSFER.PROTOCOL", lambda x: x in TRANSFER_PROTOCOLS, protocols)
+        bad = [d for d in cfg.TRANSFER.DATASETS if d not in TRANSFER_DATASETS]
+        if bad:
+            fail("TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
+        need("TRANSFER.VAL_FRACTION", lambda x: 0 < x < 1, "in (0, 1)")
+        need("TRANSFER.LR_RANGE", _lr_range, "(low, high) with 0 < low <= high")
+        need("TRANSFER.NUM_LRS", lambda x: x >= 1, "must be >= 1")
+        for key, b in cfg.TRANSFER.BUDGET.items():
+            if (b.ITERS > 0) == (b.EPOCHS > 0):
+                one = "exactly one of ITERS and EPOCHS must be > 0"
+                fail(f"TRANSFER.BUDGET.{key}", dict(b), one)
+        need("FEATURES.DTYPE", lambda x: x in ("float32", "float16"), "float32 or float16")

@@ -1,18 +1,7 @@
-"""Image folders and label-split files of the classification evaluations.
-
-The readers themselves live once in :mod:`pretrain.data.datasets` (image folders, Fashion-MNIST,
-class lists, the RGB decoder); here are the evaluations' conventions on top of them:
-
-* :func:`build_image_folder`: ``<root>/<class>/<image>`` restricted to image files (torchvision's
-  ``IMG_EXTENSIONS``) and optionally to the classes of a list file (ImageNet-100 is ImageNet-1K
-  restricted to 100 WordNet ids); every class needs at least one image.
-* :func:`labelled_sets`: the labelled train / test images of Fashion-MNIST or of
-  ``<root>/{train,val}`` image folders (:func:`pretrain.data.splits.labelled_splits` with these
-  conventions), for the kNN evaluation, the linear probe and semi-supervised fine-tuning.
-* :func:`read_subset_file` / :func:`subset_indices`: the SimCLR 1% / 10% label split files (one
-  ImageNet training file name per line, e.g. ``n01440764_10026.JPEG``).
-
-Every problem with the files on disk raises :class:`DatasetError` naming the path.
+"""The classification evaluations' conventions on top of :mod:`pretrain.data.datasets`: image
+folders of image files only (optionally a class list: ImageNet-100), labelled train / test sets,
+and SimCLR's 1% / 10% label-split files. A problem on disk raises :class:`DatasetError` naming
+the path.
 """
 
 from __future__ import annotations
@@ -81,10 +70,8 @@ def read_subset_file(path: str) -> list[str]:
 
 
 def subset_indices(dataset: ImageFolderSource, names: Sequence[str], source: str = "") -> list[int]:
-    """Indices in ``dataset.samples`` of the images named in ``names`` (matched by basename).
-
-    A listed name that several images share (``0001.png`` in every class folder) is an error
-    naming them: a file name must say which image it is, as ImageNet's do."""
+    """Indices in ``dataset.samples`` of the images named in ``names`` (matched by basename); a
+    name several images share (``0001.png`` in every class) is an error."""
     by_name: dict[str, list[int]] = {}
     for i, (p, _) in enumerate(dataset.samples):
         by_name.setdefault(os.path.basename(p), []).append(i)

@@ -14,9 +14,7 @@ from fvcore.common.config import CfgNode
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 
-from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
 from pretrain.config import load_config
-from pretrain.config.files import config_path
 from pretrain.config.strict import check_override_pairs
 from pretrain.data.datasets import (
     FASHION_MNIST,
@@ -31,7 +29,9 @@ from pretrain.modeling import build_model
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.errors import ConfigError, DatasetError
 from pretrain.utils.output_dir import check_output_dir
+from transfer.checkpoint.reader import build_torchvision_backbone, load_backbone
 from transfer.classification.datasets import labelled_sets
+from transfer.shipped_configs import config_path
 
 __all__ = [
     "DEMO_CONFIG",
@@ -83,13 +83,9 @@ SPLIT_ROOT, CLASS_ROOT = "train/ and val/", "class folders"  # demo_folder_layou
 
 
 def demo_folder_layout(root: str) -> str:
-    """How the demo reads the image folder ``root``: :data:`SPLIT_ROOT` for ``root/train`` and
-    ``root/val`` class folders (the evaluation tools' ``--data-root``), :data:`CLASS_ROOT` for
-    class folders directly in ``root`` (pretraining's ``DATASETS.ROOT``).
-
-    Anything between the two (a ``train/`` without ``val/``, or ``train/`` and ``val/`` beside
-    other folders, which would be read as classes) is a :class:`DatasetError`: the demo would
-    otherwise train and report kNN on "classes" named train and val."""
+    """:data:`SPLIT_ROOT` for ``root/train`` and ``root/val`` class folders, :data:`CLASS_ROOT`
+    for class folders directly in ``root``; anything between the two is a :class:`DatasetError`
+    (the demo would otherwise report kNN on "classes" named train and val)."""
     if not os.path.isdir(root):
         raise DatasetError(f"DATASETS.ROOT = {root!r}: no such directory")
     folders = sorted(
@@ -121,14 +117,10 @@ def _knn_splits(
     n_test: int,
     norm: Sequence[Callable] | None = None,
 ) -> tuple[Dataset, Dataset]:
-    """(reference, test) datasets of (tensor, label) for the demo's kNN.
-
-    Fashion-MNIST: the first ``n_train`` training images are the references, the first
-    ``n_test`` test images the queries. An image folder (:func:`demo_folder_layout`): with
-    ``train/`` and ``val/``, ``n_train`` and ``n_test`` images evenly spaced over each (so every
-    class keeps images); with class folders only, every 5th image is held out as the test set.
-    ``norm`` (default: ToTensor + ImageNet normalisation) is applied after resizing to ``size``.
-    """
+    """(reference, test) datasets of (tensor, label) for the demo's kNN: Fashion-MNIST's first
+    ``n_train`` / ``n_test`` images; with ``train/`` and ``val/``, images evenly spaced over each
+    (every class keeps some); with class folders only, every 5th image as the test set. ``norm``
+    (default: ToTensor + ImageNet normalisation) follows the resize to ``size``."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     if norm is None:
@@ -227,12 +219,8 @@ def _demo_config(output_dir: str, opts: Sequence[str]) -> tuple[CfgNode, str]:
 def run_demo(
     output_dir: str, opts: list[str] | None = None, n_train: int = 10000, n_test: int = 10000
 ) -> DemoResult:
-    """Pretrain with the demo config (resuming if ``output_dir`` has a checkpoint) and evaluate.
-    Ctrl-C during pretraining saves a checkpoint and stops (exit status 130), as in
-    ``tools/train_pretrain.py``; the same call resumes.
-
-    The output directory and the data are checked (both kNN sets opened) before anything is
-    written."""
+    """Pretrain with the demo config (resuming; Ctrl-C saves a checkpoint and exits 130) and
+    evaluate; the output directory and both kNN sets are checked before anything is written."""
     from detectron2.utils.logger import setup_logger
 
     from pretrain.engine.run import run_pretraining

@@ -1,10 +1,6 @@
-"""Training plumbing shared by the linear probe and semi-supervised fine-tuning.
-
-Both run on detectron2's ``SimpleTrainer`` with its hooks (iteration timer, fvcore-scheduled
-learning rate via ``LRMultiplier``, periodic checkpoints, evaluation, console/JSON writers with
-ETA). Works on CPU or GPU, in one process or under ``detectron2.engine.launch`` /
-``torch.distributed``: data are sharded with ``DistributedSampler`` for training and by a strided
-split for evaluation, whose counts are summed over processes.
+"""Training plumbing of the linear probe and semi-supervised fine-tuning: detectron2's
+``SimpleTrainer`` and hooks, on CPU or GPU, in one process or under ``launch`` (training data
+sharded by ``DistributedSampler``, evaluation by a strided split whose counts are summed).
 """
 
 from __future__ import annotations
@@ -56,9 +52,8 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str = "") -> torch.device:
-    """``name`` if given, else this process's GPU when CUDA is available, else the CPU. Raises
-    :class:`~pretrain.utils.errors.ConfigError` for a name torch does not know or a CUDA device
-    this process cannot see (a GPU job on a node without one must stop, not run on the CPU)."""
+    """``name`` if given, else this process's GPU when CUDA is available, else the CPU; a CUDA
+    device this process cannot see is a :class:`ConfigError` (a GPU job must not run on CPU)."""
     if name:
         try:
             device = torch.device(name)
@@ -98,10 +93,8 @@ def iters_per_epoch(num_samples: int, batch_size: int) -> int:
 def infinite_batches(
     dataset: Dataset, batch_size: int, num_workers: int = 0, seed: int = 0
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled ``(images, labels)`` batches of this process's shard, epoch by epoch.
-
-    ``batch_size`` is the total over processes.
-    """
+    """Endless shuffled ``(images, labels)`` batches of this process's shard, epoch by epoch
+    (``batch_size``: the total over processes)."""
     bs = per_process_batch(batch_size)
     if comm.get_world_size() > 1:
         sampler = DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
@@ -190,12 +183,10 @@ def run_training(
 ) -> dict[str, float]:
     """Train ``model`` (returns a loss dict) for ``max_iter`` steps; returns the last eval.
 
-    ``checkpoint_model`` (e.g. only the linear head) is saved with the optimizer and scheduler
-    every ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and at the next iteration after
-    Ctrl-C, which then ends the process with exit status 130 (pretraining's
-    :class:`~pretrain.engine.hooks.StopOnSignal`); ``resume`` continues from the last checkpoint
-    in ``output_dir``. ``eval_fn`` runs every ``eval_period`` iterations (default
-    ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
+    ``checkpoint_model`` (e.g. the linear head) is saved with the optimizer and scheduler every
+    ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and after Ctrl-C (then exit 130);
+    ``resume`` continues from ``output_dir``'s last checkpoint. ``eval_fn`` runs every
+    ``eval_period`` iterations (default ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
     """
     output_dir = output_dir or cfg.OUTPUT_DIR
     if eval_period is None:
@@ -228,8 +219,7 @@ def run_training(
         ]
         hook_list.append(hooks.PeriodicWriter(writers, period=cfg.LOG_PERIOD))
     if checkpointer is not None:
-        # Ctrl-C only: SLURM's signals keep ending the tool as before, which its job
-        # (pretrain.cluster.jobs.ToolJob) requeues with --resume. Last: its after_train restores
+        # Ctrl-C only (SLURM requeues the tool with --resume). Last: its after_train restores
         # the handlers once the final evaluation is done.
         trainer.checkpointer = checkpointer
         hook_list.append(
@@ -255,11 +245,9 @@ def supervised_sets(
     val_base: Dataset,
     train_indices: Sequence[int] | None = None,
 ) -> tuple[TransformedDataset, TransformedDataset, int]:
-    """The set-up of the linear probe and of semi-supervised fine-tuning: ``(train, val,
-    max_iter)``, the ``train_base`` images (only ``train_indices`` if given) through the training
-    pipeline ``INPUT.TRAIN_CROP``, the ``val_base`` images through the evaluation pipeline
-    ``INPUT.TEST_RESIZE`` / ``TEST_CROP``, and ``SOLVER.MAX_ITER`` or else ``SOLVER.EPOCHS`` of
-    full batches of the training set."""
+    """``(train, val, max_iter)`` of the linear probe and of semi-supervised fine-tuning:
+    ``train_base`` (only ``train_indices`` if given) through the training pipeline, ``val_base``
+    through the evaluation one, ``SOLVER.MAX_ITER`` or else ``SOLVER.EPOCHS`` of full batches."""
     evt = eval_transform(cfg.INPUT.TEST_RESIZE, cfg.INPUT.TEST_CROP)
     train = TransformedDataset(train_base, train_transform(cfg.INPUT.TRAIN_CROP), train_indices)
     val = TransformedDataset(val_base, evt)

@@ -1,11 +1,7 @@
-"""The on-disk cache of frozen features of the transfer evaluations.
-
-Features themselves come from :func:`pretrain.evaluation.features.extract_features` (the
-backbone's globally pooled output, eval mode, no gradients). The cache stores one file per
-(backbone, dataset, split) under a key that hashes the backbone identity (checkpoint SHA-256 or
-random-init recipe), the dataset name and root, the split name, its size and labels, the
-transform's ``repr`` and the storage dtype; any change gives a new key, so a stale file is never
-read. Files are written atomically (temporary file + rename).
+"""The on-disk cache of frozen features (:func:`pretrain.evaluation.features.extract_features`):
+one file per (backbone, dataset, split), keyed by a hash of the backbone's identity, the data
+(name, root, size, labels), the transform's ``repr`` and the storage dtype, so a stale file is
+never read. Files are written atomically.
 """
 
 from __future__ import annotations
@@ -16,20 +12,26 @@ import logging
 import os
 from collections.abc import Callable
 
+import numpy as np
 import torch
+from torch.utils.data import Dataset
 
+from pretrain.data.datasets import TransformedDataset
+from pretrain.evaluation.features import extract_features
 from pretrain.utils.atomic_io import atomic_replace
 
-__all__ = ["FeatureCache", "labels_digest"]
+from .backbone import EvalBackbone
+
+__all__ = ["FeatureCache", "cached_features", "labels_digest"]
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
-def labels_digest(labels: torch.Tensor) -> str:
+def labels_digest(labels: torch.Tensor | np.ndarray) -> str:
     """Short content hash of a label vector (part of the cache key)."""
-    return hashlib.sha256(labels.to(torch.int64).numpy().tobytes()).hexdigest()[:16]
+    return hashlib.sha256(np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
 class FeatureCache:
@@ -76,3 +78,25 @@ class FeatureCache:
         atomic_replace(path, lambda f: torch.save(record, f))
         logger.info("feature cache write: %s (%s)", path, tuple(feats.shape))
         return stored.float(), labels
+
+
+def cached_features(
+    cache: FeatureCache,
+    backbone: EvalBackbone,
+    images: Dataset,
+    transform: Callable,
+    parts: dict,
+    device: torch.device | str,
+    batch_size: int,
+    num_workers: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``backbone``'s features and labels of ``images`` through ``transform``: from ``cache``
+    under ``parts`` (``dataset``, ``split``, ...) with the backbone and transform, or extracted."""
+    parts = {"backbone": backbone.identity, "transform": repr(transform), **parts}
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        data = TransformedDataset(images, transform)
+        desc = f"{parts['dataset']}/{parts['split']} features"
+        return extract_features(backbone.model, data, device, batch_size, num_workers, desc=desc)
+
+    return cache.get_or_compute(parts, compute)

@@ -1,9 +1,5 @@
-"""Weighted kNN evaluation of a backbone on an ImageFolder or Fashion-MNIST.
-
-Train and test features are extracted once (eval pipeline, cached like the transfer features)
-and every test image is classified by its k nearest training features, see
-:mod:`pretrain.evaluation.knn`.
-"""
+"""Weighted kNN evaluation (:mod:`pretrain.evaluation.knn`) of a backbone on an ImageFolder or
+Fashion-MNIST, on features extracted once and cached like the transfer features."""
 
 from __future__ import annotations
 
@@ -12,12 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
-from pretrain.data.datasets import TransformedDataset
-from pretrain.evaluation.features import extract_features
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 
 from .backbone import EvalBackbone
-from .features import FeatureCache, labels_digest
+from .features import FeatureCache, cached_features, labels_digest
 from .transforms import eval_transform
 
 __all__ = ["KNNResult", "run_knn"]
@@ -54,24 +48,8 @@ def run_knn(
     feats = {}
     for split, ds in (("train", train), ("test", test)):
         labels = torch.as_tensor(list(ds.targets), dtype=torch.int64)
-        parts = {
-            "backbone": backbone.identity,
-            "dataset": name,
-            "split": split,
-            "transform": repr(transform),
-            "num": len(ds),
-            "labels": labels_digest(labels),
-        }
-        feats[split] = cache.get_or_compute(
-            parts,
-            lambda ds=ds, split=split: extract_features(
-                backbone.model,
-                TransformedDataset(ds, transform),
-                device,
-                batch_size,
-                num_workers,
-                desc=f"{name}/{split} features",
-            ),
-        )
+        parts = {"dataset": name, "split": split, "num": len(ds), "labels": labels_digest(labels)}
+        args = (device, batch_size, num_workers)
+        feats[split] = cached_features(cache, backbone, ds, transform, parts, *args)
     top1 = knn_accuracy(*feats["train"], *feats["test"], num_classes, k, temperature)
     return KNNResult(top1, k, temperature, len(train), len(test), num_classes)

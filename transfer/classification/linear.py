@@ -1,14 +1,9 @@
 """Linear classifiers trained on cached frozen features, several learning rates at once.
 
-Why a plain loop instead of detectron2's trainer: a step here is one (B, D) x (D, C) matmul on a
-feature tensor already in memory; the engine's per-iteration hooks, event storage and data-loader
-iterator would cost more than the step itself, and the 7-value learning-rate sweep is run as 7
-heads updated in the same loop (one batch draw, one param group per head). The schedule is still
-fvcore's ``ParamScheduler`` and progress (with ETA) is a tqdm bar.
-
-The heads are independent: each head's loss depends only on its own weights, so the gradient of
-the summed loss w.r.t. head h is exactly the gradient of head h's loss; with the same batches and
-the same initialisation, head h equals a classifier trained alone with ``lrs[h]``.
+A plain loop rather than detectron2's trainer: a step is one (B, D) x (D, C) matmul on features
+in memory, cheaper than the engine's per-iteration hooks. The lr sweep is one head per lr in the
+same loop; each head's loss depends on its own weights only, so with the same batches and
+initialisation head h equals a classifier trained alone with ``lrs[h]``.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ def linear_head(
     feature_dim: int, num_classes: int, generator: torch.Generator | None = None
 ) -> nn.Linear:
     """``nn.Linear(feature_dim, num_classes)`` initialised as MoCo's linear classifier
-    (``main_lincls.py``): weights N(0, 0.01) drawn from ``generator`` (default: torch's global
-    generator), biases 0."""
+    (``main_lincls.py``): weights N(0, 0.01) drawn from ``generator``, biases 0."""
     head = nn.Linear(feature_dim, num_classes)
     with torch.no_grad():
         head.weight.normal_(0.0, 0.01, generator=generator)
@@ -99,11 +93,9 @@ def train_linear_heads(
     device: torch.device | str = "cpu",
     desc: str = "linear",
 ) -> list[nn.Linear]:
-    """One ``nn.Linear(D, num_classes)`` per learning rate, trained with SGD on ``features``.
-
-    ``schedule`` multiplies every base lr (default cosine from 1 to 0 over ``iters``); weights
-    start at N(0, 0.01), biases at 0 (as MoCo's linear classifier), identical for every head.
-    """
+    """One ``nn.Linear(D, num_classes)`` per learning rate, trained with SGD on ``features``,
+    identically initialised (:func:`linear_head`); ``schedule`` multiplies every base lr
+    (default cosine from 1 to 0 over ``iters``)."""
     if features.ndim != 2 or features.shape[0] != labels.shape[0]:
         raise ValueError(f"features {tuple(features.shape)} and labels {tuple(labels.shape)}")
     if iters < 1 or batch_size < 1 or not lrs:

@@ -1,9 +1,5 @@
-"""Classification metrics, as fractions in [0, 1] (tables print percentages).
-
-``top1`` is plain accuracy and ``mean_per_class`` the mean of per-class recalls over the classes
-present in ``labels``: scikit-learn's ``accuracy_score`` and ``balanced_accuracy_score``. The
-12-dataset transfer protocol uses the latter for Aircraft, Caltech-101, Flowers and Pets.
-"""
+"""Classification metrics as fractions in [0, 1]: ``top1`` and ``mean_per_class`` (Sec. 6.1's
+metric for Aircraft, Caltech-101, Flowers and Pets) are scikit-learn's."""
 
 from __future__ import annotations
 
@@ -39,11 +35,8 @@ def top1_accuracy(pred: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def mean_per_class_accuracy(pred: torch.Tensor, labels: torch.Tensor) -> float:
-    """Mean over classes present in ``labels`` of the fraction of that class predicted right.
-
-    A class that is predicted but absent from ``labels`` (or the -1 of a diverged row, see
-    :func:`score`) is not a class here; scikit-learn agrees but warns about it, which is silenced.
-    """
+    """Mean over the classes present in ``labels`` of their recall; a predicted class absent
+    from ``labels`` (or a diverged row's -1) is not a class, which scikit-learn warns of."""
     _check(pred, labels)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "y_pred contains classes not in y_true")
@@ -55,11 +48,8 @@ def topk_accuracy(
     logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int] = (1, 5)
 ) -> dict[int, float]:
     """``{k: fraction of rows whose label is among the k highest logits}``; k is capped at C.
-
-    Hand-written rather than scikit-learn's ``top_k_accuracy_score``: that one rejects two-class
-    (N, 2) scores, warns when k >= C, and breaks ties between equal logits towards the higher
-    class index, where ``torch.topk`` (the rest of this harness) breaks them otherwise.
-    """
+    Not scikit-learn's ``top_k_accuracy_score``: it rejects (N, 2) scores, warns when k >= C and
+    breaks ties otherwise than ``torch.topk`` (the rest of this harness)."""
     _check(logits, labels)
     hits = topk_hits(logits.cpu(), labels.cpu(), ks)  # (N, len(ks))
     return {k: hits[:, i].float().mean().item() for i, k in enumerate(ks)}
@@ -67,18 +57,15 @@ def topk_accuracy(
 
 def topk_hits(logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> torch.Tensor:
     """(N, len(ks)) booleans: whether row n's label is among its ``ks[i]`` highest logits (k is
-    capped at C). The one top-k rule: :func:`topk_accuracy` averages it, and the streaming
-    evaluation (``engine.evaluate_topk``) sums it over batches and processes."""
+    capped at C); :func:`topk_accuracy` and ``engine.evaluate_topk`` both count these."""
     maxk = min(max(ks), logits.shape[1])
     hit = logits.topk(maxk, dim=1).indices == labels.long()[:, None]  # (N, maxk)
     return torch.stack([hit[:, : min(k, maxk)].any(dim=1) for k in ks], dim=1)
 
 
 def score(metric: str, logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """``metric`` ("top1" or "mean_per_class") of the argmax of ``logits`` (N, C).
-
-    Rows with a non-finite logit (a diverged classifier) count as wrong.
-    """
+    """``metric`` of the argmax of ``logits`` (N, C); a row with a non-finite logit (a diverged
+    classifier) counts as wrong."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}, choose from {METRICS}")
     pred = logits.argmax(1)

@@ -1,10 +1,6 @@
-"""Linear classification on frozen features (paper Table 1; ImageNet-100 ablations).
-
-A frozen backbone (always in eval mode, no gradients) and one linear layer trained with SGD on
-augmented images (RandomResizedCrop + flip), evaluated with resize + centre crop; top-1 / top-5.
-Recipes (``configs/eval/``): MoCo-v2 (lr 30, x0.1 at epochs 60 and 80 of 100) and LORAC / MoCo-M
-(cosine from lr 1.2 on ImageNet-1K, 0.1 on ImageNet-100). Under ``torch.distributed`` only the
-linear layer is wrapped in DDP.
+"""Linear classification on frozen features (paper Table 1; ImageNet-100 ablations): a frozen
+backbone (eval mode) and one linear layer trained with SGD on RandomResizedCrop + flip images,
+top-1 / top-5 on centre crops; recipes in ``configs/eval/``. Only the linear layer is in DDP.
 """
 
 from __future__ import annotations
@@ -31,18 +27,14 @@ logger = logging.getLogger(__name__)
 
 
 def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Dataset, int]:
-    """``(train, val, num_classes)`` yielding PIL images: ImageFolder ``<root>/train`` and
-    ``<root>/val`` (optionally restricted to ``DATA.CLASS_LIST``) or Fashion-MNIST idx files."""
+    """``(train, val, num_classes)`` of PIL images: ``<root>/{train,val}`` or Fashion-MNIST."""
     kind = dataset_type(cfg.DATA.NAME)
     return labelled_sets(kind, data_root, cfg.DATA.CLASS_LIST, image_size=cfg.DATA.IMAGE_SIZE)
 
 
 class LinearProbe(nn.Module):
     """Frozen backbone + linear layer; ``forward((images, labels))`` returns the loss dict.
-
-    ``classifier`` replaces the default MoCo-initialised ``nn.Linear(feature_dim, num_classes)``
-    (the transfer harness passes one head per learning rate, see :mod:`.augmented`).
-    """
+    ``classifier`` replaces the default :func:`.linear.linear_head` (:mod:`.augmented`)."""
 
     def __init__(
         self,

@@ -1,9 +1,5 @@
-"""The columns of the tables shaped like the paper's Tables 1-3, and the Table 2 bar chart.
-
-The tables are written by :func:`pretrain.utils.tables.update_table`: a CSV file with one row per
-model
-(running a tool again for another model, same output directory, adds or updates that model's
-row) and its Markdown twin. Accuracies are stored as percentages with two decimals.
+"""The columns of the tables shaped like the paper's Tables 1-3 (one row per model, written by
+:func:`transfer.tables.update_table`; percentages with two decimals) and the Table 2 bar chart.
 """
 
 from __future__ import annotations

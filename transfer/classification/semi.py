@@ -1,15 +1,9 @@
 """Semi-supervised evaluation: fine-tune the whole network on 1% / 10% of ImageNet labels.
 
-Recipe of the paper (after SwAV): SGD, batch 256, momentum 0.9, no weight decay, 30 epochs (1%)
-or 50 (10%); the classifier's lr is 250x (1%) or 20x (10%) the backbone's; the classifier lr is
-swept over 7 log-spaced values in [0.01, 10] and every lr decays x0.2 at 60% and 80% of
-training. The paper says the searched "base learning rates of the linear layer" lie in
-[0.01, 10], so the sweep value is the classifier's lr and the backbone gets value / multiplier
-(SwAV's 1% recipe, backbone 0.02 and head 5, is such a point).
-
-Model selection does not look at the reported set: each lr is scored on ``HELDOUT_PER_CLASS``
-training images per class that are *not* in the label split (seeded), and the ImageNet val
-top-1 / top-5 of the best one is reported.
+The paper's recipe (after SwAV; values in ``configs/eval/semi_*.yaml``) sweeps "base learning
+rates of the linear layer" in [0.01, 10]: the sweep value is the classifier's lr and the backbone
+gets value / ``HEAD_LR_MULT`` (SwAV's 1% recipe, backbone 0.02 and head 5, is such a point). The
+lr is selected on seeded training images outside the label split, never on the reported val set.
 """
 
 from __future__ import annotations
@@ -80,8 +74,7 @@ class SemiResult:
 
 @dataclass
 class SemiData:
-    """The labelled split (transformed for training), ImageNet val and the held-out images
-    that select the lr, with the classes and the iterations of one fine-tuning."""
+    """The labelled split, ImageNet val and the held-out images that select the lr."""
 
     train: Dataset
     val: Dataset
@@ -111,8 +104,8 @@ def _fine_tune(
     """Fine-tune a fresh copy of the backbone with classifier lr ``lr`` (the backbone's is
     ``lr / HEAD_LR_MULT``); its held-out top-1 and val top-1 / top-5 at the end."""
     s = cfg.SOLVER
-    # A fresh copy per lr: every run starts from the pretrained weights, and no parameter is
-    # shared with the DistributedDataParallel wrapper of a previous run.
+    # A fresh copy per lr: every run starts from the pretrained weights, sharing no parameter
+    # with a previous run's DDP wrapper.
     net = copy.deepcopy(backbone.model)
     model = FineTuneClassifier(net, backbone.feature_dim, data.num_classes, device)
     optimizer = torch.optim.SGD(

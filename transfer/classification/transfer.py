@@ -1,19 +1,11 @@
 """The 12-dataset linear transfer harness (paper Sec. 6.1, Table 2).
 
-Per dataset: extract frozen features of every source split once (cached on disk, see
-:mod:`.features`), train one linear classifier per learning rate of the sweep (7 log-spaced
-values in [0.1, 100]) on ``train``, pick the best by the dataset's metric on ``val``, retrain with
-that lr on ``train + val`` and report the metric on ``test``. SGD, batch 256, momentum 0.9, no
-weight decay, cosine decay, the paper's per-dataset budgets (configurable).
-
-Two protocols (``TRANSFER.PROTOCOL``), the same sweep, selection, retraining and budgets:
-
-* ``cached_features`` (default): features are those of the evaluation pipeline (resize 256,
-  centre crop 224) without any training augmentation, as in the linear-transfer protocols of
-  Kornblith et al. and SimCLR; the whole sweep costs one backbone pass per image.
-* ``augmented`` (the paper's wording, :mod:`.augmented`): the classifiers train on
-  RandomResizedCrop + flip images passed through the frozen backbone at every step, nothing is
-  cached; val and test are scored on centre crops. One backbone pass per training image drawn.
+Per dataset: one linear classifier per lr of the sweep (7 log-spaced values in [0.1, 100]) on
+``train``, the best by the dataset's metric on ``val`` retrained on ``train + val`` and scored on
+``test``; SGD, batch 256, momentum 0.9, cosine, the paper's per-dataset budgets.
+``TRANSFER.PROTOCOL``: ``cached_features`` (default) trains on centre-crop features computed once
+and cached (:mod:`.features`), as Kornblith et al. and SimCLR; ``augmented`` (the paper's wording,
+:mod:`.augmented`) on RandomResizedCrop + flip images through the frozen backbone at every step.
 """
 
 from __future__ import annotations
@@ -27,16 +19,13 @@ import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from torch import nn
-from torch.utils.data import Dataset
 
-from pretrain.data.datasets import TransformedDataset
-from pretrain.evaluation.features import extract_features
-from pretrain.utils.tables import CLASH_HINT, RowOwner, check_row, data_source, update_table
+from transfer.tables import CLASH_HINT, RowOwner, check_row, data_source, update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
-from .features import FeatureCache
+from .features import FeatureCache, cached_features, labels_digest
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
 from .report import pct, plot_transfer_bars, transfer_columns
@@ -45,7 +34,6 @@ from .transfer_datasets import (
     BuildContext,
     TransferData,
     build_transfer_dataset,
-    source_digest,
 )
 from .transforms import eval_transform
 
@@ -102,27 +90,13 @@ def _features(
     device: torch.device | str,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
+    args = (device, cfg.FEATURES.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS)
     out = {}
     for src, ds in data.sources.items():
-        parts = {
-            "backbone": backbone.identity,
-            "dataset": data.key,
-            "split": src,
-            "transform": repr(transform),
-            **source_digest(data, src),
-        }
-
-        def compute(ds: Dataset = ds, src: str = src) -> tuple[torch.Tensor, torch.Tensor]:
-            return extract_features(
-                backbone.model,
-                TransformedDataset(ds, transform),
-                device,
-                cfg.FEATURES.BATCH_SIZE,
-                cfg.FEATURES.NUM_WORKERS,
-                desc=f"{data.key}/{src} features",
-            )
-
-        feats, labels = cache.get_or_compute(parts, compute)
+        # the source's identity: its size and labels, not its image bytes
+        parts = {"dataset": data.key, "split": src, "root": os.path.abspath(data.root)}
+        parts.update(num=len(data.labels[src]), labels=labels_digest(data.labels[src]))
+        feats, labels = cached_features(cache, backbone, ds, transform, parts, *args)
         expected = torch.as_tensor(data.labels[src])
         if not torch.equal(labels, expected):
             raise RuntimeError(f"{data.key}/{src}: labels from the loader differ from the index")
@@ -199,10 +173,8 @@ def transfer_dataset(
     cache: FeatureCache | None,
     device: torch.device | str,
 ) -> DatasetResult:
-    """Sweep, select on val, retrain on train+val, score test for one dataset.
-
-    ``cache`` is used by the ``cached_features`` protocol only (``None`` for ``augmented``).
-    """
+    """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
+    ``cached_features`` protocol's, ``None`` for ``augmented``)."""
     t = cfg.TRANSFER
     train, evaluate = _protocol(data, backbone, cfg, cache, device)
     n_train, n_val = data.split_size("train"), data.split_size("val")
@@ -264,11 +236,7 @@ def run_transfer(
     datas: list[TransferData] | None = None,
 ) -> list[DatasetResult]:
     """Run every dataset of ``cfg.TRANSFER.DATASETS`` (``datas``: already built by
-    :func:`build_transfer_datasets`); missing roots fail before any work.
-
-    The ``augmented`` protocol stores no features (the cache directory still receives
-    Birdsnap's list of decodable images, which is not a feature file).
-    """
+    :func:`build_transfer_datasets`); missing roots fail before any work."""
     cache = None
     if cfg.TRANSFER.PROTOCOL == "cached_features":
         cache = FeatureCache(_cache_dir(cfg), cfg.FEATURES.DTYPE)
@@ -288,7 +256,7 @@ def table_row_name(model_name: str, protocol: str) -> str:
 
 def table_sources(cfg: CfgNode) -> dict[str, str]:
     """Table 2's figures of ``cfg``'s datasets and the data each is computed on (its root):
-    the keys of the row's cells (:func:`pretrain.utils.tables.update_table`)."""
+    the keys of the row's cells (:func:`transfer.tables.update_table`)."""
     return {DATASET_NAMES[k]: data_source(k, dataset_root(cfg, k)) for k in cfg.TRANSFER.DATASETS}
 
 
@@ -305,9 +273,8 @@ def check_tables(
     hint: str = CLASH_HINT,
     sources: Mapping[str, str] | None = None,
 ) -> None:
-    """Raise :class:`~pretrain.utils.tables.RowClashError` before any work if
-    :func:`write_tables` would refuse ``model``'s Table 2 row for ``protocol`` (``sources``:
-    :func:`table_sources`)."""
+    """Raise :class:`~transfer.tables.RowClashError` before any work if :func:`write_tables`
+    would refuse ``model``'s Table 2 row for ``protocol``."""
     owner = _owner(model)
     row = owner.cells("Model", table_row_name(owner.name, protocol))
     path = os.path.join(output_dir, TABLE2)
@@ -323,12 +290,9 @@ def write_tables(
     hint: str = CLASH_HINT,
     sources: Mapping[str, str] | None = None,
 ) -> str:
-    """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`, with a Protocol
-    column) and write the details CSV, rows keyed by ``model``'s weights when it is a
-    :class:`~pretrain.utils.tables.RowOwner` and figures by ``sources`` (:func:`table_sources`;
-    ``replace``, ``hint``, ``sources``: :func:`~pretrain.utils.tables.update_table`'s). Returns
-    the Markdown table path.
-    """
+    """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`) and the details
+    CSV (``replace``, ``hint``, ``sources``: :func:`~transfer.tables.update_table`'s); returns
+    the Markdown table's path."""
     protocols = sorted({r.protocol for r in results})
     if len(protocols) != 1:
         raise ValueError(f"results must come from one protocol, got {protocols}")

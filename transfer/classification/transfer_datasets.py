@@ -1,36 +1,12 @@
 """The 12 linear-transfer datasets of the paper (Sec. 6.1, Table 2), read from local copies.
 
-Each dataset is one :class:`TransferDataset` record in :data:`TRANSFER_DATASETS` (fvcore
-``Registry``, keyed by the config's name, ``TRANSFER.DATASETS``): its column in Table 2, the
-metric Sec. 6.1 scores it by, its published layout, its default budget and its builder. The
-records are made by :func:`transfer_dataset` on the builder, in Table 2's order, so adding a
-dataset is one decorated function here; the config's defaults, its check of
-``TRANSFER.DATASETS`` and :func:`build_transfer_dataset` all read the registry. Contract:
-``builder(root: str, ctx: BuildContext) -> TransferData``; it must
-
-* read ``root`` in the dataset's published layout (torchvision's classes with ``download=False``
-  where they exist; the record's ``layout`` documents it), never download, never create
-  directories;
-* return ``sources`` (the image sets whose features are extracted, each exactly once) and
-  ``splits`` ``train`` / ``val`` / ``test`` as index arrays into those sources, disjoint;
-* raise :class:`DatasetError` naming the root and the expected layout when something is missing.
-
-Validation splits (the learning-rate sweep is selected on ``val``; the final classifier is
-trained on ``train + val`` and scored on ``test``):
-
-=============  ======================================================================
-Aircraft       official ``train`` / ``val`` / ``test`` (variant level, 100 classes)
-Birdsnap       per class, seeded: 5 val, 5 test, the remaining decodable images train
-Caltech-101    per class, seeded: 30 train+val (``val_fraction`` of them val), rest test
-Cars           official train (``val_fraction`` held out, stratified, seeded) / test
-CIFAR-10/100   official train (``val_fraction`` held out) / test
-DTD            official ``train1`` / ``val1`` / ``test1``
-Flowers        official ``train`` / ``val`` / ``test``
-Food-101       official train (``val_fraction`` held out) / test
-Pets           official ``trainval`` (``val_fraction`` held out) / ``test``
-Places365      ``train-standard`` (``val_fraction`` held out) / official ``val`` as test
-SUN397         ``Training_01`` (``val_fraction`` held out) / ``Testing_01``
-=============  ======================================================================
+Each dataset is a :class:`TransferDataset` record in :data:`TRANSFER_DATASETS` (fvcore
+``Registry``, keyed by the name ``TRANSFER.DATASETS`` uses), registered in Table 2's order by
+:func:`transfer_dataset` on its builder. Contract: ``builder(root, ctx) -> TransferData`` reads
+``root`` in the published layout (torchvision with ``download=False`` where it can), never
+downloads or creates directories, returns disjoint ``train`` / ``val`` / ``test`` index splits
+into its ``sources``, and raises :class:`DatasetError` naming the root and the expected layout.
+The validation split of each dataset: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -43,7 +19,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from fvcore.common.registry import Registry
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
@@ -314,9 +289,8 @@ def _train_test(
 def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
     """Which images decode (:func:`pretrain.data.datasets.decodes`); remembered in
     ``cache_dir`` keyed by paths and sizes."""
-    sig = hashlib.sha256(json.dumps([(p, os.path.getsize(p)) for p in paths]).encode()).hexdigest()[
-        :24
-    ]
+    listing = json.dumps([(p, os.path.getsize(p)) for p in paths])
+    sig = hashlib.sha256(listing.encode()).hexdigest()[:24]
     memo = os.path.join(cache_dir, f"birdsnap-decodable-{sig}.json") if cache_dir else ""
     if memo and os.path.isfile(memo):
         with open(memo) as f:
@@ -508,13 +482,3 @@ def sun397(root: str, ctx: BuildContext) -> TransferData:
     )
     data.val_protocol = "Training_01 / Testing_01; " + data.val_protocol
     return data
-
-
-def source_digest(data: TransferData, source: str) -> dict:
-    """Identity of one source for the feature-cache key (size and labels, not image bytes)."""
-    lab = torch.as_tensor(data.labels[source])
-    return {
-        "root": os.path.abspath(data.root),
-        "num": int(lab.numel()),
-        "labels": hashlib.sha256(lab.numpy().tobytes()).hexdigest()[:16],
-    }

@@ -1,9 +1,5 @@
-"""The two image pipelines of the MoCo linear-evaluation protocol, sizes configurable.
-
-Training: RandomResizedCrop(crop) + horizontal flip. Evaluation (and cached transfer features):
-Resize(shorter side = resize) + CenterCrop(crop). Both normalise with the ImageNet statistics of
-:mod:`pretrain.utils.constants`. ``repr`` of the result is stable (no memory addresses), which the
-feature cache uses as part of its key.
+"""The two image pipelines of the MoCo linear-evaluation protocol, sizes configurable; their
+``repr`` is stable (no memory addresses): it is part of the feature-cache key.
 """
 
 from __future__ import annotations
@@ -18,9 +14,8 @@ __all__ = ["ToRGB", "eval_transform", "train_transform"]
 
 
 class ToRGB:
-    """Convert any PIL image (greyscale Caltech-101 pictures, palette PNGs, 16-bit PNGs) to RGB
-    with :func:`pretrain.data.datasets.to_rgb`; a class rather than ``T.Lambda`` for a stable
-    ``repr`` (part of the feature-cache key)."""
+    """:func:`pretrain.data.datasets.to_rgb` (greyscale, palette, 16-bit PNGs to RGB); a class
+    rather than ``T.Lambda`` for a stable ``repr``."""
 
     def __call__(self, img: Image.Image) -> Image.Image:
         return to_rgb(img)

@@ -1,10 +1,6 @@
-"""Command-line entry points of the evaluation side (and of the demo and the study, which also
-evaluate).
-
-Each module holds one tool's argument parsing and ``main(argv=None) -> int``; setup.py installs
-them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that call the same
-``main``. User errors end every tool the same way
-(:func:`pretrain.cli.user_errors.exit_on_user_error`).
+"""Command-line entry points of the evaluation side, the demo and the study: one tool's argument
+parsing and ``main(argv=None) -> int`` per module, installed as ``lorac-*`` console scripts and
+called by the thin ``tools/*.py``.
 """
 
 # before any tool module imports detectron2: pretrain.cli filters torch.jit.script's deprecation

@@ -17,20 +17,20 @@ import argparse
 
 import torch
 
-from pretrain.cli.arguments import int_at_least
+from pretrain.cli.arguments import ToolParser, int_at_least
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.loader import AUTO_WORKERS
 from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from transfer.cli.common import add_dataset_args, options_from_args, tool_parser
+from transfer.cli.common import add_dataset_args, options_from_args
 from transfer.run_dir import RunDir, add_run_dir_args
 
 __all__ = ["analyse", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = tool_parser(__doc__)
+    p = ToolParser(description=__doc__)
     p.add_argument("models", nargs="+", metavar="CKPT_OR_RUN_DIR")
     add_dataset_args(
         p,

@@ -24,18 +24,11 @@ __all__ = [
     "launch_tool",
     "options_from_args",
     "parse_launch_args",
-    "tool_parser",
 ]
 
 DATASET_CHOICES = ["fashion-mnist", "imagefolder"]
 
 _Options = TypeVar("_Options")
-
-
-def tool_parser(doc: str) -> argparse.ArgumentParser:
-    """A parser whose ``--help`` starts with the tool's docstring ``doc``, line breaks kept, and
-    whose errors are one line (:class:`~pretrain.cli.arguments.ToolParser`)."""
-    return ToolParser(description=doc)
 
 
 def add_dataset_args(parser: argparse.ArgumentParser, root_help: str, class_list_help: str) -> None:

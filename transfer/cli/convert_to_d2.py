@@ -1,10 +1,7 @@
 """Convert a ResNet-50 (or 18/34/101/152) backbone checkpoint into a detectron2 weights file.
 
-Accepts every checkpoint layout of docs/checkpoints.md (this project's, MoCo/LORAC, torchvision,
-SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, detectron2). Heads, key/momentum encoders
-and queues are dropped on purpose: counted, with a few names (all of them with --verbose). The
-output (.pkl or .pth) loads into the configs in configs/ with exact names (no matching
-heuristics):
+Any layout of docs/checkpoints.md; heads, key encoders and queues are dropped on purpose. The
+output (.pkl or .pth) loads into the configs of configs/ by exact names:
 
     python tools/convert_to_d2.py output/pretrain/model_final.pth pretrained/lorac_r50.pkl
 """

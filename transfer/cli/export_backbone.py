@@ -1,9 +1,7 @@
 """Export a ResNet backbone checkpoint as a torchvision or timm state dict (.pth or .safetensors).
 
-Accepts every checkpoint layout of docs/checkpoints.md (this project's, MoCo/LORAC, torchvision,
-SwAV, DINO, solo-learn, VISSL, converted SimCLR/BYOL, converted detectron2 backbones). The output
-loads with strict=True into torchvision.models.resnet50() (or the checkpoint's depth) with fc
-dropped, or into timm.create_model("resnet50", num_classes=0):
+Any layout of docs/checkpoints.md; the output loads strictly into torchvision's ResNet (fc
+dropped) or timm's (num_classes=0):
 
     python tools/export_backbone.py output/demo/model_final.pth output/demo/resnet18.pth
     python tools/export_backbone.py CKPT resnet50.safetensors --safetensors --format timm

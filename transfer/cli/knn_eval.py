@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from pretrain.cli.arguments import int_at_least, positive_float
+from pretrain.cli.arguments import ToolParser, int_at_least, positive_float
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.datasets import dataset_type
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import dump_run_info
-from pretrain.utils.tables import data_source
 from transfer.classification.cli import (
     add_model_args,
     check_table_row,
@@ -33,8 +32,9 @@ from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
-from transfer.cli.common import add_dataset_args, add_device_arg, tool_parser
+from transfer.cli.common import add_dataset_args, add_device_arg
 from transfer.run_dir import RunDir, RunDirError
+from transfer.tables import data_source
 
 __all__ = ["TABLE", "evaluate", "main", "parse_args"]
 
@@ -42,7 +42,7 @@ TABLE = "knn.csv"  # in --table-dir, with its Markdown twin
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = tool_parser(__doc__)
+    parser = ToolParser(description=__doc__)
     add_model_args(parser)
     add_dataset_args(
         parser, "idx directory or <root>/{train,val}", "imagefolder: restrict to these classes"

@@ -15,7 +15,6 @@ from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
 from pretrain.cli.user_errors import exit_on_user_error
-from pretrain.utils.tables import data_source
 from transfer.classification.cli import (
     check_table_row,
     key_value,
@@ -26,6 +25,7 @@ from transfer.classification.config import linear_probe_defaults
 from transfer.classification.probe import build_classification_sets, run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
+from transfer.tables import data_source
 
 __all__ = ["TABLE", "main", "parse_args", "probe"]
 

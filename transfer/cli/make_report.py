@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import argparse
 
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.output_dir import check_output_dir
 from transfer.analysis import AnalysisError
 from transfer.analysis.report import build_report
-from transfer.cli.common import tool_parser
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = tool_parser(__doc__)
+    p = ToolParser(description=__doc__)
     p.add_argument("runs", nargs="*", metavar="[LABEL=]RUN_DIR", help="pretraining run folders")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--eval-dir", nargs="+", action="extend", default=[], metavar="D")

@@ -20,12 +20,12 @@ from fvcore.common.config import CfgNode
 
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.errors import DatasetError
-from pretrain.utils.tables import data_source
 from transfer.classification.cli import check_table_row, start_run, write_table_row
 from transfer.classification.config import semi_supervised_defaults
 from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import SemiData, run_semi_supervised, semi_data
 from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
+from transfer.tables import data_source
 
 __all__ = ["RESULTS", "TABLE", "fine_tune", "main", "parse_args"]
 

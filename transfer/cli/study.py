@@ -31,12 +31,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from pretrain.cli.arguments import ToolParser
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import JobRequest
 from pretrain.config import load_config
 from pretrain.utils.output_dir import check_output_dir
-from transfer.cli.common import options_from_args, tool_parser
+from transfer.cli.common import options_from_args
 from transfer.study import METHODS, StudyError, StudyInterrupted, StudyOptions, run_study
 from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_methods
 
@@ -65,7 +66,7 @@ def _resource_args(p: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = StudyOptions()
-    p = tool_parser(__doc__)
+    p = ToolParser(description=__doc__)
     p.add_argument(
         "--experiment",
         choices=list(EXPERIMENTS),
@@ -139,10 +140,8 @@ def _job_template(args: argparse.Namespace, exp: Experiment) -> JobRequest:
 
 
 def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
-    """The command line of ``argv`` (this invocation's arguments) that shows its runs' states:
-    ``--status`` goes before the trailing ``KEY VALUE`` overrides ``opts`` (and the ``--`` that
-    may end a list option before them), where it is read as a flag; after them it would be read
-    as one more override."""
+    """The command line of ``argv`` that shows its runs' states: ``--status`` goes before the
+    trailing overrides ``opts`` (and a ``--`` before them), where it is read as a flag."""
     argv, opts = list(argv), list(opts)
     at = len(argv) - len(opts) if opts and argv[len(argv) - len(opts) :] == opts else len(argv)
     if at and argv[at - 1] == "--":
@@ -162,8 +161,7 @@ def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_
 
 
 def _check_writable(opt: StudyOptions) -> None:
-    """The folders the study writes, checked before anything runs: a file or a read-only folder
-    there would end the study in a traceback, the page's after every run."""
+    """The folders the study writes, checked before anything runs (the page's is written last)."""
     folders = {"--output-dir": opt.output_dir, "--records": opt.records}
     folders["--results' folder"] = os.path.dirname(opt.results)
     for what, path in folders.items():

@@ -19,7 +19,7 @@ import argparse
 import os
 from dataclasses import asdict
 
-from pretrain.cli.arguments import comma_separated
+from pretrain.cli.arguments import ToolParser, comma_separated
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
@@ -32,14 +32,14 @@ from transfer.classification.transfer import (
     write_tables,
 )
 from transfer.classification.transfer_datasets import DATASET_NAMES
-from transfer.cli.common import add_device_arg, tool_parser
+from transfer.cli.common import add_device_arg
 from transfer.run_dir import RunDir
 
 __all__ = ["evaluate", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = tool_parser(__doc__)
+    parser = ToolParser(description=__doc__)
     parser.add_argument("--config-file", default="", metavar="FILE")
     add_model_args(parser)
     parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")

@@ -1,13 +1,6 @@
-"""detectron2 configs for detection, loaded by the project's one strict loader.
-
-The project adds no config keys: its configs are plain detectron2 YAML, loaded by
-:func:`pretrain.config.strict.load_strict` on top of detectron2's ``get_cfg()``, so an unknown key,
-a type mismatch or an unreadable file raises :class:`~pretrain.utils.errors.ConfigError`
-naming the file (following the ``_BASE_`` chain) or command-line option that holds it. This
-module also derives what detectron2 needs for ResNet-18/34 backbones from ``MODEL.RESNETS.DEPTH``
-alone, adapts ``SyncBN`` for multi-process CPU runs, fits the data workers to the cores and
-precise-BN to a CPU run's length. :class:`DetectionSetupError` is left for the other problems
-found before training: datasets and weights.
+"""detectron2 configs for detection: plain detectron2 YAML (no keys added) loaded strictly on top
+of ``get_cfg()`` (:func:`pretrain.config.strict.load_strict`), with ResNet-18/34 derived from
+``MODEL.RESNETS.DEPTH`` alone and SyncBN, data workers and precise-BN fitted to CPU runs.
 """
 
 from __future__ import annotations
@@ -40,11 +33,7 @@ class DetectionSetupError(LoracError):
 
 def load_config(config_file: str, opts: Sequence[str] = ()) -> CfgNode:
     """detectron2's ``get_cfg()`` merged with ``config_file`` and ``KEY VALUE`` ``opts``
-    (not frozen: the trainer adapts it first).
-
-    Raises :class:`ConfigError` naming the file and key for unknown keys, type mismatches or
-    unreadable files.
-    """
+    (not frozen: the trainer adapts it first)."""
     if not config_file:
         raise ConfigError("no config file given (--config-file)")
     cfg = load_strict(get_cfg(), config_file, opts)
@@ -73,14 +62,10 @@ def check_solver_numbers(cfg: CfgNode) -> None:
 
 
 def derive_basic_block_keys(cfg: CfgNode, source: str = "config") -> None:
-    """Make ``MODEL.RESNETS.DEPTH 18`` (or 34) enough for a ResNet-18/34 backbone.
-
-    Those ResNets are built of basic blocks whose res2 has 64 output channels, and detectron2's
-    ``build_resnet_backbone`` asserts ``RES2_OUT_CHANNELS = 64`` instead of deriving it from
-    the depth: the default (256, for bottleneck ResNets) is changed to 64 here. What basic blocks
-    cannot have (grouped or deformable convolutions, a dilated res5, the C4 configs'
-    ``Res5ROIHeads``, which builds res5 of bottleneck blocks inside the ROI heads) raises
-    :class:`ConfigError` naming every key, ``source`` (the config file) first."""
+    """Make ``MODEL.RESNETS.DEPTH 18`` (or 34) enough for a ResNet-18/34 backbone: detectron2
+    asserts ``RES2_OUT_CHANNELS = 64`` for basic blocks instead of deriving it, so the bottleneck
+    default (256) becomes 64; what basic blocks cannot have (grouped or deformable convolutions, a
+    dilated res5, the C4 configs' ``Res5ROIHeads``) raises :class:`ConfigError` naming every key."""
     r = cfg.MODEL.RESNETS
     if r.DEPTH not in (18, 34) or "resnet" not in cfg.MODEL.BACKBONE.NAME:
         return
@@ -109,10 +94,8 @@ def derive_basic_block_keys(cfg: CfgNode, source: str = "config") -> None:
 
 def use_naive_syncbn_on_cpu(cfg: CfgNode, world_size: int) -> list[str]:
     """Replace ``SyncBN`` by detectron2's ``naiveSyncBN`` in every ``*.NORM`` key when ``cfg``
-    runs on CPU with more than one process (torch's SyncBatchNorm refuses CPU tensors then).
-
-    ``cfg`` must be mutable; returns the full names of the keys changed, for the caller to log.
-    """
+    runs on CPU with more than one process (torch's SyncBatchNorm refuses CPU tensors); returns
+    the keys changed."""
     if world_size <= 1 or cfg.MODEL.DEVICE != "cpu":
         return []
     changed: list[str] = []
@@ -130,12 +113,9 @@ def use_naive_syncbn_on_cpu(cfg: CfgNode, world_size: int) -> list[str]:
 
 
 def fit_workers_to_cores(cfg: CfgNode, procs_on_machine: int) -> str | None:
-    """Cap ``DATALOADER.NUM_WORKERS`` (detectron2's default: 4) at the workers pretraining would
-    start (:func:`~pretrain.data.loader.resolve_num_workers`: the cores of this process less
-    one, shared by the ``procs_on_machine`` processes); ``-1`` means that number, as in
-    pretraining. More workers than cores slow loading down and make torch warn in every loader.
-
-    ``cfg`` must be mutable; returns the note to log when the value changed, else None."""
+    """Cap ``DATALOADER.NUM_WORKERS`` (``-1``: that number) at the workers pretraining would
+    start (:func:`~pretrain.data.loader.resolve_num_workers`): more than the cores slow loading
+    down. Returns the note to log when the value changed, else None."""
     given = cfg.DATALOADER.NUM_WORKERS
     fit = min(
         resolve_num_workers(given, procs_on_machine),
@@ -151,12 +131,8 @@ def fit_workers_to_cores(cfg: CfgNode, procs_on_machine: int) -> str | None:
 
 
 def fit_precise_bn_to_cpu(cfg: CfgNode) -> str | None:
-    """On a CPU, cap ``TEST.PRECISE_BN.NUM_ITER`` (200 forward passes each time it runs) at
-    ``SOLVER.MAX_ITER``, so that it costs no more forward passes than the training had
-    iterations (a few-iteration smoke run on a CPU otherwise spends most of its time there).
-    Runs of at least NUM_ITER iterations, and every GPU run, keep the config's value.
-
-    ``cfg`` must be mutable; returns the note to log when the value changed, else None."""
+    """On a CPU, cap ``TEST.PRECISE_BN.NUM_ITER`` at ``SOLVER.MAX_ITER`` (a few-iteration smoke
+    run would otherwise spend most of its time there); returns the note to log, else None."""
     bn, max_iter = cfg.TEST.PRECISE_BN, cfg.SOLVER.MAX_ITER
     given, fit = bn.NUM_ITER, max(max_iter, 1)
     if not bn.ENABLED or cfg.MODEL.DEVICE != "cpu" or given <= fit:

@@ -1,17 +1,8 @@
-"""Convert a ResNet backbone (any layout :mod:`pretrain.checkpoint.reader` reads) to detectron2
-names.
-
-The names map as in :mod:`pretrain.checkpoint.resnet_names` (which also holds the reverse direction
-the
-checkpoint reader uses for detectron2 files), for bottleneck (R50/101/152) and basic-block
-(R18/34) ResNets alike. Every input key must map and every key of the inferred torchvision
-architecture must be present, otherwise :class:`ConversionError` names the keys; nothing relies on
-detectron2's name-matching heuristics.
-
-Files are written for exact loading (``matching_heuristics: False``), so the names carry the
-prefix under which the ResNet lives in the model: ``backbone.bottom_up.`` for detectron2's
-ResNet-FPN backbones (all configs of this project). The strides of torchvision's bottleneck sit in
-the 3x3 conv, hence ``MODEL.RESNETS.STRIDE_IN_1X1: False`` in the configs.
+"""Convert a ResNet backbone (any layout :mod:`transfer.checkpoint.reader` reads) to detectron2
+names (:mod:`transfer.checkpoint.resnet_names`). Every input key must map and every key of the
+torchvision architecture be present, else :class:`ConversionError` names the keys. Files are
+written for exact loading (``matching_heuristics: False``) under the prefix of the ResNet in the
+model; torchvision's bottleneck strides in the 3x3 conv (``STRIDE_IN_1X1: False`` in the configs).
 """
 
 from __future__ import annotations
@@ -23,9 +14,9 @@ from dataclasses import dataclass, field
 import torch
 import torchvision
 
-from pretrain.checkpoint.reader import BackboneWeights, load_backbone
-from pretrain.checkpoint.resnet_names import torchvision_to_d2_name
 from pretrain.utils.errors import LoracError
+from transfer.checkpoint.reader import BackboneWeights, load_backbone
+from transfer.checkpoint.resnet_names import torchvision_to_d2_name
 from transfer.export.backbone import is_same_file
 
 __all__ = [
@@ -34,6 +25,7 @@ __all__ = [
     "ConversionReport",
     "convert_checkpoint",
     "convert_to_d2",
+    "key_listing",
     "torchvision_to_d2_name",
 ]
 
@@ -58,7 +50,8 @@ class ConversionReport:
     dropped: list[str] = field(default_factory=list)  # input keys dropped on purpose
 
 
-def _listing(keys: list[str], limit: int = 8) -> str:
+def key_listing(keys: list[str], limit: int = 8) -> str:
+    """The first ``limit`` of ``keys`` for a message, and how many there are in all."""
     return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
@@ -71,11 +64,7 @@ D2_STEM_UNSUPPORTED = (
 
 
 def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Map torchvision ResNet backbone weights to detectron2 ResNet names (``prefix`` prepended).
-
-    Raises :class:`ConversionError` naming the keys if any input key has no detectron2 name or
-    any key of torchvision's ``weights.arch`` (without ``fc``) is missing.
-    """
+    """Map torchvision ResNet backbone weights to detectron2 ResNet names (``prefix`` prepended)."""
     if weights.arch not in torchvision.models.__dict__:
         raise ConversionError(f"unknown ResNet architecture {weights.arch!r}")
     if weights.stem != "imagenet":
@@ -87,7 +76,7 @@ def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch
     }
     missing = sorted(expected - set(weights.state_dict))
     if missing:
-        raise ConversionError(f"{weights.arch} backbone keys missing: {_listing(missing)}")
+        raise ConversionError(f"{weights.arch} backbone keys missing: {key_listing(missing)}")
     out: dict[str, torch.Tensor] = {}
     unmapped = []
     for key, value in weights.state_dict.items():
@@ -97,20 +86,15 @@ def convert_to_d2(weights: BackboneWeights, prefix: str = "") -> dict[str, torch
         else:
             out[prefix + name] = value.detach().cpu()
     if unmapped:
-        raise ConversionError(f"keys with no detectron2 name: {_listing(sorted(unmapped))}")
+        raise ConversionError(f"keys with no detectron2 name: {key_listing(sorted(unmapped))}")
     return out
 
 
 def convert_checkpoint(
     input_path: str, output_path: str, prefix: str = FPN_PREFIX
 ) -> ConversionReport:
-    """Read a backbone from ``input_path`` and write it for detectron2 to ``output_path``.
-
-    ``.pkl`` gives detectron2's model-zoo format (numpy arrays), ``.pth`` a torch file holding the
-    same dict of tensors; both carry ``matching_heuristics: False`` so detectron2 loads names
-    exactly. Raises :class:`pretrain.checkpoint.reader.CheckpointError` for unreadable inputs and
-    :class:`ConversionError` for unconvertible weights or an unsupported output suffix.
-    """
+    """Read a backbone from ``input_path`` and write it for detectron2 to ``output_path``:
+    ``.pkl`` in detectron2's model-zoo format (numpy arrays), ``.pth`` as torch tensors."""
     ext = os.path.splitext(output_path)[1]
     if ext not in (".pkl", ".pth"):
         raise ConversionError(f"{output_path}: output must end in .pkl or .pth, not {ext!r}")

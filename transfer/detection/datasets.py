@@ -1,17 +1,8 @@
-"""Datasets: COCO 2017 through detectron2's builtin catalog, user COCO-format files from the CLI.
-
-COCO 2017 (``coco_2017_train``/``coco_2017_val`` and ``keypoints_coco_2017_*``) is registered by
-detectron2 itself when ``detectron2.data`` is imported, under ``$DETECTRON2_DATASETS`` (default
-``./datasets``): ``coco/annotations/instances_val2017.json``, ``coco/val2017/`` and so on.
-
-Any other COCO-format JSON is registered with :func:`register_coco_dataset` (``--register-coco
-NAME JSON IMAGE_ROOT`` in ``tools/train_net.py``). Its class names come from the JSON's
-``categories`` (sorted by id, as detectron2's loader orders them); keypoint names come from the
-standard ``categories[*].keypoints`` field, and the horizontal-flip pairs from the COCO naming
-convention ``left_X``/``right_X`` unless ``flip_pairs`` gives them explicitly.
-
-:func:`check_datasets` runs before training and names any missing file, unregistered dataset or
-config value that does not fit the data.
+"""Datasets: COCO 2017 from detectron2's builtin catalog (under ``$DETECTRON2_DATASETS``) and
+any COCO-format JSON registered with :func:`register_coco_dataset` (``--register-coco``): classes
+from its ``categories`` (by id), keypoints from ``categories[*].keypoints``, flip pairs from the
+``left_X``/``right_X`` convention. :func:`check_datasets` names, before training, any missing
+file, unregistered dataset or config value that does not fit the data.
 """
 
 from __future__ import annotations
@@ -68,11 +59,8 @@ def register_coco_dataset(
     image_root: str,
     flip_pairs: Sequence[tuple[str, str]] | None = None,
 ) -> None:
-    """Register a COCO-format dataset under ``name`` for training and COCO evaluation.
-
-    Registering the same name again with the same files is a no-op; anything else already under
-    ``name`` (for example a builtin dataset) is an error.
-    """
+    """Register a COCO-format dataset under ``name`` for training and COCO evaluation (again
+    with the same files: a no-op; anything else under ``name`` is an error)."""
     json_file, image_root = os.path.abspath(json_file), os.path.abspath(image_root)
     if name in DatasetCatalog.list():
         meta = MetadataCatalog.get(name)
@@ -111,13 +99,8 @@ def _missing_file_hint(path: str) -> str:
 
 
 def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
-    """Raise :class:`DetectionSetupError` if a dataset of ``cfg`` cannot be used as configured
-    (``test_only``: of ``DATASETS.TEST`` alone, all an evaluation reads).
-
-    Checks that each dataset is registered, that its annotation file and image folder exist, that
-    ``MODEL.ROI_HEADS.NUM_CLASSES`` equals its number of classes, and for keypoint models that
-    keypoint names, ``ROI_KEYPOINT_HEAD.NUM_KEYPOINTS`` and the OKS sigmas agree.
-    """
+    """Raise :class:`DetectionSetupError` unless each dataset of ``cfg`` (``test_only``: of
+    ``DATASETS.TEST``) is registered, has its files, and fits the classes and keypoints."""
     names = [] if test_only else list(cfg.DATASETS.TRAIN)
     for name in names + list(cfg.DATASETS.TEST):
         if name not in DatasetCatalog.list():

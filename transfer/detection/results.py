@@ -1,19 +1,11 @@
 """Collect finished fine-tuning runs into a table shaped like the paper's Table 4.
 
-Table 4 is ``tab:detection``, the fourth ``table`` environment of the paper's LaTeX source.
-Each run directory holds the ``results.json`` written by :func:`write_results` at the end of
-``tools/train_net.py`` (atomically, with the weights name and the full config that produced the
-numbers) or, as a fallback for a run that ended before it, detectron2's ``config.yaml`` and the
-last evaluation its ``EvalHook`` logged to ``metrics.json`` (keys such as ``bbox/AP``); a later
-run never replaces either unasked (:mod:`transfer.run_dir`).
-
-Rows are pretrainings (the weights' run directory for a run's ``model_final.*``, else the weights
-file's name, :func:`pretrain.checkpoint.provenance.run_label`; ``random`` without weights; or a
-label given as ``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of boxes from Faster R-CNN, of
-masks from Mask R-CNN and of keypoints from Keypoint R-CNN, as in Table 4. A row is keyed by the
-weights its runs started from (the sha256 of the file that ``results.json`` records, else
-``MODEL.WEIGHTS``) and by the test set its runs were evaluated on: runs from different weights,
-or on different test sets, under one label are refused, never one row.
+A run directory holds the ``results.json`` of :func:`write_results` or, for a run that ended
+before it, ``config.yaml`` and the last evaluation in ``metrics.json``. Rows are pretrainings
+(:func:`transfer.checkpoint.provenance.run_label` of the weights, ``random`` without, or
+``LABEL=RUN_DIR``); columns are AP, AP50, AP75 of Faster R-CNN boxes, Mask R-CNN masks and
+Keypoint R-CNN keypoints (``tab:detection``). Runs under one label from other weights (by
+sha256, else path) or on other test sets are refused, never merged into one row.
 """
 
 from __future__ import annotations
@@ -27,10 +19,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from pretrain.checkpoint.provenance import run_label
 from pretrain.utils.errors import ResultsError  # noqa: F401 (re-exported)
-from pretrain.utils.tables import write_csv, write_markdown
+from transfer.checkpoint.provenance import run_label
 from transfer.metrics_json import read_metrics_json
+from transfer.tables import write_csv, write_markdown
 
 __all__ = [
     "RESULTS_FILE",
@@ -116,13 +108,9 @@ def _weights_path(cfg: Mapping) -> str:
 def write_results(
     output_dir: str, cfg: Mapping, results: Mapping, dataset_names: Sequence[str]
 ) -> str:
-    """Save the final evaluation of a run as ``OUTPUT_DIR/results.json``, atomically and with the
-    full config and weights that produced it; returns the path.
-
-    ``results`` is what ``DefaultTrainer.test`` returns: ``{task: {metric: value}}`` for one test
-    dataset or ``{dataset: {task: {metric: value}}}`` for several; ``{}`` when no test dataset
-    was given (the file then says that no evaluation ran).
-    """
+    """Save ``DefaultTrainer.test``'s ``results`` (``{task: {metric: value}}`` for one test set,
+    keyed by dataset for several, ``{}`` for none) as ``OUTPUT_DIR/results.json`` with the config
+    and weights that produced them; returns the path."""
     from transfer.run_dir import RunDir  # here: the collector starts without torch
 
     if not dataset_names:
@@ -157,9 +145,8 @@ def read_results(run_dir: str) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def _from_metrics_json(path: str) -> dict[str, dict[str, dict[str, float]]]:
-    """The evaluation of the last iteration that logged one, ``{test set: {task: {metric:
-    value}}}``: detectron2 logs ``<test set>/<task>/<metric>`` for several test sets and
-    ``<task>/<metric>`` (test set ``""``) for one."""
+    """The last evaluation logged, ``{test set: {task: {metric: value}}}``; detectron2 logs
+    ``<task>/<metric>`` (test set ``""``) for a single test set."""
     last: dict[str, dict[str, dict[str, float]]] = {}
     for record in read_metrics_json(path):
         found: dict[str, dict[str, dict[str, float]]] = {}
@@ -196,8 +183,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         if not per_dataset:
             raise ResultsError(f"{run_dir}: no evaluation ran (DATASETS.TEST was empty)")
         name = _pick(run_dir, per_dataset, dataset)
-        # the label from the config's weights, not the one recorded: results written before
-        # rows were named after the weights' run directory recorded the file name
+        # the label from the config's weights: an older file may record the weights' file name
         cfg = data.get("config") or {"MODEL": {"WEIGHTS": data.get("weights", "")}}
         pretraining = label or describe_run(cfg)[0]
         return RunResult(

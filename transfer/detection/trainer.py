@@ -1,10 +1,5 @@
-"""Fine-tune and evaluate detectron2 R-CNNs from converted backbones (``tools/train_net.py``,
-:mod:`transfer.cli.train_net`).
-
-:class:`DetectionTrainer` is detectron2's ``DefaultTrainer`` with COCO evaluation (pycocotools,
-no compiled ops), a strict check of ``MODEL.WEIGHTS`` against the built model, and DDP that also
-works for multi-process CPU runs. :func:`setup` and :func:`run` are the body of the training
-tool; :func:`build_argument_parser` is detectron2's parser plus dataset registration options.
+"""Fine-tune and evaluate detectron2 R-CNNs from converted backbones: the body of
+``tools/train_net.py`` (:func:`build_argument_parser`, :func:`setup`, :func:`run`).
 """
 
 from __future__ import annotations
@@ -52,37 +47,28 @@ __all__ = [
     "DetectionTrainer",
     "build_argument_parser",
     "detection_run_dir",
-    "register_datasets",
     "run",
     "setup",
 ]
 
 logger = logging.getLogger(__name__)
 
-# DefaultTrainer's PeriodicWriter period: the ranks agree on a stop as often (no collective in
-# between)
+# DefaultTrainer's PeriodicWriter period: the ranks agree on a stop as often
 _WRITER_PERIOD = 20
 
-# What a resumed detection run may change besides pretraining's list (how it is watched, not what
-# it computes): evaluation and visualisation periods.
+# What a resumed detection run may change besides pretraining's list: how it is watched.
 RESUME_MAY_CHANGE = ("TEST.EVAL_PERIOD", "VIS_PERIOD")
 
 
 class DetectionTrainer(DefaultTrainer):
-    """``DefaultTrainer`` with COCO evaluation and a strict check of the initial weights.
+    """``DefaultTrainer`` with COCO AP through pycocotools (the fast COCOeval is a compiled op),
+    a strict check of the weights it starts from, and Ctrl-C saving a checkpoint (exit 130).
 
-    Overridden, and why: ``build_evaluator`` (COCO AP through pycocotools: the fast COCOeval is
-    a compiled op), ``test`` (also writes ``results.json``), ``resume_or_load`` (a fresh start
-    first checks that ``MODEL.WEIGHTS`` fits) and ``build_hooks`` (Ctrl-C saves a checkpoint at
-    the next iteration and ends the run, exit status 130, as pretraining does) are detectron2's
-    public extension points.
-    ``__init__`` is overridden for multi-process CPU runs only (tests, laptops):
-    ``DefaultTrainer.__init__`` wraps the model with ``create_ddp_model(model,
-    broadcast_buffers=False)``, which adds ``device_ids=[local_rank]``; torch rejects device_ids
-    for CPU modules and detectron2 (0.7) offers no way to pass other DDP arguments. So those runs
-    build the same objects in the same order through the public builders, with
-    ``device_ids=None``, and set the loop where ``DefaultTrainer``'s ``run_step``,
-    ``state_dict`` and ``model`` read it (``_trainer``): checkpoints are the same either way.
+    ``__init__`` is overridden for multi-process CPU runs only: ``DefaultTrainer`` passes
+    ``device_ids=[local_rank]`` to DDP, which torch rejects for CPU modules, and detectron2 (0.7)
+    offers no other way. Those runs build the same objects in the same order through the public
+    builders with ``device_ids=None`` and set ``_trainer``, where ``DefaultTrainer`` reads the
+    loop: checkpoints are the same either way.
     """
 
     def __init__(self, cfg: CfgNode) -> None:
@@ -126,12 +112,9 @@ class DetectionTrainer(DefaultTrainer):
         )
 
     def build_hooks(self) -> list[HookBase]:
-        """``DefaultTrainer``'s hooks, then pretraining's
-        :class:`~pretrain.engine.hooks.StopOnSignal` for Ctrl-C: at the next iteration it saves
-        ``model_<last iteration>.pth`` with this trainer's checkpointer and ends the process
-        with status 130 and one line saying that ``--resume`` continues. Ctrl-C only: SLURM's
-        signals end the tool as before (its job requeues it with ``--resume``). Last, so that
-        its ``after_train`` restores the handlers after the final evaluation."""
+        """``DefaultTrainer``'s hooks, then :class:`~pretrain.engine.hooks.StopOnSignal` for
+        Ctrl-C only (SLURM requeues the tool with ``--resume``); last, so that its
+        ``after_train`` restores the handlers after the final evaluation."""
         stop = StopOnSignal(
             {signal.SIGINT: STOP},
             agree_every=_WRITER_PERIOD,
@@ -142,8 +125,7 @@ class DetectionTrainer(DefaultTrainer):
 
     @property
     def last_results(self) -> dict:
-        """The results of the last evaluation ``DefaultTrainer``'s ``EvalHook`` ran (at the end
-        of training: the final ones); ``{}`` when none ran (no ``DATASETS.TEST``)."""
+        """The results of ``EvalHook``'s last evaluation; ``{}`` when none ran."""
         return dict(getattr(self, "_last_eval_results", None) or {})
 
     def resume_or_load(self, resume: bool = True) -> None:
@@ -155,8 +137,8 @@ class DetectionTrainer(DefaultTrainer):
 
 def check_start_weights(cfg: CfgNode, model: torch.nn.Module, resume: bool) -> None:
     """Raise :class:`DetectionSetupError` unless what a run starts from fits ``model``: on a
-    resume, the last checkpoint of ``OUTPUT_DIR`` (all of it: a tensor that does not fit is an
-    error, never fvcore's skipped-parameter warning), else ``MODEL.WEIGHTS`` (its backbone)."""
+    resume the whole last checkpoint (never fvcore's skipped-parameter warning), else
+    ``MODEL.WEIGHTS``' backbone."""
     checkpoint = last_checkpoint(cfg.OUTPUT_DIR) if resume else ""
     if checkpoint:
         check_weights_fit(model, checkpoint, required_prefix="", what="checkpoint")
@@ -172,9 +154,8 @@ def last_checkpoint(output_dir: str) -> str:
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
-    """detectron2's ``default_argument_parser`` plus ``--overwrite`` (:mod:`transfer.run_dir`),
-    ``--register-coco`` and flip pairs; its errors are one line
-    (:class:`~pretrain.cli.arguments.ToolParser`)."""
+    """detectron2's ``default_argument_parser`` plus ``--overwrite``, ``--register-coco`` and
+    flip pairs; its errors are one line."""
     parser = ToolParser(parents=[default_argument_parser()], add_help=False)
     add_run_dir_args(parser)
     parser.add_argument(
@@ -196,18 +177,12 @@ def build_argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def register_datasets(args: argparse.Namespace) -> None:
-    """Register the ``--register-coco`` datasets of ``args`` (in every process)."""
-    pairs = parse_flip_pairs(args.keypoint_flip_pairs) if args.keypoint_flip_pairs else None
-    for name, json_file, image_root in args.register_coco:
-        register_coco_dataset(name, json_file, image_root, flip_pairs=pairs)
-
-
 def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
     """The frozen config of ``args`` with datasets registered and checked, and notes to log
-    once logging is set up. Raises :class:`~pretrain.utils.errors.ConfigError` for the config and
-    :class:`DetectionSetupError` for datasets and the device."""
-    register_datasets(args)
+    once logging is set up."""
+    pairs = parse_flip_pairs(args.keypoint_flip_pairs) if args.keypoint_flip_pairs else None
+    for name, json_file, image_root in args.register_coco:  # in every process
+        register_coco_dataset(name, json_file, image_root, flip_pairs=pairs)
     cfg = load_config(args.config_file, args.opts or [])
     notes = []
     if changed := use_naive_syncbn_on_cpu(cfg, comm.get_world_size()):
@@ -236,8 +211,8 @@ def detection_run_dir(cfg: CfgNode) -> RunDir:
 
 
 def _check_before_writing(args: argparse.Namespace, cfg: CfgNode) -> RunAction:
-    """Every check of a run that reads only: the run directory (:mod:`transfer.run_dir`) and
-    the weights or checkpoint the run starts from, against a model built on the CPU."""
+    """The checks that only read: the run directory and the weights the run starts from,
+    against a model built on the CPU."""
     action = detection_run_dir(cfg).check(args.resume, args.overwrite, cfg)
     if action is RunAction.DONE and not args.eval_only:
         return action
@@ -258,8 +233,7 @@ def _check_before_writing(args: argparse.Namespace, cfg: CfgNode) -> RunAction:
 
 def setup(args: argparse.Namespace) -> tuple[CfgNode, RunAction]:
     """Checked config and run directory (nothing written yet), then the directory's lock and the
-    project's run setup (logs, config and environment dump, seeds). A finished run resumed
-    (:attr:`RunAction.DONE`) is left untouched."""
+    run setup; a finished run resumed is left untouched."""
     cfg, notes = load_checked_config(args)
     action = _check_before_writing(args, cfg)
     if action is RunAction.DONE and not args.eval_only:
@@ -282,11 +256,8 @@ def _evaluate(args: argparse.Namespace, cfg: CfgNode) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Train (or with ``--eval-only`` evaluate) as ``args`` say.
-
-    Returns the final COCO results ``{dataset: {task: {metric: value}}}`` as saved in
-    ``OUTPUT_DIR/results.json`` on the main process (``{}`` on the others, and when
-    ``DATASETS.TEST`` is empty: then no evaluation runs, and the run says so)."""
+    """Train (or with ``--eval-only`` evaluate) as ``args`` say; returns ``results.json``'s
+    ``{dataset: {task: {metric: value}}}`` on the main process (``{}`` elsewhere or untested)."""
     cfg, action = setup(args)
     if action is RunAction.DONE and not args.eval_only:
         print(f"{cfg.OUTPUT_DIR} holds a finished run ({RESULTS_FILE}): nothing left to do")

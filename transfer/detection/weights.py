@@ -1,16 +1,7 @@
-"""Check that a weights file fits a built model before detectron2 loads it.
-
-detectron2's checkpointer only logs keys it skipped or whose shapes differ, so R18 weights loaded
-into an R50 model would train from a silently half-random backbone. :func:`check_weights_fit`
-compares the file's names and shapes with ``model.state_dict()`` and raises
-:class:`DetectionSetupError` naming the keys instead.
-
-detectron2 ``.pkl`` weights are pickles, and unpickling runs whatever callables the file names.
-:func:`load_d2_pickle` reads them with the project's restricted unpickler
-(:mod:`pretrain.checkpoint.safe_pickle`), which resolves only the few globals a weights file needs
-and
-refuses anything else with an error naming the file and the global, before anything runs.
-``.pth`` files are read with ``torch.load(weights_only=True)``, as everywhere else.
+"""Check that a weights file fits a built model before detectron2 loads it: its checkpointer
+only logs skipped keys, so R18 weights in an R50 model would train a half-random backbone.
+``.pkl`` files are read with the restricted unpickler of :mod:`transfer.checkpoint.safe_pickle`
+(unpickling runs whatever callables a file names), ``.pth`` with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -22,10 +13,11 @@ import torch
 from detectron2.utils.file_io import PathManager
 from torch import nn
 
-from pretrain.checkpoint.safe_pickle import UnsafePickleError as SafePickleRefusal
-from pretrain.checkpoint.safe_pickle import load_safe_pickle
+from transfer.checkpoint.safe_pickle import UnsafePickleError as SafePickleRefusal
+from transfer.checkpoint.safe_pickle import load_safe_pickle
 
 from .config import DetectionSetupError
+from .convert import key_listing
 
 __all__ = ["UnsafePickleError", "check_weights_fit", "load_d2_pickle", "read_model_weights"]
 
@@ -35,19 +27,12 @@ _IGNORED = ("pixel_mean", "pixel_std", "anchor_generator.cell_anchors")
 
 
 class UnsafePickleError(DetectionSetupError):
-    """A ``.pkl`` that names a global outside
-    ``pretrain.checkpoint.safe_pickle.SAFE_PICKLE_GLOBALS``
-    (nothing was run)."""
+    """A ``.pkl`` that names a global outside ``SAFE_PICKLE_GLOBALS`` (nothing was run)."""
 
 
 def load_d2_pickle(path: str) -> dict:
-    """The dict in the detectron2 ``.pkl`` weights file ``path``, unpickled safely.
-
-    Only dicts, lists, tuples, strings, numbers and numpy arrays are accepted; any other global
-    raises :class:`UnsafePickleError` naming the file and the global, without calling it. Every
-    other problem (missing, truncated or corrupt file, not a dict) raises
-    :class:`DetectionSetupError` naming the file.
-    """
+    """The dict in the detectron2 ``.pkl`` weights file ``path``, unpickled safely; another
+    global raises :class:`UnsafePickleError`, any other problem :class:`DetectionSetupError`."""
     if not os.path.isfile(path):
         raise DetectionSetupError(f"{path}: no such file")
     try:
@@ -90,10 +75,6 @@ def weights_depth(names: list[str]) -> int | None:
     return _DEPTHS.get((bottleneck, counts))
 
 
-def _listing(keys: list[str], limit: int = 6) -> str:
-    return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
-
-
 def read_model_weights(path: str, what: str = "MODEL.WEIGHTS") -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model weights in a detectron2 ``.pkl`` or torch ``.pth`` file."""
     local = PathManager.get_local_path(path)
@@ -125,14 +106,9 @@ def read_model_weights(path: str, what: str = "MODEL.WEIGHTS") -> dict[str, tupl
 def check_weights_fit(
     model: nn.Module, path: str, required_prefix: str | None = None, what: str = "MODEL.WEIGHTS"
 ) -> None:
-    """Raise :class:`DetectionSetupError` unless the weights in ``path`` fit ``model``; ``what``
-    names the file in the message (``MODEL.WEIGHTS``, or the ``checkpoint`` a run resumes from).
-
-    Every name in the file must exist in ``model`` with the same shape. Every model key starting
-    with ``required_prefix`` must be in the file (``""``: all keys, for evaluating a trained
-    model; ``None``: the ResNet of the backbone, ``backbone.bottom_up.`` for FPN models, for
-    initialising a detector from a converted backbone).
-    """
+    """Raise :class:`DetectionSetupError` unless every name in ``path`` is in ``model`` with
+    its shape and every model key starting with ``required_prefix`` is in the file (``""``: all;
+    ``None``: the backbone's ResNet). ``what`` names the file in the message."""
     if isinstance(model, nn.parallel.DistributedDataParallel):
         model = model.module
     expected = {
@@ -151,18 +127,18 @@ def check_weights_fit(
         # no name of a detectron2 model at all: a pretraining/torchvision/MoCo checkpoint
         raise DetectionSetupError(
             f"{what} {path} is not a detectron2 weights file (its keys, e.g. "
-            f"{_listing(sorted(found), 3)}, name no parameter of the model): convert it first, "
+            f"{key_listing(sorted(found), 3)}, name no parameter of the model): convert it first, "
             f"e.g. python tools/convert_to_d2.py {path} pretrained/backbone.pkl"
         )
     if unexpected or wrong or missing:
         parts = []
         if wrong:
             shapes = [f"{k} {found[k]} vs model {expected[k]}" for k in wrong]
-            parts.append(f"shape mismatch {_listing(shapes, 3)}")
+            parts.append(f"shape mismatch {key_listing(shapes, 3)}")
         if missing:
-            parts.append(f"missing {_listing(missing)}")
+            parts.append(f"missing {key_listing(missing, 6)}")
         if unexpected:
-            parts.append(f"not in the model {_listing(unexpected)}")
+            parts.append(f"not in the model {key_listing(unexpected, 6)}")
         depth, model_depth = weights_depth(sorted(found)), weights_depth(sorted(expected))
         hint = (
             "its run used another config"

@@ -1,29 +1,10 @@
-"""Export a ResNet backbone (any layout :mod:`pretrain.checkpoint.reader` reads) for
-torchvision/timm.
-
-The backbone comes from the project's one checkpoint reader (:func:`pretrain.checkpoint.reader.
-extract_backbone`), which already gives torchvision names and checks every key and shape against
-the torchvision ResNet inferred from the weights (18/34/50/101/152, ``fc`` dropped). timm's
-ResNets (``timm.create_model("resnet50", num_classes=0)``) name their modules exactly as
-torchvision does (``conv1``, ``bn1``, ``layer1``..``layer4``), so ``--format timm`` writes the same
-tensors under the same names; for either format the state dict is loaded ``strict=True`` into the
-target library's model before anything is written, and any failure names the file and the keys.
-
-Output (documented in ``docs/checkpoints.md``, "Use the weights elsewhere"):
-
-* ``.safetensors`` (``safetensors.torch.save_file`` format): the state dict, and
-  :func:`export_metadata` in the file's metadata (str -> str).
-* anything else: a torch pickle of the plain state dict, so that
-  ``model.load_state_dict(torch.load(path, weights_only=True))`` works as for torchvision's own
-  files; the same metadata goes to a JSON file beside it, ``<output>.json``.
-
-Files are written atomically (:mod:`pretrain.utils.atomic_io`): on any error there is no output
-file.
-Refused (:class:`ExportError` or :class:`pretrain.utils.errors.CheckpointError`, one line naming the
-file): unreadable or unknown files, ViTs and other non-ResNets, the ``small`` 3x3 stem (torchvision
-and timm have no such ResNet), and detectron2 models other than converted backbone files (the
-reader refuses them for every tool: a detector's ResNet may put the stride in the 1x1 conv,
-``STRIDE_IN_1X1``, which the names cannot show).
+"""Export a ResNet backbone (any layout :mod:`transfer.checkpoint.reader` reads, in torchvision
+names) for torchvision or timm, whose ResNets name their modules alike; the state dict is loaded
+``strict=True`` into the target library's model before anything is written. Output
+(docs/checkpoints.md): a ``.safetensors`` file with :func:`export_metadata` in its metadata, or a
+torch pickle of the plain state dict with the metadata in ``<output>.json``, written atomically.
+Refused with one line naming the file: unreadable or unknown files, non-ResNets and the ``small``
+3x3 stem (torchvision and timm have no such ResNet).
 """
 
 from __future__ import annotations
@@ -35,14 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pretrain.checkpoint.reader import (
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.errors import CheckpointError, LoracError
+from transfer.checkpoint.reader import (
     BackboneWeights,
     build_torchvision_backbone,
     extract_backbone,
     load_checkpoint_file,
 )
-from pretrain.utils.atomic_io import atomic_write_bytes
-from pretrain.utils.errors import CheckpointError, LoracError
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -81,9 +62,8 @@ class ExportReport:
 
 
 def _progress(obj: dict) -> dict[str, str]:
-    """``iteration`` and ``epoch`` as the checkpoint records them ("unknown" where it does not):
-    ours and detectron2 save ``iteration``, Lightning ``global_step``, MoCo/DINO/Lightning
-    ``epoch``."""
+    """``iteration`` (or Lightning's ``global_step``) and ``epoch`` as the checkpoint records
+    them, "unknown" where it does not."""
 
     def number(key: str) -> str | None:
         value = obj.get(key)
@@ -114,12 +94,8 @@ def _read_safetensors(path: str) -> tuple[dict, dict[str, str]]:
 
 
 def read_backbone(path: str) -> tuple[BackboneWeights, dict[str, str]]:
-    """The backbone in ``path`` and the training progress it records (``iteration``, ``epoch``).
-
-    Any file :func:`pretrain.checkpoint.reader.load_backbone` reads, plus ``.safetensors`` files
-    (exports of this module: their metadata gives the progress). Raises
-    :class:`pretrain.utils.errors.CheckpointError` naming the file.
-    """
+    """The backbone in ``path`` (any checkpoint the reader reads, or an export's
+    ``.safetensors``) and the training progress it records (``iteration``, ``epoch``)."""
     if path.endswith(SAFETENSORS_SUFFIX):
         tensors, meta = _read_safetensors(path)
         progress = {k: meta.get(k, "unknown") for k in ("iteration", "epoch")}
@@ -142,8 +118,7 @@ def export_state_dict(
             f"and timm's {weights.arch} have a 7x7 stride-2 conv1 and a max-pool, so no model of "
             "theirs holds these weights"
         )
-    # timm and torchvision ResNets share every parameter and buffer name (tested), so both
-    # formats are the same dict; the strict load into the target's own model says so per file.
+    # timm and torchvision ResNets share every name: one dict, checked against the target's model
     state = {k: v.detach().cpu().contiguous() for k, v in weights.state_dict.items()}
     try:
         if fmt == "timm":
@@ -186,13 +161,9 @@ def is_same_file(a: str, b: str) -> bool:
 def export_backbone(
     input_path: str, output_path: str, fmt: str = "torchvision", safetensors: bool = False
 ) -> ExportReport:
-    """Read ``input_path``, write its backbone to ``output_path`` for ``fmt`` (torchvision or
-    timm): a ``.safetensors`` file with ``safetensors=True`` (the output must end in
-    ``.safetensors``), otherwise a torch pickle of the plain state dict and ``<output>.json``.
-
-    Everything is read and checked before the first byte is written, and each file is written
-    atomically; on error nothing is left at ``output_path``.
-    """
+    """Read ``input_path`` and write its backbone for ``fmt`` to ``output_path`` (a
+    ``.safetensors`` file with ``safetensors=True``); everything is checked before the first byte
+    is written, and on error nothing is left at ``output_path``."""
     if safetensors != output_path.endswith(SAFETENSORS_SUFFIX):
         raise ExportError(
             f"{output_path}: "

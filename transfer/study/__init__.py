@@ -1,22 +1,15 @@
-"""`make study`: LORAC vs MoCo-M vs MoCo-v2 at demo scale, several seeds, three evaluations; and
-the paper's experiments as data (:mod:`.experiments`), run here or as SLURM jobs (:mod:`.slurm`).
-
-The driver on top of the evaluation side: each (method, seed) run is pretrained with the
-project's engine, then evaluated with the project's own kNN
-(:func:`transfer.classification.demo.knn_features`, :mod:`pretrain.evaluation.knn`), a linear
-probe on the same frozen features (the transfer harness's classifier,
-:func:`transfer.classification.linear.train_linear_heads`) and the test nuclear-norm statistic
-(:func:`transfer.analysis.nuclear_norm_stats.augmented_nuclear_norms`, paper Fig. 4c); the
-results go to ``<run>/study.json`` and the records, and, once every run is done, the analysis
-layer writes the Markdown page and its plots from them (:mod:`transfer.analysis.study_page`).
-See ``docs/results.md`` for a page and ``tools/study.py`` for the command line.
+"""`make study`: LORAC vs MoCo-M vs MoCo-v2 at demo scale, several seeds; and the paper's
+experiments as data (:mod:`.experiments`), run here or as SLURM jobs (:mod:`.slurm`). Each
+(method, seed) run is pretrained, then evaluated by kNN, a linear probe on the same frozen
+features and the test nuclear-norm statistic (paper Fig. 4c); once every run is done the analysis
+layer writes the page (:mod:`transfer.analysis.study_page`, e.g. ``docs/results.md``).
 
 May import: :mod:`transfer.analysis` (what a study is, its records, page and figures, the
 nuclear-norm statistic), :mod:`transfer.classification` (features, linear probe),
 :mod:`pretrain.cluster` (SLURM jobs, ``--executor slurm``), :mod:`pretrain.config`,
-:mod:`pretrain.data`, :mod:`pretrain.engine` (the trainer),
-:mod:`pretrain.evaluation`, :mod:`pretrain.utils`. Only ``transfer.cli`` and ``tools/`` import
-it; nothing in ``transfer.analysis`` does.
+:mod:`pretrain.data`, :mod:`pretrain.engine` (the trainer), :mod:`pretrain.evaluation`,
+:mod:`pretrain.utils`, :mod:`transfer.tables`, :mod:`transfer.shipped_configs`. Only
+``transfer.cli`` and ``tools/`` import it; nothing in ``transfer.analysis`` does.
 """
 
 from transfer.analysis.study_setup import METHODS, Method, StudyError, StudyOptions

@@ -1,8 +1,5 @@
 """The checks made before a study runs: every method's pretraining config loads, with the study's
 overrides, on Fashion-MNIST, at equal training lengths.
-
-What a study is (its methods, sweeps and options) is shared with the pages that show its
-records, so it lives below both, in :mod:`transfer.analysis.study_setup`.
 """
 
 from __future__ import annotations
@@ -39,12 +36,8 @@ def _check_runs(opt: StudyOptions) -> None:
 
 
 def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
-    """``{method key: config with the overrides}`` (seed and output directory not yet set).
-
-    Raises :class:`StudyError` for an unknown method, no seeds, a non-Fashion-MNIST dataset, a
-    missing dataset root, or methods whose training lengths differ (the study compares methods
-    at equal epochs).
-    """
+    """``{method key: config with the overrides}`` (seed and output directory not yet set);
+    :class:`StudyError` for bad options, a non-Fashion-MNIST dataset or unequal lengths."""
     _check_runs(opt)
     for name in (
         "knn_train",
@@ -64,13 +57,7 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
             f"{opt.probe_heldout_per_class} held-out reference images per class "
             f"({held} in all), which leaves none to train it on; give --knn-train > {held}"
         )
-    cfgs = {
-        m: load_config(
-            opt.method_table[m].config,
-            [str(o) for o in (*opt.opts, *opt.method_table[m].opts)],
-        )
-        for m in opt.methods
-    }
+    cfgs = _load(opt)
     for m, cfg in cfgs.items():
         where = f"{opt.method_table[m].config} (method {m})"
         if cfg.DATASETS.TYPE != "fashion_mnist":
@@ -95,8 +82,7 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
 
 def prior_on_iter(cfg: CfgNode, images: int) -> int | None:
     """The iteration at which a run of ``cfg`` on ``images`` training images turns its prior on
-    (beta = inf before it: ``LOSS.BETA_INF_EPOCHS``); None for a method without a prior. A run
-    that ends at or before it trained as MoCo-M."""
+    (``LOSS.BETA_INF_EPOCHS``); None for a method without a prior."""
     from pretrain.engine.trainer import schedule_lengths
 
     if cfg.LOSS.PRIOR == "none":
@@ -106,9 +92,7 @@ def prior_on_iter(cfg: CfgNode, images: int) -> int | None:
 
 def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
     """A one-line warning when a method with a prior stops training before the prior turns on
-    (training ends at or before the ``LOSS.BETA_INF_EPOCHS`` iterations, as with
-    ``SOLVER.MAX_ITER 20``): such a run is MoCo-M under another name. "" when every prior is on
-    for some iterations."""
+    (as with ``SOLVER.MAX_ITER 20``): such a run is MoCo-M under another name; "" otherwise."""
     from pretrain.data.datasets import build_source
     from pretrain.engine.trainer import schedule_lengths
     from pretrain.utils.errors import ConfigError
@@ -138,15 +122,12 @@ def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
 
 def load_experiment_configs(exp: Experiment, opt: StudyOptions) -> dict[str, CfgNode]:
     """The configs of an experiment's methods: the study's checks for the CPU experiments; an
-    ImageNet experiment's configs load with the overrides (its data may live on the cluster
-    only, so DATASETS.ROOT is not looked at here)."""
+    ImageNet experiment's data may live on the cluster only, so its root is not looked at."""
     if not exp.cluster:
         return load_method_configs(opt)
     _check_runs(opt)
-    return {
-        m: load_config(
-            opt.method_table[m].config,
-            [str(o) for o in (*opt.opts, *opt.method_table[m].opts)],
-        )
-        for m in opt.methods
-    }
+    return _load(opt)
+
+
+def _load(opt: StudyOptions) -> dict[str, CfgNode]:
+    return {m: load_config(opt.method_table[m].config, opt.overrides(m)) for m in opt.methods}

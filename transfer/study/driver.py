@@ -24,7 +24,7 @@ from transfer.analysis.study_setup import StudyError, StudyOptions
 from .config import load_method_configs, prior_never_on
 from .records import threads_per_run
 from .report import write_report
-from .run import RunPaths, evaluate_run, pretrain_run, run_log
+from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
 
 __all__ = [
     "RunOutcome",
@@ -75,13 +75,15 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def _eta(spent: list[float], left: int) -> str:
-    """ETA of ``left`` runs: the mean wall time of the runs done by this invocation x left."""
+def _eta(spent: list[float], left: int, at_once: int = 1) -> str:
+    """ETA of ``left`` runs, ``at_once`` at a time: the rounds left x the mean wall time of the
+    runs done by this invocation."""
     if not left:
         return "no runs left"
     if not spent:
         return f"{left} run(s) left, ETA unknown"
-    return f"{left} run(s) left, ETA {_minutes(left * sum(spent) / len(spent))}"
+    rounds = -(-left // at_once)
+    return f"{left} run(s) left, ETA {_minutes(rounds * sum(spent) / len(spent))}"
 
 
 # Set in each --jobs worker by _init_worker: the driver's "stop" (a multiprocessing Event).
@@ -89,11 +91,9 @@ _stop_event = None
 
 
 def _init_worker(stop_event: EventType) -> None:
-    """``--jobs`` workers leave SIGINT to the driver: Ctrl-C reaches the whole process group, and
-    a KeyboardInterrupt in the middle of a step would lose the iterations since the last periodic
-    checkpoint. The driver answers SIGINT and SIGTERM with a SIGTERM to each worker, which the
-    trainer (:class:`pretrain.engine.hooks.StopOnSignal`) turns into a checkpoint at its next
-    iteration; ``stop_event`` keeps a worker from starting another run afterwards."""
+    """``--jobs`` workers leave SIGINT (sent to the whole process group) to the driver, which
+    answers it with a SIGTERM each: the trainer saves a checkpoint at its next iteration, where a
+    KeyboardInterrupt would lose the steps since the last one. ``stop_event``: no run after it."""
     global _stop_event
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _stop_event = stop_event
@@ -102,11 +102,8 @@ def _init_worker(stop_event: EventType) -> None:
 def _do_run(
     opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict, threads: int = 0
 ) -> dict:
-    """Pretrain (resuming) and evaluate one run, write its study.json; returns the result.
-
-    ``threads`` > 0 (a worker of ``--jobs``): set torch's intra-op threads and the loggers of
-    this fresh process first.
-    """
+    """Pretrain (resuming) and evaluate one run; ``threads`` > 0 (a ``--jobs`` worker): set
+    torch's threads and this fresh process's loggers first."""
     if _stop_event is not None and _stop_event.is_set():
         raise StudyInterrupted(signal.SIGTERM, [])  # handed to this worker before the stop
     if threads:
@@ -114,7 +111,7 @@ def _do_run(
         from detectron2.utils.logger import setup_logger
 
         torch.set_num_threads(threads)
-        for name in ("pretrain", "detectron2", "transfer", "fvcore"):
+        for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
     return evaluate_and_record(opt, cfg, run, label, settings)
 
@@ -128,15 +125,14 @@ def evaluate_and_record(
     with run_log(run.dir):
         train = pretrain_run(cfg, run)
         metrics = evaluate_run(cfg, run, opt)
-    # The trainers' hooks form reference cycles that keep their data loaders, and so their
-    # (persistent) worker processes, alive until a collection: free them before the next run.
+    # The trainers' hooks form reference cycles that keep their loaders' workers alive: free them
     gc.collect()
     result = {
         "method": run.method,
         "label": label,
         "seed": run.seed,
         "config": os.path.relpath(opt.method_table[run.method].config),
-        "overrides": [str(o) for o in (*opt.opts, *opt.method_table[run.method].opts)],
+        "overrides": opt.overrides(run.method),
         **train,
         **metrics,
         "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
@@ -196,20 +192,16 @@ def _log_done(head: str, result: dict, eta: str) -> None:
 
 
 def run_study(opt: StudyOptions) -> list[RunOutcome]:
-    """Run every (method, seed) not yet done, then write ``opt.results`` and its plot.
-
-    A run with ``study.json`` is skipped; a run with checkpoints but no ``study.json`` resumes
-    training from its last checkpoint (no training if it is final) and is evaluated. With
-    ``opt.jobs`` > 1 that many runs go at once, each in its own process with an equal share of
-    the CPU's threads (a ResNet-18 at demo size gains little from a second thread).
-    """
+    """Run every (method, seed) without a ``study.json`` (resuming from its last checkpoint),
+    then write ``opt.results`` and its plot. ``opt.jobs`` > 1 runs go at once, each in its own
+    process with an equal share of the threads (a demo ResNet-18 gains little from a second)."""
     from detectron2.utils.logger import setup_logger
 
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
     os.makedirs(opt.output_dir, exist_ok=True)
     with _one_study_at_a_time(opt.output_dir):
-        for name in ("pretrain", "detectron2", "transfer", "fvcore"):
+        for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
         settings = opt.eval_settings()
@@ -265,9 +257,8 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
 
 @contextmanager
 def _one_study_at_a_time(output_dir: str) -> Iterator[None]:
-    """An exclusive lock on ``<output_dir>/.study.lock`` while the study runs (the pretraining
-    runs' own lock, :mod:`pretrain.utils.locks`): a second study on the same directory would
-    train the same runs into the same checkpoint files. It goes with the process."""
+    """An exclusive lock on ``<output_dir>/.study.lock``: a second study there would train the
+    same runs into the same checkpoint files."""
     with exclusive_dir_lock(output_dir, "--output-dir", "study", ".study.lock", StudyError):
         yield
 
@@ -327,10 +318,9 @@ class _Work:
 
 
 def _run_sequentially(work: _Work) -> None:
-    """One run after another in this process. SIGTERM while training: the trainer's own handler
-    saves a checkpoint at the next iteration (:class:`~pretrain.engine.hooks.Preempted`);
-    SIGINT while training is forwarded to it as a SIGTERM; either signal at another moment
-    (evaluating) stops at once: the evaluation runs again on resume."""
+    """One run after another in this process. SIGINT or SIGTERM while training: the trainer
+    saves a checkpoint at the next iteration; while evaluating: stop at once (it runs again on
+    resume)."""
     from pretrain.engine.hooks import Preempted
 
     opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
@@ -358,10 +348,9 @@ def _run_sequentially(work: _Work) -> None:
 
 
 def _run_in_parallel(work: _Work) -> None:
-    """``opt.jobs`` runs at once, each in a spawned worker process. On SIGINT/SIGTERM, or when a
-    run fails, every worker gets a SIGTERM (the training ones save a checkpoint at their next
-    iteration, see :func:`_init_worker`), the queued runs are cancelled and the driver waits for
-    the workers to end: no run goes on training after the study has stopped."""
+    """``opt.jobs`` runs at once in spawned workers. On SIGINT/SIGTERM or a failed run every
+    worker gets a SIGTERM (:func:`_init_worker`), the queued runs are cancelled and the driver
+    waits for the workers: no run goes on training after the study has stopped."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -404,11 +393,7 @@ def _run_in_parallel(work: _Work) -> None:
                 result = fut.result()
                 outcomes[i] = RunOutcome(run.method, run.seed, "done", 0.0, result)
                 spent.append(result["invocation_seconds"])
-                left = len(pending) - len(spent)
-                # runs go opt.jobs at a time: rounds left x the mean wall time of a run so far
-                rounds = -(-left // opt.jobs)
-                eta = f"{left} run(s) left, ETA {_minutes(rounds * sum(spent) / len(spent))}"
-                _log_done(head, result, eta if left else "no runs left")
+                _log_done(head, result, _eta(spent, len(pending) - len(spent), opt.jobs))
         except BaseException:
             if not stop.signum:
                 logger.error("a run failed: stopping the others (each saves a checkpoint)")

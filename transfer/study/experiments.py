@@ -1,14 +1,7 @@
 """The paper's experiments as data: each names its runs (a method table of configs and overrides,
-and seeds), the evaluation every checkpoint gets, and the page it produces.
-
-* ``study``, ``study-beta``, ``study-views``: ``make study`` and its two sweeps on Fashion-MNIST
-  (CPU), evaluated by the study itself (kNN, linear probe, test nuclear norm, in the job).
-* ``in100-priors`` (Table 5), ``in100-beta`` (Fig. 3), ``in100-views`` (Fig. 4b): ResNet-18 on
-  ImageNet-100 for 100 epochs, evaluated by ``tools/linear_probe.py``.
-* ``in1k`` (Table 1): ResNet-50 on ImageNet-1K for 200 epochs, linear probe; the 12-dataset
-  transfer and COCO detection are listed as later evaluations (their own tools).
-
-Every experiment takes ``DATASETS.ROOT`` (and any other override) like the other tools.
+and seeds), the evaluation every checkpoint gets and the page it produces: ``make study`` and its
+sweeps on Fashion-MNIST (CPU), the ImageNet-100 ablations (Table 5, Fig. 3, 4b) and ImageNet-1K
+(Table 1).
 """
 
 from __future__ import annotations
@@ -17,8 +10,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from pretrain.config.files import config_path
 from transfer.analysis.study_setup import METHODS, SWEEP_BETAS, Method, StudyError, sweep_methods
+from transfer.shipped_configs import config_path
 
 __all__ = ["EXPERIMENTS", "Evaluation", "Experiment", "experiment_methods"]
 
@@ -28,10 +21,9 @@ _EVAL = os.path.join(config_path(), "eval")
 
 @dataclass(frozen=True)
 class Evaluation:
-    """What each checkpoint of an experiment gets. ``tool`` "study": the study's own kNN, linear
-    probe and test nuclear norm (Fashion-MNIST), run in a job of its own; "linear_probe":
-    ``tools/linear_probe.py`` with ``config`` (``config_by_method`` where a method needs
-    another recipe). ``later``: evaluations the paper reports that this tool does not run."""
+    """What each checkpoint of an experiment gets: ``tool`` "study" (the study's own evaluation)
+    or "linear_probe" with ``config`` (``config_by_method`` where a method needs another);
+    ``later``: evaluations the paper reports that this tool does not run."""
 
     tool: str
     config: str = ""

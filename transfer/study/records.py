@@ -26,8 +26,7 @@ def threads_per_run(jobs: int) -> int:
 
 def log_invocation(opt: StudyOptions, wall_seconds: float, runs_done: int) -> list[dict]:
     """Append this invocation (when it ran anything) to ``<records>/invocations.json`` and
-    return them all: the target's wall time is the sum over the sessions that ran it, which a
-    page regenerated from the records alone would otherwise lose. [] without records."""
+    return them all, so a page rewritten from the records keeps the target's wall time."""
     if not opt.records:
         return []
     path = os.path.join(opt.records, INVOCATIONS)

@@ -47,10 +47,8 @@ def write_report(
     runs_done: int | None = None,
     missing: Sequence[str] = (),
 ) -> str:
-    """Write ``opt.results`` (Markdown) and its plots beside it (same name, ``.png``, and for
-    a sweep ``_curves.png`` ...); an invocation that ran ``runs_done`` > 0 runs is logged in the
-    records first. ``runs_done`` 0: this invocation only rewrites the page from the records.
-    ``missing``: the runs without a result, listed on the page (``--executor slurm``)."""
+    """Write ``opt.results`` (Markdown) and its plots beside it, logging the invocation in the
+    records when it ran ``runs_done`` > 0 runs; ``missing``: the runs without a result."""
     invocation = Invocation(
         stamp=datetime.datetime.now().isoformat(timespec="seconds"),
         seconds=wall_seconds,

@@ -1,9 +1,7 @@
 """One (method, seed) run of the study: pretrain (resuming), evaluate three ways, write study.json.
 
-Files in the run directory ``<output-dir>/<method>_seed<k>/``: the engine's checkpoints, logs and
-metrics; ``train_stats.json`` (written when pretraining finishes: its wall time and throughput, so
-that a re-evaluation keeps them); ``study.json`` (all numbers of the run, written last: its
-presence marks the run done).
+``<output-dir>/<method>_seed<k>/`` holds the engine's files, ``train_stats.json`` (written when
+pretraining finishes, so a re-evaluation keeps its time) and ``study.json`` (last: the run is done).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["RunPaths", "WriteTrainStats", "evaluate_run", "pretrain_run", "run_log", "train_stats"]
 
 logger = logging.getLogger(__name__)
-_LOGGERS = ("pretrain", "detectron2", "transfer", "fvcore")
+LOGGERS = ("pretrain", "detectron2", "transfer", "fvcore")  # the loggers a study run writes
 
 
 @dataclass(frozen=True)
@@ -66,21 +64,19 @@ def run_log(run_dir: str) -> Iterator[None]:
     handler = logging.FileHandler(os.path.join(run_dir, "log.txt"))
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(name)s %(levelname)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
-    for name in _LOGGERS:
+    for name in LOGGERS:
         logging.getLogger(name).addHandler(handler)
     try:
         yield
     finally:
-        for name in _LOGGERS:
+        for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
 
 
 def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, seconds: float) -> dict:
     """What ``train_stats.json`` holds: the run's length, the iteration its prior turned on at
-    (None: no prior; at or after ``max_iter``: never, the page says so), and the time and speed
-    of the iterations run by the invocation (or job) that finished training, from
-    ``start_iter``."""
+    (None: no prior), and the time and speed of the iterations from ``start_iter``."""
     from .config import prior_on_iter
 
     trained = max_iter - start_iter
@@ -93,18 +89,14 @@ def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, secon
         "train_images": images,
         "views": int(cfg.INPUT.LARGE_CROPS + cfg.INPUT.SMALL_CROPS),
         "resumed_from_iter": start_iter,
-        # time and speed of the iterations run by the invocation that finished training
         "train_seconds": seconds if trained else None,
         "images_per_sec": trained * cfg.SOLVER.IMS_PER_BATCH / seconds if trained else None,
     }
 
 
 def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
-    """Train (or finish training) ``run`` with the project's engine; returns its train stats.
-
-    A run whose last checkpoint is final is not trained again; its ``train_stats.json`` from the
-    invocation (or SLURM job, :class:`WriteTrainStats`) that finished it is returned.
-    """
+    """Train (or finish training) ``run`` with the project's engine; returns its train stats
+    (those of the invocation or SLURM job that finished it, for a final checkpoint)."""
     from pretrain.engine.run import run_pretraining
 
     trainer = run_pretraining(cfg)
@@ -148,10 +140,9 @@ def linear_probe(
     opt: StudyOptions,
     seed: int,
 ) -> dict:
-    """Top-1 of a linear classifier on frozen features, with the transfer harness's classifier
-    (:func:`transfer.classification.linear.train_linear_heads`, SGD, cosine, batch 256): the lr
-    is chosen among ``probe_num_lrs`` log-spaced values on ``probe_heldout_per_class`` seeded
-    reference images per class, then one classifier is retrained on every reference image."""
+    """Top-1 of the transfer harness's linear classifier on frozen features: the lr chosen among
+    ``probe_num_lrs`` log-spaced values on ``probe_heldout_per_class`` seeded reference images
+    per class, then one classifier retrained on every reference image."""
     import torch
 
     from transfer.classification.linear import (
@@ -193,7 +184,6 @@ def linear_probe(
 
 def evaluate_run(cfg: CfgNode, run: RunPaths, opt: StudyOptions) -> dict:
     """kNN top-1, linear-probe top-1 and the test nuclear-norm statistic of the final checkpoint."""
-    from pretrain.data.splits import evenly_spaced
     from pretrain.evaluation.knn import knn_accuracy
     from transfer.analysis.models import load_pretrained
     from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, open_split, view_spec
@@ -218,12 +208,12 @@ def evaluate_run(cfg: CfgNode, run: RunPaths, opt: StudyOptions) -> dict:
 
     t = time.perf_counter()
     model = load_pretrained(run.dir, device=device)
-    test = open_split("fashion-mnist", root, "test")
+    test, indices = open_split("fashion-mnist", root, "test", count=opt.nuclear_images)
     crop, color = view_spec(model.cfg, opt.nuclear_views)
     values = augmented_nuclear_norms(
         model.model.encoder_q,
         test,
-        evenly_spaced(len(test), opt.nuclear_images),
+        indices,
         crop,
         color,
         seed=opt.nuclear_seed,

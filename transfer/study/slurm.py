@@ -8,20 +8,20 @@ cancels it when the pretraining failed). The evaluation of the CPU study is the 
 the page once the experiment's last run is done; an ImageNet experiment's is
 ``tools/linear_probe.py``.
 
-The jobs of each run are kept in ``<output-dir>/slurm_jobs.json``. Running the command again
-skips the runs that are done, leaves those with a job in the queue alone, resubmits the others
-(a failed job, a cancelled one) and says so run by run; a run whose pretraining finished gets
-its evaluation only. ``--status`` prints every run's state without submitting.
+A run's jobs are those its submitit folders hold (``<run>/submitit/<job id>`` for pretraining,
+``<run>/submitit/evaluate/<job id>`` for evaluation); one ``squeue`` says which are queued.
+Running the command again skips the runs that are done, leaves those with a job in the queue
+alone, resubmits the others (a failed job, a cancelled one) and says so run by run; a run whose
+pretraining finished gets its evaluation only. ``--status`` prints every run's state without
+submitting.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import datetime
 import json
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,16 +33,17 @@ from pretrain.cluster.submit import (
     build_job,
     check_pretrain_data,
     dry_run_text,
+    job_ids,
+    queued_jobs,
     submit,
 )
-from transfer.analysis.study_records import read_json, write_json
+from transfer.analysis.study_records import read_json
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
 from .experiments import Experiment
 from .run import RunPaths, WriteTrainStats
 
 __all__ = [
-    "LEDGER",
     "EvaluateJob",
     "PlannedRun",
     "RunState",
@@ -53,10 +54,6 @@ __all__ = [
     "status_table",
     "submit_experiment",
 ]
-
-LEDGER = "slurm_jobs.json"
-_QUEUED = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING",
-           "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -149,8 +146,11 @@ def plan_runs(
             )
             label = f"{method.label} seed {seed}"
             ev = _evaluation_request(exp, opt, m, cfg, run, template)
-            ev = dataclasses.replace(ev, job_name=f"{exp.name}:{key}:eval",
-                                     job_dir=os.path.join(run.dir, "submitit"))  # fmt: skip
+            ev = dataclasses.replace(
+                ev,
+                job_name=f"{exp.name}:{key}:eval",
+                job_dir=os.path.join(run.dir, "submitit", "evaluate"),
+            )
             planned.append(PlannedRun(key, label, run, cfg, pre, ev))
     return planned
 
@@ -167,39 +167,6 @@ def dry_run(planned: Sequence[PlannedRun]) -> str:
             dry_run_text(dataclasses.replace(p.evaluate, after_ok=[after])),
         ]
     return "\n".join(out)
-
-
-# ---- the ledger and the queue
-
-
-def read_ledger(output_dir: str) -> dict[str, dict]:
-    path = os.path.join(output_dir, LEDGER)
-    return read_json(path) if os.path.isfile(path) else {}
-
-
-def check_slurm_reachable() -> None:
-    """Raise :class:`StudyError` unless SLURM answers (``squeue``): asked before anything is
-    written, so that ``--executor slurm`` off a cluster leaves no output directory behind."""
-    _queue()
-
-
-def _queue() -> dict[str, str]:
-    """Job id -> state of every job SLURM still lists (pending, running, recently ended)."""
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-o", "%i|%T"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-    except subprocess.CalledProcessError as e:
-        # SLURM's own words say why (its controller down, a bad SLURM_CONF); the exit status
-        # alone does not
-        said = "; ".join(ln.strip() for ln in (e.stderr or "").splitlines() if ln.strip())
-        raise StudyError(
-            f"cannot ask SLURM for the queue: squeue exited with status {e.returncode}: "
-            f"{said or 'no message'}"
-        ) from None
-    except (OSError, subprocess.SubprocessError) as e:
-        raise StudyError(f"cannot ask SLURM for the queue (squeue): {e}") from None
-    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
 @dataclass
@@ -222,35 +189,39 @@ def _is_done(p: PlannedRun) -> bool:
     return os.path.isfile(os.path.join(_probe_dir(p.paths), "table1_linear.csv"))
 
 
-def _log_of(p: PlannedRun, job_id: str) -> str:
-    return os.path.join(p.paths.dir, "submitit", job_id, f"{job_id}_0_log.err")
+def _latest_jobs(p: PlannedRun) -> tuple[str, str]:
+    """The run's last pretraining job and its last evaluation job submitted after it (an older
+    one evaluated nothing of the current pretraining), from submitit's folders; "" for none."""
+    pre = (job_ids(p.pretrain.job_dir) or [""])[-1]
+    ev = (job_ids(p.evaluate.job_dir) or [""])[-1]
+    return pre, "" if pre and ev and int(ev) < int(pre) else ev
 
 
-def run_states(planned: Sequence[PlannedRun], output_dir: str) -> list[RunState]:
-    """Each run's state from its files, the ledger and SLURM's queue."""
-    ledger, queue, states = read_ledger(output_dir), None, []
+def run_states(planned: Sequence[PlannedRun]) -> list[RunState]:
+    """Each run's state from its files, its job folders and SLURM's queue."""
+    queue, states = None, []
     for p in planned:
-        jobs = ledger.get(p.key, {})
+        pre, ev = _latest_jobs(p)
         if _is_done(p):
-            states.append(RunState(p, "done", jobs.get("evaluate", "")))
+            states.append(RunState(p, "done", ev))
             continue
-        if not jobs:
+        if not pre and not ev:
             started = "stopped, resumes" if p.paths.has_checkpoint else "not started"
             states.append(RunState(p, started))
             continue
-        queue = _queue() if queue is None else queue
-        for step, name in (("pretrain", "pretraining"), ("evaluate", "evaluation")):
-            job = jobs.get(step)
-            if job and queue.get(job) in _QUEUED:
+        queue = queued_jobs() if queue is None else queue
+        for job, name in ((pre, "pretraining"), (ev, "evaluation")):
+            if job in queue:
                 states.append(RunState(p, f"{name}: {queue[job]}", job))
                 break
         else:  # nothing queued and no result: the job that ended last failed
             trained = os.path.isfile(p.paths.checkpoint)
-            if trained and not jobs.get("evaluate"):  # its evaluation job was never taken
+            if trained and not ev:  # its evaluation job was never taken
                 states.append(RunState(p, "stopped, resumes"))
                 continue
-            job = jobs.get("evaluate" if trained else "pretrain", "")
-            states.append(RunState(p, "failed", job, _log_of(p, job) if job else ""))
+            job, request = (ev, p.evaluate) if trained else (pre, p.pretrain)
+            log = os.path.join(request.job_dir, job, f"{job}_0_log.err") if job else ""
+            states.append(RunState(p, "failed", job, log))
     return states
 
 
@@ -279,7 +250,7 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
 
 def status_table(states: Sequence[RunState]) -> str:
     """``--status``: run, state, job id, iteration, last metric (and a failed run's log)."""
-    from pretrain.utils.tables import markdown_table
+    from transfer.tables import markdown_table
 
     rows = []
     for s in states:
@@ -287,15 +258,6 @@ def status_table(states: Sequence[RunState]) -> str:
         state = f"{s.state} (log {s.log})" if s.log else s.state
         rows.append([s.run.key, state, s.job_id or "-", iteration or "-", metric or "-"])
     return markdown_table(["run", "state", "job id", "iteration", "last metric"], rows)
-
-
-def _record_submission(output_dir: str, key: str, jobs: dict[str, str]) -> None:
-    """Called after each job is submitted, not once per run: a run whose pretraining job is in
-    the queue when its evaluation job is refused is queued (and not submitted again)."""
-    ledger = read_ledger(output_dir)
-    stamp = datetime.datetime.now().isoformat(timespec="seconds")
-    ledger[key] = {**jobs, "submitted": stamp}
-    write_json(os.path.join(output_dir, LEDGER), ledger)
 
 
 def _check_probe_data(p: PlannedRun) -> None:
@@ -333,36 +295,29 @@ def check_requests(planned: Sequence[PlannedRun]) -> None:
 
 
 def submit_experiment(
-    planned: Sequence[PlannedRun], output_dir: str, say: Callable[[str], object]
+    planned: Sequence[PlannedRun], say: Callable[[str], object]
 ) -> tuple[int, int]:
     """Submit what is neither done nor queued; ``say`` gets one line per run. Returns the number
     of runs submitted now and of those already queued; :func:`check_requests` first."""
     submitted, queued = 0, 0
-    for s in run_states(planned, output_dir):
+    for s in run_states(planned):
         p = s.run
         queued += s.queued
         if s.state == "done" or s.queued:
             say(f"{p.key}: {s.state}" + (f" (job {s.job_id}), left alone" if s.queued else ""))
             continue
-        why = (
-            f"job {s.job_id} failed (log {s.log}): resubmitted"
-            if s.state == "failed"
-            else (
-                "submitted"
-                if s.state == "not started"
-                else "submitted, resumes from its checkpoint"
-            )
-        )
+        why = {
+            "failed": f"job {s.job_id} failed (log {s.log}): resubmitted",
+            "not started": "submitted",
+        }.get(s.state, "submitted, resumes from its checkpoint")
         jobs = {}
         after = []
         if not os.path.isfile(p.paths.checkpoint):  # no final checkpoint yet: (re)train first
             jobs["pretrain"] = submit(p.pretrain).job_id
-            _record_submission(output_dir, p.key, jobs)
             after = [jobs["pretrain"]]
         else:
             why += ", evaluation only (pretraining finished)"
         jobs["evaluate"] = submit(dataclasses.replace(p.evaluate, after_ok=after)).job_id
-        _record_submission(output_dir, p.key, jobs)
         say(f"{p.key}: {why}: " + ", ".join(f"{k} job {v}" for k, v in jobs.items()))
         submitted += 1
     return submitted, queued

@@ -7,6 +7,7 @@ import csv
 import os
 from collections.abc import Sequence
 
+from pretrain.cluster.submit import queued_jobs
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.locks import exclusive_dir_lock
 from transfer.analysis.study_page import missing_section
@@ -20,7 +21,6 @@ from .slurm import (
     PlannedRun,
     RunState,
     check_requests,
-    check_slurm_reachable,
     dry_run,
     run_states,
     status_table,
@@ -51,7 +51,7 @@ def _probe_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) 
     that are done, every seed's value, and the missing runs."""
     import numpy as np
 
-    from pretrain.utils.tables import markdown_table
+    from transfer.tables import markdown_table
 
     rows = []
     for m in opt.methods:
@@ -91,7 +91,7 @@ def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -
 def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
     """The page of the runs that are done, the others named with their state as it is after
     this invocation's submissions (a run submitted now is queued, not "not started")."""
-    states = run_states(planned, opt.output_dir)
+    states = run_states(planned)
     if not any(s.state == "done" for s in states):
         return
     write_page(exp, opt, states)
@@ -124,17 +124,17 @@ def run_on_slurm(
         print(dry_run(planned))
         return 0
     if status:
-        print(status_table(run_states(planned, opt.output_dir)))
+        print(status_table(run_states(planned)))
         return 0
     check_requests(planned)
-    check_slurm_reachable()
+    queued_jobs()  # SLURM answers: asked before anything is written
     if not exp.cluster:  # a budget that ends before the prior turns on: said before the queue
         late = prior_never_on(opt, {p.paths.method: p.cfg for p in planned})
         if late:
             print(f"warning: {late}")
     os.makedirs(opt.output_dir, exist_ok=True)
     with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
-        submitted, queued = submit_experiment(planned, opt.output_dir, print)
+        submitted, queued = submit_experiment(planned, print)
         _write_partial_page(exp, opt, planned)
     shows = f"`{status_line}`" if status_line else "--status"
     print(f"{submitted} run(s) submitted now, {queued} already queued; {shows} shows them")

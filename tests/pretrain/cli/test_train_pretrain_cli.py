@@ -1,6 +1,8 @@
 """``tools/train_pretrain.py`` as a user meets it: its ``-h`` offers only what it does, and a
 diverging learning rate ends in one ``error:`` line, exit 2, naming the real last checkpoint or
-saying that none was written."""
+saying that none was written. The tool's ``main`` runs in this process
+(:func:`tests.helpers.mistakes.run_main`: its exit status and output as a process gives them;
+tests/test_user_mistakes.py starts it in a real process)."""
 
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ from pretrain.config import load_config
 from pretrain.engine.trainer import NonFiniteLossError, PretrainTrainer
 from pretrain.utils.errors import LoracError
 from tests.helpers import make_image_folder, tiny_opts
-from tests.helpers.mistakes import run_tool
+from tests.helpers.mistakes import run_main, tool_main
 from transfer.classification.demo import DEMO_CONFIG
 
 TOOL = "tools/train_pretrain.py"
 
 
 def test_help_offers_only_what_the_tool_does():
-    r = run_tool([TOOL, "-h"])
+    r = run_main(tool_main(TOOL), ["-h"])
     assert r.returncode == 0, r.output
     for absent in ("--eval-only", "MODEL.WEIGHTS", "jit.script"):
         assert absent not in r.output, absent
@@ -32,8 +34,9 @@ def test_help_offers_only_what_the_tool_does():
 
 def test_eval_only_is_refused_and_nothing_trains(tmp_path):
     data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
-    r = run_tool([TOOL, "--eval-only", "--config-file", DEMO_CONFIG, *tiny_opts(data, out)],
-                 CUDA_VISIBLE_DEVICES="")  # fmt: skip
+    r = run_main(
+        tool_main(TOOL), ["--eval-only", "--config-file", DEMO_CONFIG, *tiny_opts(data, out)]
+    )
     assert r.returncode == 2 and "unrecognized option --eval-only" in r.stderr, r.output
     assert not out.exists()
 
@@ -41,7 +44,7 @@ def test_eval_only_is_refused_and_nothing_trains(tmp_path):
 def test_a_diverging_lr_is_one_error_line_saying_no_checkpoint_was_written(tmp_path):
     data, out = make_image_folder(tmp_path / "data"), tmp_path / "run"
     opts = tiny_opts(data, out, **{"SOLVER.BASE_LR": 1e30})
-    r = run_tool([TOOL, "--config-file", DEMO_CONFIG, *opts], CUDA_VISIBLE_DEVICES="")
+    r = run_main(tool_main(TOOL), ["--config-file", DEMO_CONFIG, *opts])
     errors = [line for line in r.output.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and len(errors) == 1, r.output
     assert "Traceback" not in r.output, r.output
@@ -66,3 +69,20 @@ def test_a_non_finite_loss_names_the_real_last_checkpoint(tmp_path):
     assert "the same command resumes from it (with --resume-with-changes SOLVER.BASE_LR" in str(
         e.value
     )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_more_cpu_processes_than_cores_is_one_warning_line(device, capsys, monkeypatch):
+    from pretrain.cli import train_pretrain
+
+    monkeypatch.setattr(train_pretrain.os, "sched_getaffinity", lambda pid: {0, 1})
+    cfg = load_config(DEMO_CONFIG, ["MODEL.DEVICE", device])
+    train_pretrain._warn_cpu_processes(cfg, 2)  # as many processes as cores: no word
+    assert capsys.readouterr().err == ""
+    train_pretrain._warn_cpu_processes(cfg, 3)
+    err = capsys.readouterr().err
+    if device == "cuda":  # one process per GPU: the cores are no limit
+        assert err == ""
+    else:
+        assert err.startswith("warning: --num-gpus 3 starts 3 CPU processes on 2 cores")
+        assert err.count("\n") == 1

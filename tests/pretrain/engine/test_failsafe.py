@@ -19,20 +19,13 @@ import torch
 
 from pretrain.config.defaults import ConfigError, get_cfg, load_config
 from tests.helpers import ROOT, tiny_opts
+from tests.helpers.mistakes import ToolResult, run_main, tool_main
 from transfer.classification.demo import DEMO_CONFIG
 
-TOOL = str(ROOT / "tools" / "train_pretrain.py")
 
-
-def _tool(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run(
-        [sys.executable, TOOL, "--config-file", DEMO_CONFIG, *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+def _tool(*argv: str) -> ToolResult:
+    """tools/train_pretrain.py's ``main`` in this process (the lock's holder is another one)."""
+    return run_main(tool_main("tools/train_pretrain.py"), ["--config-file", DEMO_CONFIG, *argv])
 
 
 def _error_lines(stderr: str) -> list[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -19,10 +21,9 @@ import torch.distributed as dist
 from detectron2.engine import launch
 from torch import nn
 
-from benchmarks.bench_step import measure as count_step
-from benchmarks.bench_throughput import measure as throughput
-from benchmarks.cuda_sync_report import report as sync_report
 from pretrain.config import load_config
+from pretrain.engine.cuda_syncs import report as sync_report
+from pretrain.engine.step_count import measure as count_step
 from pretrain.engine.trainer import PretrainTrainer
 from pretrain.modeling.norm import SyncBatchNorm, convert_batchnorm
 from tests.helpers import ROOT, make_image_folder, tiny_opts
@@ -153,10 +154,18 @@ def test_two_gpus_train_like_one_gpu_with_two_key_bn_groups(tmp_path):
         torch.testing.assert_close(b[k].float(), a[k].float(), rtol=0, atol=5e-4, msg=k)
 
 
-def test_gpu_throughput_benchmark_runs():
-    result = throughput(batch=8, iters=2, warmup=1)
-    assert result["images_per_second"] > 0
-    assert json.dumps(result)
+def test_gpu_throughput_benchmark_runs(tmp_path):
+    """The script of ``make gpu-check-throughput``, as a user runs it, at 8 images per GPU."""
+    out = tmp_path / "ratio.json"
+    args = ["--device", "cuda", "--configs", "configs/pretrain/in1k_r50_lorac_200ep.yaml",
+            "--batch", "8", "--plain-batch", "8", "--warmup", "1", "--windows", "1",
+            "--iters", "2", "--no-compile", "--json", str(out)]  # fmt: skip
+    # with this process's environment: make gpu-check's PYTHONPATH holds the installed wheels
+    r = subprocess.run([sys.executable, "-m", "benchmarks.bench_throughput", *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and all(row["images_per_second"] > 0 for row in rows)
 
 
 # -- the static step: what the CPU tests prove, asked of a GPU -----------------------------------

@@ -109,7 +109,7 @@ def test_checkpoint_is_weights_only_and_holds_everything(tmp_path, image_folder)
     assert "queues" in model and "queue_ptr" in model
     assert {"iteration", "optimizer", "hooks", "rng"} <= set(ckpt["trainer"])
     # the backbone loads into a torchvision ResNet
-    from pretrain.checkpoint.reader import build_torchvision_backbone, load_backbone
+    from transfer.checkpoint.reader import build_torchvision_backbone, load_backbone
 
     net = build_torchvision_backbone(load_backbone(str(tmp_path / "r" / "model_final.pth")))
     assert net.eval()(torch.randn(1, 3, 32, 32)).shape == (1, 512)

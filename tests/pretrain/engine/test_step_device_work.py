@@ -1,9 +1,9 @@
-"""The training step as a GPU would run it: no host sync outside the logging period, few ops.
+"""The training step as a GPU would run it: no host sync outside the logging period.
 
-Counted with ``benchmarks/bench_step.py`` (a ``TorchDispatchMode`` over one non-logging
-iteration, only ops on tensors that would live on the GPU). Before 2026-11 a demo iteration made
-7 host syncs (the queue pointer per key crop, the loss's finiteness, three logged metrics,
-detectron2's loss read) and the IN-1K LORAC iteration 5,396 device ops.
+Counted with :func:`pretrain.engine.step_count.measure` (a ``TorchDispatchMode`` over one
+non-logging iteration, only ops on tensors that would live on the GPU). One config per distinct
+path: the demo's LORAC (one key crop, the prior), MoCo-M (its views without the prior) and
+MoCo-v2 (two views, SGD) on one process; IN-100 LORAC (multi-crop, two key crops) on two.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import torch
 from detectron2.engine import HookBase
 
-from benchmarks.bench_step import StepCounter, measure
 from pretrain.config import load_config
 from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, sample_color_params
+from pretrain.engine.step_count import measure
 from pretrain.engine.trainer import PretrainTrainer
 from tests.helpers import ROOT, tiny_opts
 
@@ -27,11 +27,9 @@ DEMO_CONFIG = str(ROOT / "configs" / "pretrain" / "demo_fashion_mnist_r18.yaml")
 @pytest.mark.parametrize(
     ("config", "syncs"),
     [
-        ("configs/pretrain/demo_fashion_mnist_r18_mocom.yaml", 0),
         ("configs/pretrain/demo_fashion_mnist_r18_mocov2.yaml", 0),
         # with the prior on, eigh's error check (the exact nuclear norm): docs/performance.md
         ("configs/pretrain/demo_fashion_mnist_r18.yaml", 1),
-        ("configs/pretrain/in100_r18_lorac_beta2.yaml", 1),
     ],
 )
 def test_no_host_sync_in_a_non_logging_iteration(config, syncs):
@@ -41,8 +39,9 @@ def test_no_host_sync_in_a_non_logging_iteration(config, syncs):
     assert all(k.startswith("_linalg_eigh") for k in m["syncs_by_source"])
 
 
-def test_the_counter_sees_a_host_sync():
-    """The same measurement with one ``.item()`` added to the step reports exactly it."""
+def test_the_counter_sees_a_host_sync_and_moco_m_makes_none():
+    """MoCo-M's step with one ``.item()`` added reports exactly it: the counter sees a sync, and
+    the step itself makes none."""
 
     original = PretrainTrainer._backward_and_step
 
@@ -55,6 +54,7 @@ def test_the_counter_sees_a_host_sync():
         m = measure("configs/pretrain/demo_fashion_mnist_r18_mocom.yaml", procs=1)
     finally:
         PretrainTrainer._backward_and_step = original
+    assert m["ops"] > 500
     assert m["host_syncs"] == 1
     assert any("with_a_read" in where for where in m["syncs_by_source"])
 
@@ -158,110 +158,15 @@ def test_flush_covers_every_logged_iteration(tmp_path, image_folder):
     )
 
 
-def test_two_process_collectives_keep_one_layout_and_read_nothing_back():
-    """A 2-process step of the channels_last IN-1K LORAC config: every collective's input and
-    output share a memory layout (on 73e3df2 ShuffleBN gathered channels_last views into NCHW
-    buffers, which NCCL would scramble), and the one host sync is the norm's eigh."""
-    m = measure("configs/pretrain/in1k_r50_lorac_200ep.yaml", procs=2)
-    assert sum(m["collectives"].values()) > 200  # SyncBN's, ShuffleBN's, DDP's buckets
+def test_two_processes_keep_one_layout_and_read_back_only_the_norm():
+    """A 2-process step of a channels_last LORAC config (IN-100's ResNet-18: the same code as
+    IN-1K's, cheaper): every collective's input and output share a memory layout (NCCL copies raw
+    bytes: channels_last views gathered into NCHW buffers would be scrambled), and the one host
+    sync is the norm's eigh on each rank: the multi-crop step without the prior (MoCo-M) makes
+    none."""
+    m = measure("configs/pretrain/in100_r18_lorac_beta2.yaml", procs=2)
+    assert sum(m["collectives"].values()) > 80  # SyncBN's, ShuffleBN's, DDP's buckets (R18)
     assert any("take_rows" in name for name in m["collectives"])  # ShuffleBN's all-to-all
     assert m["layout_mismatches"] == []
-    assert list(m["syncs_by_source"]) == [
-        k for k in m["syncs_by_source"] if k.startswith("_linalg_eigh")
-    ]
-    assert m["host_syncs"] == 1
-
-
-def test_baselines_make_no_host_sync_with_two_processes():
-    """MoCo-M's multi-crop step (the IN-100 ResNet-18: the same code as IN-1K's, cheaper)."""
-    m = measure("configs/pretrain/in100_r18_mocom.yaml", procs=2)
-    assert m["host_syncs"] == 0, m["syncs_by_source"]
-    assert m["layout_mismatches"] == []
-
-
-def _count(fn, *device_tensors):
-    counter = StepCounter()
-    counter.mark(list(device_tensors))
-    with counter:
-        fn()
-    return counter
-
-
-@pytest.mark.parametrize(
-    ("name", "fn", "syncs"),
-    [
-        ("eigh's error check", lambda x, i: torch.linalg.eigh(x[0] @ x[0].T), 1),
-        ("eigvalsh's error check", lambda x, i: torch.linalg.eigvalsh(x[0] @ x[0].T), 1),
-        ("svdvals' error check", lambda x, i: torch.linalg.svdvals(x[0]), 1),
-        (
-            "cholesky_ex checked",
-            lambda x, i: torch.linalg.cholesky_ex(x[0] @ x[0].T, check_errors=True),
-            1,
-        ),  # noqa: E501
-        ("cholesky_ex unchecked", lambda x, i: torch.linalg.cholesky_ex(x[0] @ x[0].T), 0),
-        ("a Python list as index", lambda x, i: x[[0, 2]], 1),
-        ("a boolean mask", lambda x, i: x[x[:, 0, 0] > 0], 1),
-        ("a device index", lambda x, i: x[i], 0),
-        ("index_select with a device index", lambda x, i: x.index_select(0, i), 0),
-        ("a slice", lambda x, i: x[1:3] * 2, 0),
-        ("a blocking copy to the device", lambda x, i: torch.arange(4).to(x.device), 1),
-        ("a non-blocking copy", lambda x, i: torch.arange(4).to(x.device, non_blocking=True), 0),
-        ("a scalar copy", lambda x, i: torch.tensor(3.0).to(x.device), 1),
-        ("item assignment", lambda x, i: x[0, 0, 0].__setitem__((), 5.0), 1),
-        ("fill_", lambda x, i: x[0, 0, 0].fill_(5.0), 0),
-        ("tensor(data, device=)", lambda x, i: torch.tensor([1.0, 2.0], device=x.device), 1),
-        ("tolist", lambda x, i: x[0, 0].tolist(), 1),
-        (".item()", lambda x, i: x[0, 0, 0].item(), 1),
-    ],
-)
-def test_the_counter_sees_the_syncs_a_gpu_makes_inside_ops(name, fn, syncs):
-    """Syncs Python never asks for: linalg error checks, host index tensors, boolean masks,
-    blocking host-to-device copies; and none where the GPU makes none."""
-    x = torch.randn(4, 3, 3)
-    index = torch.tensor([0, 2])
-    counter = _count(lambda: fn(x, index), x, index)
-    assert sum(counter.syncs.values()) == syncs, (name, dict(counter.syncs))
-
-
-def test_the_counter_flags_a_collective_with_mixed_layouts(tmp_path):
-    """One gloo process: all_gather of a channels_last tensor into NCHW buffers is reported,
-    the same gather into buffers of its own layout is not."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    try:
-        x = torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last)
-        mixed = _count(lambda: dist.all_gather([torch.empty(2, 3, 4, 4)], x))
-        same = _count(lambda: dist.all_gather([torch.empty_like(x)], x))
-    finally:
-        dist.destroy_process_group()
-    assert len(mixed.layout_mismatches) == 1 and "channels_last" in mixed.layout_mismatches[0]
-    assert same.layout_mismatches == []
-    assert same.collective_bytes == same.collective_bytes_received == x.numel() * 4
-
-
-def test_cuda_sync_report_charges_a_sync_to_the_project_line_that_asked_for_it():
-    """A sync reported in torch's own Python (as ``torch.cuda.synchronize``'s is) is charged to
-    the innermost frame of this project, with its thread and stack (benchmarks/cuda_sync_report:
-    CUDA's detector itself needs a GPU; this is its bookkeeping)."""
-    from types import SimpleNamespace
-
-    from benchmarks.cuda_sync_report import SyncDebug
-
-    hook = SyncDebug()
-    hook.trainer = SimpleNamespace(iter=3)
-
-    def a_step_that_syncs():
-        hook._keep(
-            UserWarning("called a synchronizing CUDA operation"), UserWarning,
-            "/x/site-packages/torch/cuda/__init__.py", 1281,
-        )  # fmt: skip
-
-    a_step_that_syncs()
-    hook._keep(UserWarning("an unrelated warning"), UserWarning, "f.py", 1)
-    assert len(hook.syncs) == 1
-    sync = hook.syncs[0]
-    assert sync["origin"] == "torch/cuda/__init__.py:1281"
-    assert sync["where"].startswith("tests/pretrain/engine/test_step_device_work.py:")
-    assert sync["where"].endswith("(a_step_that_syncs)")
-    assert sync["iteration"] == 3 and sync["thread"] == "MainThread"
+    assert all(k.startswith("_linalg_eigh") for k in m["syncs_by_source"]), m["syncs_by_source"]
+    assert m["host_syncs_per_rank"] == [1, 1]

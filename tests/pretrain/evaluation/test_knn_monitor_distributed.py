@@ -128,29 +128,54 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _pretrain(opts: list[str]) -> None:
+    torch.set_num_threads(1)
+    PretrainTrainer(load_config(DEMO_CONFIG, opts)).train()
+
+
+def _both(embed_opts: list[str], out: str, pretrain_opts: list[str]) -> None:
+    """Both 2-process checks, one after the other in one pair of processes."""
+    _embed(embed_opts, out)
+    _pretrain(pretrain_opts)
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> dict:
+    """The monitor alone (``_embed``) and a 2-process pretraining run with it, each on its own
+    generated images, in one launch of two processes (each start costs seconds)."""
+    tmp = tmp_path_factory.mktemp("knn")
+    labelled = tmp / "labelled"
+    make_image_folder(labelled / "train", classes=3, per_class=8)
+    make_image_folder(labelled / "val", classes=3, per_class=5)
+    knn = {**KNN, "TEST.KNN_ROOT": str(labelled)}
+    data = make_image_folder(tmp / "data", classes=2, per_class=4)
+    embed = tiny_opts(data, tmp / "embed_run", **knn)
+    # the final checkpoint only: none of the periodic ones is read here
+    pretrain_data = make_image_folder(tmp / "pretrain_data", classes=2, per_class=8)
+    run = tmp / "run"
+    pretrain = tiny_opts(pretrain_data, run, **knn, **{"SOLVER.CHECKPOINT_PERIOD": 100})
+    out = tmp / "results"
+    out.mkdir()
+    launch(
+        _both,
+        2,
+        dist_url=f"tcp://127.0.0.1:{_free_port()}",
+        args=(embed, str(out), pretrain),
+        timeout=timedelta(minutes=2),
+    )
+    return {"embed_opts": embed, "results": out, "run": run}
+
+
 @pytest.mark.slow
-def test_two_processes_gather_the_one_process_features_and_top1(tmp_path):
+def test_two_processes_gather_the_one_process_features_and_top1(two_processes):
     """Proves the 2-process monitor (each process embedding its own share with a loader worker,
     the DDP-wrapped model, NaiveSyncBN in eval mode) gathers on the main process exactly the
     features and labels one process computes, in the original order, and the same kNN top-1;
     each process embedded only its share (4 and 1 + 4 batches: uneven, so a collective inside
     the backbone would have hung until the 2-minute timeout); DDP's forward never ran;
     train mode is restored; the other process gets None."""
-    labelled = tmp_path / "labelled"
-    make_image_folder(labelled / "train", classes=3, per_class=8)
-    make_image_folder(labelled / "val", classes=3, per_class=5)
-    data = make_image_folder(tmp_path / "data", classes=2, per_class=4)
-    opts = tiny_opts(data, tmp_path / "run", **{**KNN, "TEST.KNN_ROOT": str(labelled)})
-    out = tmp_path / "results"
-    out.mkdir()
-    _embed(opts, str(out))  # one process, here
-    launch(
-        _embed,
-        2,
-        dist_url=f"tcp://127.0.0.1:{_free_port()}",
-        args=(opts, str(out)),
-        timeout=timedelta(minutes=2),
-    )
+    out = two_processes["results"]
+    _embed(two_processes["embed_opts"], str(out))  # one process, here
     one = torch.load(out / "rank0_of_1.pt")
     main, other = (torch.load(out / f"rank{r}_of_2.pt") for r in range(2))
 
@@ -218,29 +243,12 @@ def test_the_log_line_gives_the_cost_and_a_long_wait_is_a_warning(caplog, monkey
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def _pretrain(opts: list[str]) -> None:
-    torch.set_num_threads(1)
-    PretrainTrainer(load_config(DEMO_CONFIG, opts)).train()
-
-
 @pytest.mark.slow
-def test_two_process_pretraining_writes_knn_every_period_and_at_the_end(tmp_path):
+def test_two_process_pretraining_writes_knn_every_period_and_at_the_end(two_processes):
     """Proves the monitor inside a 2-process DDP pretraining run (its gather between the
     trainer's own collectives, every process embedding its share with a loader worker) ends
     and writes knn/top1 after iterations 2 and 4 and after training, from the main process."""
-    labelled = tmp_path / "labelled"
-    make_image_folder(labelled / "train", classes=3, per_class=8)
-    make_image_folder(labelled / "val", classes=3, per_class=5)
-    data = make_image_folder(tmp_path / "data", classes=2, per_class=8)
-    out = tmp_path / "run"
-    opts = tiny_opts(data, out, **{**KNN, "TEST.KNN_ROOT": str(labelled)})
-    launch(
-        _pretrain,
-        2,
-        dist_url=f"tcp://127.0.0.1:{_free_port()}",
-        args=(opts,),
-        timeout=timedelta(minutes=2),
-    )
+    out = two_processes["run"]
     rows = [json.loads(line) for line in (out / "metrics.json").read_text().splitlines()]
     records = [(r["iteration"], r["knn/top1"]) for r in rows if "knn/top1" in r]
     assert [it for it, _ in records] == [1, 3, 6], records

@@ -216,9 +216,9 @@ def test_non_finite_input_gives_nan_per_matrix(method: str) -> None:
 
 def _count_syncs(method: str, x: torch.Tensor) -> collections.Counter[str]:
     """Host syncs of a forward + backward and a no-grad forward, as a GPU would make them:
-    ``x`` counts as a device tensor (benchmarks.bench_step's counter, which also sees the syncs
+    ``x`` counts as a device tensor (the step counter, which also sees the syncs
     inside ops such as eigh's error check)."""
-    from benchmarks.bench_step import StepCounter
+    from pretrain.engine.op_counter import StepCounter
 
     leaf = x.detach().clone().requires_grad_(True)
     counter = StepCounter()

@@ -55,9 +55,9 @@ def _reference(channels_last: bool) -> dict[str, torch.Tensor]:
     }
 
 
-def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    torch.set_num_threads(1)
+def _whole_batch(rank: int, world: int, channels_last: bool) -> dict:
+    """This process's half of the batch through SyncBN; the outputs and input gradients
+    gathered from every process, the summed weight and bias gradients."""
     torch.manual_seed(1)
     bn = convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm)
     nn.init.uniform_(bn.weight, 0.5, 1.5)
@@ -73,29 +73,39 @@ def _worker(rank: int, world: int, init: str, channels_last: bool, out: str) -> 
     dist.all_gather(ys, y.detach().contiguous())
     dxs = [torch.empty_like(x.grad.contiguous()) for _ in range(world)]
     dist.all_gather(dxs, x.grad.contiguous())
-    if rank == 0:
-        torch.save(
-            {
-                "y": torch.cat(ys),
-                "dx": torch.cat(dxs),
-                "dw": grads[:C],
-                "db": grads[C:],
-                "mean": bn.running_mean,
-                "var": bn.running_var,
-                "y_channels_last": y.is_contiguous(memory_format=torch.channels_last),
-                "tracked": int(bn.num_batches_tracked),
-            },
-            out,
-        )
+    return {
+        "y": torch.cat(ys),
+        "dx": torch.cat(dxs),
+        "dw": grads[:C],
+        "db": grads[C:],
+        "mean": bn.running_mean,
+        "var": bn.running_var,
+        "y_channels_last": y.is_contiguous(memory_format=torch.channels_last),
+        "tracked": int(bn.num_batches_tracked),
+    }
+
+
+def _worker(rank: int, init: str, out: str) -> None:
+    """One of the two gloo processes: both checks' results, saved to ``out.<rank>``."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    whole = {channels_last: _whole_batch(rank, 2, channels_last) for channels_last in (False, True)}
+    torch.save({"whole_batch": whole, "compiled": _compiled_cases(rank)}, f"{out}.{rank}")
     dist.destroy_process_group()
 
 
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> list[dict]:
+    """Each process's results (rank order); one pair of processes for the module's checks."""
+    tmp = tmp_path_factory.mktemp("sync_bn")
+    out = tmp / "out.pt"
+    mp.spawn(_worker, args=(f"file://{tmp / 'rendezvous'}", str(out)), nprocs=2, join=True)
+    return [torch.load(f"{out}.{rank}") for rank in range(2)]
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_two_processes_equal_batchnorm_on_the_whole_batch(tmp_path, channels_last):
-    out = tmp_path / "out.pt"
-    init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_worker, args=(2, init, channels_last, str(out)), nprocs=2, join=True)
-    got = torch.load(out)
+def test_two_processes_equal_batchnorm_on_the_whole_batch(two_processes, channels_last):
+    got = two_processes[0]["whole_batch"][channels_last]
     want = _reference(channels_last)
     for key in ("y", "dx", "dw", "db", "mean", "var"):
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5, msg=key)
@@ -169,13 +179,11 @@ STEPS = 3
 CASES = [(autocast, channels_last) for autocast in (False, True) for channels_last in (False, True)]
 
 
-def _compiled_worker(rank: int, init: str, out: str) -> None:
+def _compiled_cases(rank: int) -> list[dict]:
     """Per case: STEPS training forwards and backwards of conv -> SyncBN -> ReLU, eager and
     compiled (aot_eager, whole graph), from the same state, on the same batches."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
-    torch.set_num_threads(1)
     results = []
     for autocast, channels_last in CASES:
         torch._dynamo.reset()
@@ -209,19 +217,18 @@ def _compiled_worker(rank: int, init: str, out: str) -> None:
             }
         got["frames"] = counter.frame_count
         results.append(got)
-    torch.save(results, f"{out}.{rank}")
-    dist.destroy_process_group()
+    return results
 
 
-def test_compiled_sync_batchnorm_equals_eager_in_one_graph(tmp_path):
+def test_compiled_sync_batchnorm_equals_eager_in_one_graph(two_processes):
     """Two gloo processes, float32 and bfloat16 autocast, NCHW and channels_last: compiled whole
     (torch.compile fullgraph, aot_eager), conv -> SyncBN -> ReLU gives eager's outputs, input
     and parameter gradients at each of three steps, and eager's running statistics (updated by
     the compiled graph) and num_batches_tracked after them; one graph, not recompiled."""
-    out = tmp_path / "out.pt"
-    mp.spawn(_compiled_worker, args=(f"file://{tmp_path / 'rdv'}", str(out)), nprocs=2, join=True)
     for rank in range(2):
-        for (autocast, channels_last), got in zip(CASES, torch.load(f"{out}.{rank}"), strict=True):
+        for (autocast, channels_last), got in zip(
+            CASES, two_processes[rank]["compiled"], strict=True
+        ):
             case = f"rank {rank}, autocast {autocast}, channels_last {channels_last}"
             assert got["frames"] == 1, case  # one graph for the three calls
             eager, compiled = got["eager"], got["compiled"]

@@ -64,9 +64,9 @@ def _index_from(calls: list, table: torch.Tensor) -> list[bool]:
 
 def _record(world: int, rank: int) -> dict:
     """The exchange's ops for each seed (channels_last rows, 2 BN groups), and where its indices
-    came from; host syncs and copies counted by benchmarks/bench_step.py's counter (x and the
+    came from; host syncs and copies counted by the step counter (x and the
     plan count as device tensors: the plan arrives on the device with the batch)."""
-    from benchmarks.bench_step import StepCounter
+    from pretrain.engine.op_counter import StepCounter
 
     out: dict = {}
     for b in (4, 5):

@@ -15,7 +15,6 @@ import torch
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.data.splits import evenly_spaced
 from pretrain.modeling import MultiViewMoCo, build_model
-from pretrain.utils.tables import read_csv
 from tests.helpers import make_image_folder
 from tests.helpers.analysis import (
     assert_png_not_blank,
@@ -30,6 +29,7 @@ from transfer.analysis.models import load_pretrained
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
 from transfer.analysis.nuclear_norm_stats import augmented_nuclear_norms, view_spec
 from transfer.cli.analyze_nuclear_norm import main as analyze_main
+from transfer.tables import read_csv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

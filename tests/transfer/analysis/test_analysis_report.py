@@ -2,7 +2,7 @@
 
 The fixture builds a whole experiment on disk with the project's own writers: tiny pretraining
 runs (checkpoint, config.yaml, metrics.json), the nuclear-norm analysis of those checkpoints,
-classification tables written by pretrain.utils.tables.update_table, detection
+classification tables written by transfer.tables.update_table, detection
 results.json written by transfer.detection.results.write_results, and an ablation table.
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.utils.tables import read_csv, update_table
 from tests.helpers import make_image_folder
 from tests.helpers.analysis import assert_png_not_blank, exit_status, make_run, write_metrics
 from transfer.analysis import AnalysisError
@@ -28,6 +27,7 @@ from transfer.classification.report import LINEAR_COLUMNS, SEMI_COLUMNS, transfe
 from transfer.classification.transfer_datasets import DATASET_NAMES
 from transfer.cli.make_report import main as report_main
 from transfer.detection.results import write_results
+from transfer.tables import read_csv, update_table
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import pytest
 import torch
 from torchvision.models import resnet18
 
-from pretrain.checkpoint.reader import CheckpointError
 from pretrain.data.datasets import DatasetError, FashionMNISTSource
 from tests.helpers.classification import (  # noqa: F401
     QUICK,
@@ -20,6 +19,7 @@ from tests.helpers.classification import (  # noqa: F401
     no_md5,
     single_thread,
 )
+from transfer.checkpoint.reader import CheckpointError
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import (
     ConfigError,

@@ -15,7 +15,6 @@ import torch
 import torchvision
 
 from pretrain.config import get_cfg
-from pretrain.utils.tables import METHOD_COLUMN, WEIGHTS_COLUMN, RowClashError, RowOwner
 from tests.helpers.checkpoints import CASES
 from tests.helpers.classification import (  # noqa: F401
     QUICK,
@@ -28,6 +27,7 @@ from tests.helpers.classification import (  # noqa: F401
 from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
 from transfer.classification.transfer import check_tables, write_tables
 from transfer.cli import knn_eval, linear_probe, semi_supervised, transfer_linear
+from transfer.tables import METHOD_COLUMN, WEIGHTS_COLUMN, RowClashError, RowOwner
 
 
 def pretraining_run(root: Path, name: str, seed: int, prior: str = "laplace") -> str:

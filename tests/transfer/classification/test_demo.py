@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from pretrain.checkpoint.reader import build_torchvision_backbone, extract_backbone
 from pretrain.config import ConfigError, load_config
 from pretrain.modeling import build_model
 from pretrain.modeling.encoder import resnet_backbone
 from tests.helpers.classification import make_knn_fashion_mnist
+from transfer.checkpoint.reader import build_torchvision_backbone, extract_backbone
 from transfer.classification.demo import (
     DEMO_CONFIG,
     DemoResult,

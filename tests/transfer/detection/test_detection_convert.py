@@ -26,10 +26,10 @@ from detectron2.modeling import build_model
 from detectron2.modeling.backbone import build_resnet_backbone
 from torchvision.transforms import functional as TF
 
-from pretrain.checkpoint.reader import BackboneWeights
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from tests.helpers import ROOT
 from tests.helpers.checkpoints import randomise_bn
+from transfer.checkpoint.reader import BackboneWeights
 from transfer.detection.config import load_config
 from transfer.detection.convert import (
     FPN_PREFIX,

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torchvision
 
-from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
+from tests.helpers.mistakes import assert_user_error, run_main, snapshot, tool_main
 from tests.transfer.detection.test_detection_train import _instant_args, make_coco
 from transfer.detection.results import ResultsError, read_run
 
@@ -37,8 +37,9 @@ def data(tmp_path_factory):
 
 
 def _train_net(*argv: str):
-    """tools/train_net.py in its own process (datasets are registered once per process)."""
-    return run_tool(["tools/train_net.py", *argv], CUDA_VISIBLE_DEVICES="")
+    """tools/train_net.py's ``main`` in this process, ended as a process ends (the datasets it
+    registers are unregistered after it: a name is registered once per process)."""
+    return run_main(tool_main("tools/train_net.py"), list(argv))
 
 
 def train_finished(data, out: Path) -> Path:

@@ -1,9 +1,10 @@
 """Instant fine-tuning runs of the three LORAC configs on generated COCO-format data, and the
 setup errors of tools/train_net.py.
 
-The instant variants keep each config's model (R50-FPN with SyncBN, which one process runs as
-plain BN) and only shrink images, batch, ROI sampling and iterations, as detectron2's
-quick_schedules do.
+The instant variants keep each config's detector (FPN with SyncBN, which one process runs as
+plain BN) on a ResNet-18 body (``MODEL.RESNETS.DEPTH 18``: what is tested is the config, not the
+body's size; the converter's tests keep the real R50) and shrink images, batch, ROI sampling and
+iterations, as detectron2's quick_schedules do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from detectron2.data.datasets.builtin_meta import COCO_PERSON_KEYPOINT_NAMES
 from PIL import Image, ImageDraw
 
 from tests.helpers import ROOT
+from tests.helpers.mistakes import ToolResult, run_main, tool_main
 from transfer.detection.config import DetectionSetupError, load_config
 from transfer.detection.convert import convert_checkpoint
 from transfer.detection.datasets import check_datasets, register_coco_dataset
@@ -112,28 +115,32 @@ def make_coco(root: Path, num_images: int = 4, people: bool = False) -> tuple[st
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, tuple[str, str]]:
+def data(tmp_path_factory) -> Iterator[dict[str, tuple[str, str]]]:
     root = tmp_path_factory.mktemp("coco")
-    return {
+    yield {
         "shapes": make_coco(root / "shapes"),
         "people": make_coco(root / "people", people=True),
     }
+    # the in-process runs registered these names over this module's files: free them for the
+    # next module in this process (registering a name over other files is an error)
+    for name in ("instant_shapes", "instant_people"):
+        if name in DatasetCatalog.list():
+            DatasetCatalog.remove(name)
+            MetadataCatalog.remove(name)
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> dict[str, str]:
-    """Converted random-weight torchvision ResNet-50 and ResNet-18 backbones."""
+def weights(tmp_path_factory) -> str:
+    """A converted random-weight torchvision ResNet-18 backbone."""
     d = tmp_path_factory.mktemp("weights")
-    out = {}
-    for arch in ("resnet50", "resnet18"):
-        torch.manual_seed(0)
-        torch.save(getattr(torchvision.models, arch)().state_dict(), d / f"{arch}.pth")
-        out[arch] = str(d / f"{arch}.pkl")
-        convert_checkpoint(str(d / f"{arch}.pth"), out[arch])
-    return out
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18().state_dict(), d / "resnet18.pth")
+    convert_checkpoint(str(d / "resnet18.pth"), str(d / "resnet18.pkl"))
+    return str(d / "resnet18.pkl")
 
 
-def _instant_args(detector, data, weights_file, output_dir, *extra):
+def _instant_args(detector, data, weights_file, output_dir, *extra, depth=None):
+    """The parsed command line of an instant run; ``depth``: a MODEL.RESNETS.DEPTH override."""
     name = "people" if detector == "keypoint_rcnn" else "shapes"
     json_file, image_root = data[name]
     argv = ["--config-file", str(REPO / "configs" / CONFIGS[detector])]
@@ -156,6 +163,8 @@ def _instant_args(detector, data, weights_file, output_dir, *extra):
         "DATALOADER.NUM_WORKERS", "0",
         "OUTPUT_DIR", str(output_dir),
     ]  # fmt: skip
+    if depth is not None:
+        argv += ["MODEL.RESNETS.DEPTH", str(depth)]
     return build_argument_parser().parse_args(argv)
 
 
@@ -166,7 +175,7 @@ def runs(data, weights, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
         output_dir = tmp_path_factory.mktemp(detector)
         out[detector] = (
             output_dir,
-            run(_instant_args(detector, data, weights["resnet50"], output_dir)),
+            run(_instant_args(detector, data, weights, output_dir, depth=18)),
         )
     return out
 
@@ -195,16 +204,17 @@ def test_results_table_from_instant_runs(runs, tmp_path):
     """The collector turns the three runs into one Table 4 row with all nine numbers."""
     md, csv_path = write_table([read_run(str(d)) for d, _ in runs.values()], str(tmp_path / "t4"))
     rows = Path(csv_path).read_text().splitlines()
-    assert len(rows) == 2 and rows[1].startswith("resnet50,")
+    assert len(rows) == 2 and rows[1].startswith("resnet18,")
     assert all(cell != "" for cell in rows[1].split(",")), rows[1]
-    assert "resnet50" in Path(md).read_text()
+    assert "resnet18" in Path(md).read_text()
 
 
 def test_eval_only_reloads_the_trained_model(runs, data, tmp_path):
     """--eval-only loads model_final.pth strictly and reproduces the final evaluation (into its
     own OUTPUT_DIR: the finished run's is kept as it is)."""
     output_dir, results = runs["faster_rcnn"]
-    args = _instant_args("faster_rcnn", data, str(output_dir / "model_final.pth"), tmp_path)
+    weights = str(output_dir / "model_final.pth")
+    args = _instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
     args.eval_only = True
     again = run(args)
     assert again["instant_shapes"]["bbox"]["AP"] == pytest.approx(
@@ -214,11 +224,11 @@ def test_eval_only_reloads_the_trained_model(runs, data, tmp_path):
 
 def test_weights_that_do_not_fit_are_named(data, weights, tmp_path):
     """R18 weights into the R50 config stop before training, naming the mismatching keys."""
-    args = _instant_args("faster_rcnn", data, weights["resnet18"], tmp_path)
+    args = _instant_args("faster_rcnn", data, weights, tmp_path)
     with pytest.raises(DetectionSetupError) as e:
         run(args)
     msg = str(e.value)
-    assert weights["resnet18"] in msg
+    assert weights in msg
     assert "backbone.bottom_up.res2.0.conv1.weight (64, 64, 3, 3) vs model (64, 64, 1, 1)" in msg
     assert "missing backbone.bottom_up.res2.0.conv3" in msg
     assert not (tmp_path / "model_final.pth").exists()
@@ -278,7 +288,7 @@ def _train_net(*argv: str, env: dict | None = None) -> subprocess.CompletedProce
     )
 
 
-def _one_error_line(result: subprocess.CompletedProcess) -> str:
+def _one_error_line(result: subprocess.CompletedProcess | ToolResult) -> str:
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr and lines[-1].startswith("error: "), result.stderr
@@ -286,17 +296,22 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_cli_unknown_config_key_names_key_and_file(tmp_path):
+    """A misspelt key in a config file: one error line naming the key and the file (the tool's
+    ``main``, run in this process)."""
     config = tmp_path / "typo.yaml"
     base = REPO / "configs" / "Base-RCNN-FPN-SyncBN.yaml"
     config.write_text(f'_BASE_: "{base}"\nMODEL:\n  RESNETS:\n    DEPTHH: 50\n')
-    line = _one_error_line(_train_net("--config-file", str(config)))
+    line = _one_error_line(
+        run_main(tool_main("tools/train_net.py"), ["--config-file", str(config)])
+    )
     assert str(config) in line and "MODEL.RESNETS.DEPTHH" in line
     # (unknown command-line keys: tests/transfer/detection/test_detection_configs.py, without a
     # subprocess)
 
 
 def test_cli_finds_coco_through_detectron2_datasets(tmp_path):
-    """Builtin COCO 2017 is looked up under $DETECTRON2_DATASETS; a missing file is named."""
+    """Builtin COCO 2017 is looked up under $DETECTRON2_DATASETS; a missing file is named (a
+    process: detectron2 reads the variable when it is imported)."""
     config = str(REPO / "configs" / CONFIGS["keypoint_rcnn"])
     result = _train_net(
         "--config-file", config, "MODEL.DEVICE", "cpu", env={"DETECTRON2_DATASETS": str(tmp_path)}
@@ -310,7 +325,7 @@ def test_cli_finds_coco_through_detectron2_datasets(tmp_path):
 def test_cli_two_cpu_processes_use_naive_syncbn(data, weights, tmp_path):
     """--num-gpus 2 on CPU: SyncBN becomes naiveSyncBN, DDP runs, results are written."""
     json_file, image_root = data["shapes"]
-    args = _instant_args("faster_rcnn", data, weights["resnet50"], tmp_path)
+    args = _instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
     opts = list(args.opts)
     opts[opts.index("SOLVER.MAX_ITER") + 1] = "2"
     opts[opts.index("SOLVER.STEPS") + 1] = "(1,)"

@@ -1,6 +1,7 @@
 """``export_backbone`` and ``convert_to_d2`` refuse to write over their input (the export would lose
 the provenance its metadata names), and ``convert_to_d2`` summarises the keys it drops on purpose (a
-count and a few names; all with ``--verbose``; nothing for none)."""
+count and a few names; all with ``--verbose``; nothing for none). The tools' ``main`` runs in
+this process (:func:`tests.helpers.mistakes.run_main`: exit status and output as a process's)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import torchvision
 
 from tests.helpers.checkpoints import pre
-from tests.helpers.mistakes import assert_user_error, run_tool, snapshot
+from tests.helpers.mistakes import assert_user_error, run_main, snapshot, tool_main
 from transfer.detection.convert import ConversionError, convert_checkpoint
 from transfer.export.backbone import ExportError, export_backbone
 
@@ -55,7 +56,7 @@ def test_export_and_convert_refuse_to_overwrite_their_input(tmp_path):
 def test_the_tools_say_so_in_one_line(tmp_path, tool):
     ckpt = _moco(tmp_path / "lorac.pth")
     before = snapshot(tmp_path)
-    r = run_tool([tool, ckpt, ckpt])
+    r = run_main(tool_main(tool), [ckpt, ckpt])
     assert_user_error(r, before, tmp_path, match="is the input checkpoint")
 
 
@@ -63,16 +64,15 @@ def test_convert_summarises_dropped_keys(tmp_path):
     # every key but the query encoder's backbone: its fc, the whole key encoder and the queue
     n_tensors = len(torchvision.models.resnet18().state_dict())  # the backbone's and fc's 2
     n_dropped = 2 + n_tensors + 1
-    r = run_tool(["tools/convert_to_d2.py", _moco(tmp_path / "m.pth"), str(tmp_path / "m.pkl")])
+    convert = tool_main("tools/convert_to_d2.py")
+    r = run_main(convert, [_moco(tmp_path / "m.pth"), str(tmp_path / "m.pkl")])
     assert r.returncode == 0, r.output
     assert len(r.stdout.splitlines()) == 3, r.stdout  # read, dropped (one line), wrote
     dropped = next(line for line in r.stdout.splitlines() if line.startswith("dropped"))
     assert dropped.startswith(f"dropped {n_dropped} keys on purpose (not part of the backbone): ")
     assert dropped.endswith(", ... (all of them with --verbose)")
     assert dropped.count("module.") == 5
-    r = run_tool(["tools/convert_to_d2.py", "--verbose", str(tmp_path / "m.pth"),
-                  str(tmp_path / "v.pkl")])  # fmt: skip
+    r = run_main(convert, ["--verbose", str(tmp_path / "m.pth"), str(tmp_path / "v.pkl")])
     assert r.returncode == 0 and r.stdout.count("module.") == n_dropped, r.output
-    r = run_tool(["tools/convert_to_d2.py", _backbone_only(tmp_path / "b.pth"),
-                  str(tmp_path / "b.pkl")])  # fmt: skip
+    r = run_main(convert, [_backbone_only(tmp_path / "b.pth"), str(tmp_path / "b.pkl")])
     assert r.returncode == 0 and "dropped" not in r.stdout, r.output

@@ -18,7 +18,6 @@ from tests.helpers.analysis import exit_status, make_fashion_mnist, study_record
 from tests.helpers.mistakes import snapshot
 from transfer.cli.study import main as study_main
 from transfer.study.experiments import IN100_BETAS
-from transfer.study.slurm import LEDGER
 
 
 def _blocks(text: str) -> dict[str, str]:
@@ -72,11 +71,13 @@ def _fake_squeue(bin_dir: Path, lines: list[str]) -> None:
 
 
 def test_status_of_a_half_finished_experiment_shows_every_run(tmp_path, monkeypatch, capsys):
-    """Four runs: one done, one training (job in the queue), one whose job failed (not in the
-    queue, no result: its log is named), one never submitted. Nothing is submitted."""
+    """Five runs: one done, one training (job in the queue), one whose job failed (not in the
+    queue, no result: its log is named), one never submitted, and one trained again whose
+    evaluation job, refused, is missing: its evaluation job older than that pretraining evaluated
+    nothing of it and is not its failure. Nothing is submitted."""
     root = make_fashion_mnist(tmp_path / "fm", n_train=40, n_test=20)
     out = tmp_path / "exp"
-    methods = ["lorac_beta0.5", "lorac_beta1", "lorac_beta2", "lorac_beta4"]
+    methods = ["lorac_beta0.5", "lorac_beta1", "lorac_beta2", "lorac_beta4", "lorac_beta8"]
     (out / "lorac_beta0.5_seed0").mkdir(parents=True)
     done = {"max_iter": 6, "linear_top1": 71.25, "method": "lorac_beta0.5", "seed": 0}
     (out / "lorac_beta0.5_seed0" / "study.json").write_text(json.dumps(done))
@@ -85,12 +86,14 @@ def test_status_of_a_half_finished_experiment_shows_every_run(tmp_path, monkeypa
     (out / "lorac_beta1_seed0" / "metrics.json").write_text(
         "".join(json.dumps(m) + "\n" for m in metrics)
     )
-    ledger = {
-        "lorac_beta0.5_seed0": {"pretrain": "100", "evaluate": "101"},
-        "lorac_beta1_seed0": {"pretrain": "102", "evaluate": "103"},
-        "lorac_beta2_seed0": {"pretrain": "104", "evaluate": "105"},
-    }
-    (out / LEDGER).write_text(json.dumps(ledger))
+    # the job folders submitit wrote: <run>/submitit/<pretraining job>, .../evaluate/<its eval>
+    for run, pretrain, evaluate in [("lorac_beta0.5_seed0", "100", "101"),
+                                    ("lorac_beta1_seed0", "102", "103"),
+                                    ("lorac_beta2_seed0", "104", "105"),
+                                    ("lorac_beta8_seed0", "107", "106")]:  # fmt: skip
+        (out / run / "submitit" / "evaluate" / evaluate).mkdir(parents=True)
+        (out / run / "submitit" / pretrain).mkdir()
+    (out / "lorac_beta8_seed0" / "model_final.pth").write_bytes(b"")
     _fake_squeue(tmp_path / "bin", ["102|RUNNING", "103|PENDING", "99|RUNNING"])
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     before = snapshot(out)
@@ -109,6 +112,7 @@ def test_status_of_a_half_finished_experiment_shows_every_run(tmp_path, monkeypa
     log = out / "lorac_beta2_seed0" / "submitit" / "104" / "104_0_log.err"
     assert rows["lorac_beta2_seed0"] == ["failed (log " + str(log) + ")", "104", "-", "-"]
     assert rows["lorac_beta4_seed0"] == ["not started", "-", "-", "-"]
+    assert rows["lorac_beta8_seed0"] == ["stopped, resumes", "-", "-", "-"]
 
 
 def test_an_imagenet_experiment_page_shows_the_runs_done_and_names_the_missing(tmp_path):
@@ -131,7 +135,7 @@ def test_an_imagenet_experiment_page_shows_the_runs_done_and_names_the_missing(t
         probe = tmp_path / "exp" / run / "linear"
         probe.mkdir(parents=True)
         (probe / "table1_linear.csv").write_text(f"Method,Top-1,Top-5\nx,{top1},90.00\n")
-    states = run_states(planned, opt.output_dir)
+    states = run_states(planned)
     assert [s.state for s in states] == ["done", "done", "done", "not started"]
     write_page(exp, opt, states)
     page = (tmp_path / "exp" / "results.md").read_text()
@@ -208,7 +212,7 @@ def test_a_run_whose_evaluation_job_is_refused_shows_its_queued_pretraining(
     tmp_path, monkeypatch, capsys
 ):
     """sbatch takes a run's pretraining job and refuses its evaluation job: the run's queued
-    job is kept in the ledger at once, so `--status` shows it queued (it said "not started")
+    job is in its submitit folder at once, so `--status` shows it queued (not "not started")
     and the next submission leaves it alone instead of submitting it a second time; once that
     job has trained the run, the next submission adds its evaluation job only."""
     out = tmp_path / "exp"

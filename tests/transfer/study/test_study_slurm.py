@@ -23,7 +23,6 @@ from tests.helpers.analysis import exit_status, make_fashion_mnist
 from tests.helpers.mistakes import REPO
 from tests.slurm.jobtools import wait_for_job
 from transfer.cli.study import main as study_main
-from transfer.study.slurm import LEDGER
 
 pytestmark = pytest.mark.slurm
 METHODS = ["lorac_beta1", "lorac_beta2"]
@@ -55,6 +54,17 @@ def _wait_gone(job_ids: list[str], timeout_s: float) -> None:
     while _queued(job_ids):
         assert time.time() < end, f"jobs {_queued(job_ids)} still queued"
         time.sleep(1)
+
+
+def _submitted(printed: str) -> dict[str, dict[str, str]]:
+    """``{method: {"pretrain": job id, "evaluate": job id}}`` of the runs submitted, as said."""
+    found = re.findall(r"(\S+)_seed0: .*: pretrain job (\d+), evaluate job (\d+)", printed)
+    return {m: {"pretrain": pre, "evaluate": ev} for m, pre, ev in found}
+
+
+def _job_folders(out: Path) -> list[str]:
+    """Every job submitit submitted for the runs: ``<run>/submitit[/evaluate]/<job id>``."""
+    return sorted(str(p.parent.relative_to(out)) for p in out.glob("*/**/*_submitted.pkl"))
 
 
 def _records(out: Path) -> dict[str, dict]:
@@ -106,14 +116,16 @@ def test_a_beta_sweep_through_slurm_submits_once_resubmits_a_killed_run_and_writ
 
     first = _study(argv, capsys)
     assert first.count(": submitted: pretrain job") == 2, first
-    ledger = json.loads((out / LEDGER).read_text())
-    jobs = {m: ledger[f"{m}_seed0"] for m in METHODS}
+    jobs = _submitted(first)
     killed, kept = jobs["lorac_beta2"], jobs["lorac_beta1"]
+    folders = _job_folders(out)  # each run's jobs in its own submitit folders
+    where = {"pretrain": "submitit", "evaluate": "submitit/evaluate"}
+    assert folders == sorted(f"{m}_seed0/{where[k]}/{j[k]}" for m, j in jobs.items() for k in where)
 
     second = _study(argv, capsys)  # at once, while the jobs are queued or running
     assert "0 run(s) submitted now, 2 already queued" in second, second
     assert second.count("left alone") == 2
-    assert json.loads((out / LEDGER).read_text()) == ledger
+    assert _job_folders(out) == folders
 
     subprocess.run(["scancel", killed["pretrain"]], check=True)
     _wait_gone([killed["pretrain"], killed["evaluate"]], 120)  # its evaluation: invalid dep.
@@ -124,7 +136,7 @@ def test_a_beta_sweep_through_slurm_submits_once_resubmits_a_killed_run_and_writ
     assert re.search(rf"lorac_beta2_seed0: job {killed['pretrain']} failed \(log .*\): "
                      "resubmitted: pretrain job \\d+, evaluate job \\d+", third), third  # fmt: skip
     assert "1 run(s) submitted now" in third
-    again = json.loads((out / LEDGER).read_text())["lorac_beta2_seed0"]
+    again = _submitted(third)["lorac_beta2"]
     assert again["pretrain"] != killed["pretrain"]
     # written after the resubmission: the missing run is named with its new job, as queued
     partial = page.read_text()

@@ -5,7 +5,7 @@ prefix) and how they are named there (torchvision, detectron2, or the numbered c
 ``nn.Sequential(*resnet.children())``). A layout *matches* when, at one of its places, the two
 sentinel keys of its naming (the stem conv and the first block's first conv) exist; nothing is
 matched by partial or fuzzy key comparison. ``docs/checkpoints.md`` is generated from
-:data:`LAYOUTS` (``python -m pretrain.checkpoint.layouts``) and a test keeps it in sync.
+:data:`LAYOUTS` (``python -m transfer.checkpoint.layouts``) and a test keeps it in sync.
 
 ``source`` says where each layout's key names are documented in public code, or that they are
 inferred; read it before trusting a layout with a real release.
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pretrain.checkpoint.resnet_names import SEQUENTIAL_CHILDREN, d2_to_torchvision_name
-from pretrain.utils.tables import markdown_table
+from transfer.checkpoint.resnet_names import SEQUENTIAL_CHILDREN, d2_to_torchvision_name
+from transfer.tables import markdown_table
 
 __all__ = ["LAYOUTS", "Layout", "Match", "find_matches", "layouts_table"]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.utils.tables import SOURCES_COLUMN, RowClashError, RowOwner, read_csv
 from tests.helpers.classification import make_imagenet, single_thread  # noqa: F401
 from tests.helpers.mistakes import assert_user_error, run_main, snapshot
 from transfer.cli import collect_detection_results, knn_eval
 from transfer.detection.results import ResultsError, build_table, read_run, write_results
+from transfer.tables import SOURCES_COLUMN, RowClashError, RowOwner, read_csv
 
 
 def test_knn_on_two_image_folders_into_one_table_dir_keeps_both_figures(tmp_path):

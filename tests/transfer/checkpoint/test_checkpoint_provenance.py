@@ -1,5 +1,5 @@
 """What names a model in the results tables: its run's name and method
-(pretrain/checkpoint/provenance.py) and the hash of its weights (pretrain/checkpoint/digest.py)."""
+(transfer/checkpoint/provenance.py) and the hash of its weights (transfer/checkpoint/digest.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 import torchvision
 
-from pretrain.checkpoint.digest import weights_digest
-from pretrain.checkpoint.provenance import checkpoint_method, method_of, run_label
-from pretrain.checkpoint.reader import load_backbone
 from pretrain.config import get_cfg, load_config
-from pretrain.config.files import config_path
 from tests.helpers.checkpoints import CASES, randomise_bn, write
+from transfer.checkpoint.digest import weights_digest
+from transfer.checkpoint.provenance import checkpoint_method, method_of, run_label
+from transfer.checkpoint.reader import load_backbone
+from transfer.shipped_configs import config_path
 
 
 @pytest.mark.parametrize(

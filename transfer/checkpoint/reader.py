@@ -1,7 +1,7 @@
 """Read a ResNet backbone out of a checkpoint, whatever tool or release wrote it.
 
 The layouts understood (this project's, MoCo/LORAC, torchvision, SwAV, DINO, solo-learn, VISSL,
-converted SimCLR and BYOL, detectron2) are the table :data:`pretrain.checkpoint.layouts.LAYOUTS`,
+converted SimCLR and BYOL, detectron2) are the table :data:`transfer.checkpoint.layouts.LAYOUTS`,
 documented in ``docs/checkpoints.md``; each is recognised from its keys, never by fuzzy matching.
 When several layouts match and give different tensors the file is refused as ambiguous, naming
 the candidates; when none matches the error names the file and every known layout.
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torchvision
 
-from pretrain.checkpoint.layouts import LAYOUTS, Match, find_matches
-from pretrain.checkpoint.safe_pickle import UnsafePickleError, load_safe_pickle
 from pretrain.utils.errors import CheckpointError  # noqa: F401 (re-exported)
 from pretrain.utils.torch_files import incomplete_torch_file
+from transfer.checkpoint.layouts import LAYOUTS, Match, find_matches
+from transfer.checkpoint.safe_pickle import UnsafePickleError, load_safe_pickle
 
 __all__ = [
     "D2_TORCHVISION_AUTHORS",
@@ -67,7 +67,7 @@ class BackboneWeights:
 
     @property
     def layout(self) -> str:
-        """Name of the layout in :data:`pretrain.checkpoint.layouts.LAYOUTS` that was found."""
+        """Name of the layout in :data:`transfer.checkpoint.layouts.LAYOUTS` that was found."""
         return self.source_format
 
     def describe(self) -> str:

@@ -22,11 +22,11 @@ from detectron2.config import get_cfg
 from detectron2.layers import ShapeSpec
 from detectron2.modeling.backbone import build_resnet_backbone
 
-from pretrain.checkpoint.layouts import LAYOUTS, layouts_table
-from pretrain.checkpoint.reader import CheckpointError, load_backbone
-from pretrain.checkpoint.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
 from tests.helpers import ROOT
 from tests.helpers.checkpoints import CASES, bb, d2_names, pre, write
+from transfer.checkpoint.layouts import LAYOUTS, layouts_table
+from transfer.checkpoint.reader import CheckpointError, load_backbone
+from transfer.checkpoint.resnet_names import d2_to_torchvision_name, torchvision_to_d2_name
 from transfer.detection.convert import convert_checkpoint, convert_to_d2
 
 REPO = ROOT
@@ -236,7 +236,7 @@ def test_weights_only_refusal_names_the_global(net, tmp_path):
 
 def test_docs_table_is_generated_from_the_layouts():
     text = (REPO / "docs" / "checkpoints.md").read_text()
-    assert layouts_table() in text, "regenerate with: python -m pretrain.checkpoint.layouts"
+    assert layouts_table() in text, "regenerate with: python -m transfer.checkpoint.layouts"
     assert "docs/checkpoints.md" in (REPO / "README.md").read_text()
 
 

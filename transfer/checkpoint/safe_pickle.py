@@ -4,7 +4,7 @@ Unpickling runs whatever callables the file names. :func:`load_safe_pickle` reso
 globals a weights file needs (numpy's array and scalar reconstruction, ``numpy.dtype``,
 ``OrderedDict``, and ``_codecs.encode``, which protocol-2 pickles use for bytes) and refuses
 anything else, naming the file and the global, before anything runs. It is the project's one
-restricted unpickler: the checkpoint reader (:mod:`pretrain.checkpoint.reader`) and the detection
+restricted unpickler: the checkpoint reader (:mod:`transfer.checkpoint.reader`) and the detection
 weights check (:mod:`transfer.detection.weights`) both call it.
 """
 

@@ -1,4 +1,4 @@
-"""The one table writer/reader (pretrain/utils/tables.py) and metrics.json reader
+"""The one table writer/reader (transfer/tables.py) and metrics.json reader
 (transfer/metrics_json.py) every tool and report uses."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import pytest
 
 from pretrain.utils.errors import ResultsError
-from pretrain.utils.tables import markdown_table, read_csv, update_table, write_csv
 from transfer.metrics_json import read_metrics_json
+from transfer.tables import markdown_table, read_csv, update_table, write_csv
 
 
 def test_markdown_table_is_compact_with_alignment_in_the_separator():
@@ -83,7 +83,7 @@ def test_keyed_rows_update_only_their_own_model(tmp_path):
     and hash; a row of the same name holding another hash, or none (a table written before rows
     were keyed), is a RowClashError naming both and the hint, with nothing written; check_row
     says so up front; replace swaps the whole row; an unkeyed row updates as before."""
-    from pretrain.utils.tables import (
+    from transfer.tables import (
         WEIGHTS_COLUMN,
         RowClashError,
         RowOwner,
@@ -137,7 +137,7 @@ def test_a_figure_of_other_data_is_never_replaced(tmp_path):
     columns sit side by side; the same data updates; a cell whose data the table does not
     record is never taken for this run's; replace swaps the row; the Markdown twin leaves the
     sources out."""
-    from pretrain.utils.tables import SOURCES_COLUMN, RowClashError, RowOwner, check_row
+    from transfer.tables import SOURCES_COLUMN, RowClashError, RowOwner, check_row
 
     path = tmp_path / "knn.csv"
     cols = ["Model", "imagefolder kNN top-1"]
