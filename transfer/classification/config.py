@@ -7,6 +7,7 @@ workers' ``-1`` (the default) is resolved on loading, so ``config.yaml`` records
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -176,6 +177,10 @@ def _validate(cfg: CN, src: str) -> None:
         need("SOLVER.SCHEDULE", lambda x: x in ("step", "cosine"), "step or cosine")
         need("SOLVER.STEPS", lambda x: all(0 < f < 1 for f in x), "fractions in (0, 1)")
         need("DATA.NAME", lambda x: x in _DATA_NAMES, "imagefolder or fashion-mnist")
+        if "BASE_LR" in cfg.SOLVER:
+            need("SOLVER.BASE_LR", lambda x: 0 < x < math.inf, "must be finite and > 0")
+        need("SOLVER.MOMENTUM", lambda x: 0 <= x < 1, "in [0, 1)")
+        need("SOLVER.WEIGHT_DECAY", lambda x: 0 <= x < math.inf, "must be finite and >= 0")
     if "LRS" in cfg.get("SOLVER", {}):
         need("SOLVER.LRS", lambda x: all(lr > 0 for lr in x), "must be > 0")
         need("SOLVER.LR_RANGE", _lr_range, "(low, high) with 0 < low <= high")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 
 from tests.helpers import ROOT
 from transfer.classification.config import (
+    ConfigError,
     linear_probe_defaults,
     load_config,
     semi_supervised_defaults,
@@ -99,3 +101,22 @@ def test_semi_recipes_match_paper():
         assert (s.BATCH_SIZE, s.MOMENTUM, s.WEIGHT_DECAY, s.GAMMA) == (256, 0.9, 0.0, 0.2)
         assert tuple(s.STEPS) == (0.6, 0.8) and tuple(s.LR_RANGE) == (0.01, 10.0)
         assert s.NUM_LRS == 7 and not s.LRS
+
+
+@pytest.mark.parametrize(
+    "key, value, what",
+    [
+        ("SOLVER.BASE_LR", "-1.0", "must be finite and > 0"),
+        ("SOLVER.BASE_LR", "0.0", "must be finite and > 0"),
+        ("SOLVER.MOMENTUM", "1.0", "in [0, 1)"),
+        ("SOLVER.WEIGHT_DECAY", "-0.1", "must be finite and >= 0"),
+    ],
+)
+def test_solver_values_out_of_range_are_one_error_naming_the_key(key, value, what):
+    with pytest.raises(ConfigError, match=re.escape(f"{key} = ") + ".*" + re.escape(what)):
+        load_config(linear_probe_defaults(), "", [key, value])
+
+
+def test_the_semi_supervised_sweep_has_no_base_lr_to_check():
+    cfg = load_config(semi_supervised_defaults(), "", ["SOLVER.MOMENTUM", "0.5"])
+    assert "BASE_LR" not in cfg.SOLVER and cfg.SOLVER.MOMENTUM == 0.5
