@@ -348,11 +348,13 @@ def job_ids(folder: str) -> list[str]:
 
 
 def queued_jobs() -> dict[str, str]:
-    """``{job id: state}`` of every job SLURM has not ended (pending, running, suspended...: what
-    ``squeue`` lists by default). Raises :class:`SubmitError` with SLURM's own words (its
-    controller down, a bad SLURM_CONF) where ``squeue`` fails."""
+    """``{job id: state}`` of every job of this user that SLURM has not ended (pending, running,
+    suspended...: what ``squeue`` lists by default; the user's jobs only, so a large cluster's
+    queue is not read whole). Raises :class:`SubmitError` with SLURM's own words (its controller
+    down, a bad SLURM_CONF) where ``squeue`` fails."""
     try:
-        cmd = ["squeue", "--noheader", "--format=%i|%T"]
+        # squeue takes user id numbers as well as names: no passwd lookup that a container lacks
+        cmd = ["squeue", "--noheader", "--format=%i|%T", f"--user={os.getuid()}"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
     except subprocess.CalledProcessError as e:
         said = "; ".join(ln.strip() for ln in (e.stderr or "").splitlines() if ln.strip())

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from detectron2.engine import HookBase
 from detectron2.utils import comm
+from detectron2.utils.events import CommonMetricPrinter, get_event_storage
 from fvcore.common.param_scheduler import ParamScheduler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -33,7 +34,14 @@ from pretrain.utils.signals import (
     requeue_slurm_job,
 )
 
-__all__ = ["BetaSchedule", "MomentumUpdate", "Preempted", "StopOnSignal", "unwrap"]
+__all__ = [
+    "BetaSchedule",
+    "MetricPrinter",
+    "MomentumUpdate",
+    "Preempted",
+    "StopOnSignal",
+    "unwrap",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -218,3 +226,19 @@ class StopOnSignal(HookBase):
         message += " once requeued" if requeue else f" {self._resume}"
         print(message, file=sys.stderr, flush=True)
         raise Preempted(message, 128 + signal.SIGINT if self._interrupted else 0)
+
+
+class MetricPrinter(CommonMetricPrinter):
+    """detectron2's console printer, printing each iteration once: after a stop, ``after_train``
+    writes the iteration just printed again, and detectron2's ETA (without a "time" history: a
+    resumed run stopped within IterationTimer's warm-up) then divides by zero."""
+
+    def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
+        super().__init__(max_iter, window_size)
+        self._printed: int | None = None
+
+    def write(self) -> None:
+        iteration = get_event_storage().iter
+        if iteration != self._printed:
+            self._printed = iteration
+            super().write()

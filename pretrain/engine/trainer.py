@@ -14,7 +14,7 @@ import torch
 from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
-from detectron2.utils.events import CommonMetricPrinter, get_event_storage
+from detectron2.utils.events import get_event_storage
 from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
@@ -32,7 +32,13 @@ from pretrain.data.loader import (
 from pretrain.data.prefetch import prefetch_to_device
 from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
-from pretrain.engine.hooks import BetaSchedule, MomentumUpdate, StopOnSignal, unwrap
+from pretrain.engine.hooks import (
+    BetaSchedule,
+    MetricPrinter,
+    MomentumUpdate,
+    StopOnSignal,
+    unwrap,
+)
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.evaluation.knn_monitor import build_knn_hook
@@ -43,7 +49,7 @@ from pretrain.utils.locks import hold_for_lifetime
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.signals import default_stop_signals
 
-__all__ = ["MetricPrinter", "NonFiniteLossError", "PretrainTrainer", "schedule_lengths"]
+__all__ = ["NonFiniteLossError", "PretrainTrainer", "schedule_lengths"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,21 +80,6 @@ class _UserErrorWithoutTraceback(logging.Filter):
         if isinstance(error, LoracError):
             record.msg, record.args, record.exc_info = str(error), (), None
         return True
-
-
-class MetricPrinter(CommonMetricPrinter):
-    """detectron2's console printer, printing each iteration once: after a stop, ``after_train``
-    writes the iteration just printed again, and detectron2's ETA then divides by zero."""
-
-    def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
-        super().__init__(max_iter, window_size)
-        self._printed: int | None = None
-
-    def write(self) -> None:
-        iteration = get_event_storage().iter
-        if iteration != self._printed:
-            self._printed = iteration
-            super().write()
 
 
 class PretrainTrainer(SimpleTrainer):

@@ -15,7 +15,7 @@ import torch
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
-from detectron2.utils.events import CommonMetricPrinter, JSONWriter
+from detectron2.utils.events import JSONWriter
 from fvcore.common.checkpoint import Checkpointer
 from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import (
@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSamp
 from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset
-from pretrain.engine.hooks import StopOnSignal
+from pretrain.engine.hooks import MetricPrinter, StopOnSignal
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import ConfigError
 from pretrain.utils.signals import STOP, shield_data_worker
@@ -214,7 +214,7 @@ def run_training(
     hook_list.append(hooks.EvalHook(eval_period, _eval))
     if comm.is_main_process():
         writers = [
-            CommonMetricPrinter(max_iter),
+            MetricPrinter(max_iter),
             JSONWriter(os.path.join(output_dir, "metrics.json")),
         ]
         hook_list.append(hooks.PeriodicWriter(writers, period=cfg.LOG_PERIOD))

@@ -183,6 +183,8 @@ def test_a_second_job_into_a_queued_run_is_refused_until_that_job_ended(tmp_path
     assert_user_error(result, before, tmp_path / "out", match="holds job 4242, still pending")
     assert "scancel 4242" in result.stderr
     assert "sbatch" not in (fake / "calls").read_text()
+    # only this user's jobs are asked for, not a whole cluster's queue
+    assert f"squeue --noheader --format=%i|%T --user={os.getuid()}" in (fake / "calls").read_text()
     (fake / "squeue").write_text("#!/bin/sh\necho 'Invalid job id specified' >&2\nexit 1\n")
     assert run_main(CLI, argv).returncode == 0
     assert (fake / "calls").read_text().splitlines()[-1].startswith("sbatch ")

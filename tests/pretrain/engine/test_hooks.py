@@ -1,5 +1,5 @@
 """The stop-on-signal hook on a fake trainer: the signal is recorded, the stop happens at the
-next step boundary."""
+next step boundary; the console printer survives the stop's second write of one iteration."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import os
 import signal
 
 import pytest
+from detectron2.utils.events import CommonMetricPrinter, EventStorage
 
-from pretrain.engine.hooks import Preempted, StopOnSignal
+from pretrain.engine.hooks import MetricPrinter, Preempted, StopOnSignal
 
 
 class _Checkpointer:
@@ -76,3 +77,27 @@ def test_signal_during_the_last_iteration_lets_the_run_finish():
     finally:
         hook.after_train()
     assert trainer.checkpointer.saved == [] and requeued == []
+
+
+@pytest.mark.parametrize("printer", [CommonMetricPrinter, MetricPrinter])
+def test_a_resumed_run_stopped_in_the_timer_warm_up_prints_each_iteration_once(
+    printer, monkeypatch
+):
+    """Resumed at iteration 5, stopped after 6: no "time" history yet (IterationTimer's warm-up
+    is 3 iterations), and ``after_train`` writes iteration 6 again. detectron2's printer divides
+    by zero there (the linear probe's Ctrl-C exit became a traceback)."""
+    printed = []
+    write = CommonMetricPrinter.write
+    monkeypatch.setattr(CommonMetricPrinter, "write", lambda self: [printed.append(1), write(self)])
+    writer = printer(max_iter=100)
+    with EventStorage(start_iter=5) as storage:
+        for it in (5, 6):
+            storage.iter = it
+            storage.put_scalar("total_loss", 1.0)
+            writer.write()
+        if printer is CommonMetricPrinter:
+            with pytest.raises(ZeroDivisionError):
+                writer.write()
+            return
+        writer.write()  # after_train's write of the same iteration
+    assert len(printed) == 2
