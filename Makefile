@@ -6,7 +6,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo study study-beta study-views test lint format bench test-slurm test-golden-isa test-compile clean-venv gpu-wheels gpu-env gpu-quick gpu-check gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
+.PHONY: venv demo study study-beta study-views test test-processes lint format bench test-slurm test-golden-isa test-compile clean-venv gpu-wheels gpu-env gpu-quick gpu-check gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -17,9 +17,11 @@ $(VENV_STAMP): setup.py tools/install_detectron2.py
 	fi
 	$(PY) -m pip install -q --upgrade pip "setuptools<81" wheel
 	# torch/torchvision first, pinned: these two versions come from local files in under a minute.
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	@# --no-compile: no .pyc for all of torch's files at install (a minute less of set-up on 2
+	@# cores); Python compiles what is imported, once, on first use.
+	$(PY) -m pip install -q --no-compile torch==2.14.1 torchvision==0.29.1
 	$(PY) tools/install_detectron2.py
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-compile -e ".[dev]"
 	touch $(VENV_STAMP)
 
 # A .venv copied or linked from another checkout imports that checkout's code (the editable
@@ -75,9 +77,16 @@ format: venv
 
 # Two pytest workers (pytest-xdist; each test module stays on one worker, so its module-scoped
 # fixtures run once) and the 25 slowest tests after the summary. PYTEST_ARGS="-n 0": one process.
+# The tests that start several training processes are make test-processes' (in CI).
 TEST_WORKERS ?= 2
 test: venv lint
-	$(PY) -m pytest -q -m "not compile" -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+	$(PY) -m pytest -q -m "not compile and not processes" -n $(TEST_WORKERS) --dist loadfile \
+		--durations=25 $(PYTEST_ARGS) tests
+
+# Several training processes per test (gloo pairs against one process, a signal to one rank, a
+# study's --jobs pool, Ctrl-C and kill of a study): each starts 2-5 Pythons. About 6 min on 2 cores.
+test-processes: venv
+	$(PY) -m pytest -q -m processes -n $(TEST_WORKERS) --dist loadfile --durations=10 \
 		$(PYTEST_ARGS) tests
 
 # torch.compile (aot_eager) of every shipped pretraining config at tiny sizes, three steps per

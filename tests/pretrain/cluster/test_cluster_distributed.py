@@ -78,6 +78,7 @@ def _trained_state(model: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.items() if "running_" not in k and "num_batches" not in k}
 
 
+@pytest.mark.processes  # make test-processes
 def test_two_processes_equal_one_process_with_matching_key_bn_groups(torchrun_run, data, tmp_path):
     log = (torchrun_run / "log.txt").read_text()
     assert "Rank of current process: 0. World size: 2" in log
@@ -95,6 +96,7 @@ def test_two_processes_equal_one_process_with_matching_key_bn_groups(torchrun_ru
     assert _losses(other) != pytest.approx(two, rel=1e-3)
 
 
+@pytest.mark.processes  # make test-processes
 def test_batchwise_prior_two_processes_equal_one_process(data, tmp_path):
     """LORAC-bs under DDP: P (Eq. 15) spans both processes' instances, gathered with gradients
     (the gather's backward runs an all_reduce inside DDP's backward), so 2 processes train
@@ -113,6 +115,7 @@ def test_batchwise_prior_two_processes_equal_one_process(data, tmp_path):
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=2e-4, msg=k)
 
 
+@pytest.mark.processes  # make test-processes
 def test_signal_on_one_rank_stops_both_and_the_job_resumes(
     torchrun_run, data, tmp_path, monkeypatch
 ):

@@ -72,6 +72,7 @@ def test_the_eager_step_differs_from_step_to_step():
     assert m["sequences"]["2"] != m["sequences"]["3"]
 
 
+@pytest.mark.processes  # make test-processes
 def test_two_processes_repeat_their_ops_with_syncbn_and_shufflebn():
     """LORAC on two gloo processes: SyncBN's collectives, ShuffleBN's static plan (one
     all-to-all of equal splits), DDP's buckets: after DDP's first iterations every step is the
@@ -106,6 +107,7 @@ def _static_batch(config: str, beta: float) -> tuple[torch.nn.Module, dict]:
     return model, {"views": batch["views"], "log_stats": True}
 
 
+@pytest.mark.compile  # make test-compile, with every shipped config
 @pytest.mark.parametrize(
     "config",
     ["in100_r18_lorac_beta2.yaml", "demo_fashion_mnist_r18.yaml", "in100_r18_lorac_bs.yaml"],

@@ -158,6 +158,7 @@ def test_flush_covers_every_logged_iteration(tmp_path, image_folder):
     )
 
 
+@pytest.mark.processes  # make test-processes
 def test_two_processes_keep_one_layout_and_read_back_only_the_norm():
     """A 2-process step of a channels_last LORAC config (IN-100's ResNet-18: the same code as
     IN-1K's, cheaper): every collective's input and output share a memory layout (NCCL copies raw

@@ -166,7 +166,7 @@ def two_processes(tmp_path_factory) -> dict:
     return {"embed_opts": embed, "results": out, "run": run}
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # make test-processes
 def test_two_processes_gather_the_one_process_features_and_top1(two_processes):
     """Proves the 2-process monitor (each process embedding its own share with a loader worker,
     the DDP-wrapped model, NaiveSyncBN in eval mode) gathers on the main process exactly the
@@ -243,7 +243,7 @@ def test_the_log_line_gives_the_cost_and_a_long_wait_is_a_warning(caplog, monkey
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # make test-processes
 def test_two_process_pretraining_writes_knn_every_period_and_at_the_end(two_processes):
     """Proves the monitor inside a 2-process DDP pretraining run (its gather between the
     trainer's own collectives, every process embedding its share with a loader worker) ends

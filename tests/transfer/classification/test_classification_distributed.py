@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.classification import QUICK, REPO, make_imagenet
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # make test-processes
 def test_linear_probe_two_processes(tmp_path):
     """Proves the tool runs with --num-gpus 2 on CPU: DDP on the linear layer, a sharded
     sampler (batch 4 = 2 per process), evaluation counts summed over both processes, and only

@@ -70,7 +70,6 @@ def test_loader_workers_are_capped_at_the_cores(monkeypatch, given, procs, fit):
     assert (note is None) is (given == fit)
 
 
-@pytest.mark.slow
 def test_a_short_cpu_run_notes_the_caps_first_and_prints_no_library_noise(tmp_path, monkeypatch):
     """The CPU preset as a 2-iteration smoke run (a ResNet-18 and tiny images to be quick), with
     precise-BN and the loader workers as configured, on 2 cores."""

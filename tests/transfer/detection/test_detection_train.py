@@ -321,7 +321,7 @@ def test_cli_finds_coco_through_detectron2_datasets(tmp_path):
     assert "DETECTRON2_DATASETS" in line
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # make test-processes
 def test_cli_two_cpu_processes_use_naive_syncbn(data, weights, tmp_path):
     """--num-gpus 2 on CPU: SyncBN becomes naiveSyncBN, DDP runs, results are written."""
     json_file, image_root = data["shapes"]

@@ -157,6 +157,7 @@ def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys):
         run_study(opt)
 
 
+@pytest.mark.processes  # make test-processes
 def test_jobs_run_in_parallel_processes_and_match_sequential_runs(tmp_path):
     """--jobs 2: two runs at once in their own processes, with the same numbers as one by one
     (runs are seeded and single-threaded in both cases)."""

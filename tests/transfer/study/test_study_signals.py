@@ -26,8 +26,10 @@ def _logged(metrics: Path) -> bool:
 @pytest.mark.parametrize(
     ("jobs", "sig", "to_group"),
     [
-        (2, signal.SIGINT, True),  # Ctrl-C in a terminal: the whole process group gets SIGINT
-        (2, signal.SIGTERM, False),  # `kill <driver pid>`: the driver alone gets SIGTERM
+        # Ctrl-C in a terminal: the whole process group gets SIGINT
+        pytest.param(2, signal.SIGINT, True, marks=pytest.mark.processes),
+        # `kill <driver pid>`: the driver alone gets SIGTERM
+        pytest.param(2, signal.SIGTERM, False, marks=pytest.mark.processes),
         (1, signal.SIGINT, True),
     ],
     ids=["jobs2-ctrl-c", "jobs2-kill-driver", "jobs1-ctrl-c"],
