@@ -17,11 +17,9 @@ $(VENV_STAMP): setup.py tools/install_detectron2.py
 	fi
 	$(PY) -m pip install -q --upgrade pip "setuptools<81" wheel
 	# torch/torchvision first, pinned: these two versions come from local files in under a minute.
-	@# --no-compile: no .pyc for all of torch's files at install (a minute less of set-up on 2
-	@# cores); Python compiles what is imported, once, on first use.
-	$(PY) -m pip install -q --no-compile torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) tools/install_detectron2.py
-	$(PY) -m pip install -q --no-compile -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]"
 	touch $(VENV_STAMP)
 
 # A .venv copied or linked from another checkout imports that checkout's code (the editable
