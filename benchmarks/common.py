@@ -84,7 +84,9 @@ def project_cfg(
         "MODEL.DEVICE": device,
         "SOLVER.IMS_PER_BATCH": batch,
         "SOLVER.MAX_ITER": total_iters + 1,
-        "SOLVER.CHECKPOINT_PERIOD": total_iters + 1,
+        # no periodic save: detectron2 writes model_final only (at MAX_ITER a period dividing
+        # it would write the same state twice)
+        "SOLVER.CHECKPOINT_PERIOD": total_iters + 2,
         "DATALOADER.NUM_WORKERS": 0,  # the loader only fills the replayed pool
     }
     if queue is not None:
