@@ -6,7 +6,7 @@ VENV_STAMP := .venv/.installed-v1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: venv demo study study-beta study-views test test-processes lint format bench test-slurm test-golden-isa test-compile clean-venv gpu-wheels gpu-env gpu-quick gpu-check gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
+.PHONY: venv demo study study-beta study-views test test-processes test-protocols lint format bench test-slurm test-golden-isa test-compile clean-venv gpu-wheels gpu-env gpu-quick gpu-check gpu-check-tests gpu-check-throughput gpu-check-compiled gpu-check-costs
 
 $(VENV_STAMP): setup.py tools/install_detectron2.py
 	test -x $(PY) || python3 -m venv .venv
@@ -78,13 +78,20 @@ format: venv
 # The tests that start several training processes are make test-processes' (in CI).
 TEST_WORKERS ?= 2
 test: venv lint
-	$(PY) -m pytest -q -m "not compile and not processes" -n $(TEST_WORKERS) --dist loadfile \
+	$(PY) -m pytest -q -m "not compile and not processes and not protocols" -n $(TEST_WORKERS) --dist loadfile \
 		--durations=25 $(PYTEST_ARGS) tests
 
 # Several training processes per test (gloo pairs against one process, a signal to one rank, a
 # study's --jobs pool, Ctrl-C and kill of a study): each starts 2-5 Pythons. About 6 min on 2 cores.
 test-processes: venv
 	$(PY) -m pytest -q -m processes -n $(TEST_WORKERS) --dist loadfile --durations=10 \
+		$(PYTEST_ARGS) tests
+
+# Every transfer protocol's shipped config trained a few iterations on a tiny dataset written in
+# that dataset's real layout (VOC, LVIS, Cityscapes, ADE20K, the 13 classification sets,
+# fine-tuning, SVMs...): one short run per protocol, too many for make test's 10 minutes.
+test-protocols: venv
+	$(PY) -m pytest -q -m protocols -n $(TEST_WORKERS) --dist loadfile --durations=10 \
 		$(PYTEST_ARGS) tests
 
 # torch.compile (aot_eager) of every shipped pretraining config at tiny sizes, three steps per
