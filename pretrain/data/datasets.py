@@ -3,8 +3,11 @@ for pretraining alone, every image file under a folder (no labels).
 
 Each is a torch ``Dataset`` of ``(image, label)`` pairs and a pretraining *source*: ``load(i)``
 and ``load_rgb(i)`` decode image ``i``, ``label(i)`` and ``describe(i)`` need no decoding.
-Unreadable files raise :class:`BadImageError`; pretraining skips and counts them, so one bad JPEG
-never stops a 200-epoch run. The decoders and readers here serve both sides.
+Unreadable files raise :class:`BadImageError` (:func:`open_image` is the one check of a file:
+empty, not an image, or over ``PIL.Image.MAX_IMAGE_PIXELS`` pixels; :func:`load_image` adds the
+decode); pretraining skips and counts them, so one bad JPEG never stops a 200-epoch run, and the
+evaluations' loaders (:func:`readable_loader`) skip them with one warning each. The decoders and
+readers here serve both sides.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.datasets import DatasetFolder, FashionMNIST
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
@@ -55,7 +59,11 @@ __all__ = [
     "build_source",
     "dataset_type",
     "decodes",
+    "left_out_line",
+    "skipped_note",
     "load_image",
+    "open_image",
+    "readable_loader",
     "load_rgb",
     "read_class_list",
     "read_idx",
@@ -96,18 +104,105 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def load_image(path: str) -> Image.Image:
-    """Decode ``path`` fully into an RGB image or raise :class:`BadImageError`."""
+def open_image(path: str, data: bytes | None = None) -> Image.Image:
+    """``path`` opened by PIL (its header read, nothing decoded; ``data``: the file's bytes when
+    already read), or :class:`BadImageError` for a zero-byte file, a file that is no image, and
+    an image of more than ``PIL.Image.MAX_IMAGE_PIXELS`` pixels (PIL's own limit, 89.5 MP by
+    default; ``None`` lifts it). The one check of an image file, before any decode, for both sides.
+
+    An image over the limit is refused rather than decoded reduced (``draft``/``reduce``): a
+    reduced decode exists for JPEG only, a 200 MP PNG still costs 600 MB and seconds per worker
+    for a 224 px crop, and PIL would raise ``DecompressionBombError`` (not an ``OSError``) above
+    twice the limit anyway. The limit is PIL's, so that it is set in one place.
+    """
+    limit = Image.MAX_IMAGE_PIXELS
     try:
-        if os.path.getsize(path) == 0:
+        if (len(data) if data is not None else os.path.getsize(path)) == 0:
             raise BadImageError(f"{path}: zero-byte file")
-        with Image.open(path) as img:
+        with warnings.catch_warnings():
+            # the limit is enforced below, the same for every size over it
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(path if data is None else io.BytesIO(data))
+    except BadImageError:
+        raise
+    except Image.DecompressionBombError:
+        raise BadImageError(
+            f"{path}: more than {limit:,} pixels (PIL.Image.MAX_IMAGE_PIXELS), not decoded"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise BadImageError(f"{path}: {type(e).__name__}: {e}") from None
+    width, height = img.size
+    if limit is not None and width * height > limit:
+        img.close()
+        raise BadImageError(
+            f"{path}: {width}x{height} = {width * height:,} pixels, more than {limit:,} "
+            "(PIL.Image.MAX_IMAGE_PIXELS), not decoded"
+        )
+    return img
+
+
+def load_image(path: str) -> Image.Image:
+    """Decode ``path`` fully into an RGB image or raise :class:`BadImageError`
+    (:func:`open_image`'s checks, then the decode)."""
+    try:
+        with open_image(path) as img:
             img.load()  # forces a full decode: truncated files fail here, not later
             return to_rgb(img)
     except BadImageError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadImageError(f"{path}: {type(e).__name__}: {e}") from None
+    except Image.DecompressionBombError as e:  # a frame of a multi-image file over the limit
+        raise BadImageError(f"{path}: {e}") from None
+
+
+class _Readable(Dataset):
+    """``dataset``'s items, ``None`` for an unreadable image (one warning each)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> object:
+        try:
+            return self.dataset[index]
+        except BadImageError as e:
+            logger.warning(f"skipped unreadable image: {e}")
+            return None
+
+
+def _collate_readable(batch: list) -> object:
+    kept = [item for item in batch if item is not None]
+    return default_collate(kept) if kept else None
+
+
+def readable_loader(dataset: Dataset, **kwargs: Any) -> DataLoader:
+    """``DataLoader(dataset, **kwargs)`` for the evaluations (kNN, probes, fine-tuning, the
+    pretraining kNN monitor, the nuclear-norm analysis): an image that does not decode
+    (:class:`BadImageError`) is left out of its batch with the warning ``skipped unreadable
+    image: <path>: <why>``, as pretraining skips it; a batch of unreadable images only is
+    ``None``, which the loops skip. Counting what a pass left out is the caller's
+    (:func:`skipped_note`)."""
+    return DataLoader(_Readable(dataset), collate_fn=_collate_readable, **kwargs)
+
+
+def skipped_note(what: str, total: int, used: int) -> str | None:
+    """The line that counts the unreadable images a pass over ``total`` left out (``None``
+    when none was)."""
+    if used >= total:
+        return None
+    return f"{what}: {total - used} of {total} images skipped as unreadable"
+
+
+def left_out_line(root: str, others: Counter) -> str:
+    """The one line that counts the files of ``root`` without an image suffix, left out."""
+    return (
+        f"{root}: {sum(others.values())} files without an image suffix left out ("
+        + ", ".join(f"{n} {suffix}" for suffix, n in others.most_common(5))
+        + ")"
+    )
 
 
 def rgb_tensor(img: Image.Image) -> torch.Tensor:
@@ -174,7 +269,7 @@ def load_rgb(path: str) -> torch.Tensor:
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            with Image.open(io.BytesIO(data)) as img:  # reads the header only
+            with open_image(path, data) as img:  # reads the header only
                 plain = img.format == "JPEG" and img.mode == "RGB"
             if plain:
                 return _turbo_decode(data)
@@ -245,9 +340,16 @@ class ImageFolderSource(DatasetFolder):
             )
         self.class_list = class_list
 
+        others: Counter = Counter()
+
         def is_valid_file(path: str) -> bool:
             name = os.path.basename(path)
-            return _visible(name) and (extensions is None or name.lower().endswith(extensions))
+            if not _visible(name):
+                return False
+            if extensions is None or name.lower().endswith(extensions):
+                return True
+            others[os.path.splitext(name)[1].lower() or name] += 1
+            return False
 
         try:
             super().__init__(
@@ -259,6 +361,8 @@ class ImageFolderSource(DatasetFolder):
             )
         except FileNotFoundError as e:  # torchvision: a class folder without a valid file
             raise DatasetError(f"{root!r}: not an image folder ({e})") from None
+        if others:  # Thumbs.db, notes, sidecars: one line, as ImageFilesSource's
+            logger.warning(left_out_line(root, others))
         if max_images:
             self.samples = self.samples[:max_images]
             self.targets = [label for _, label in self.samples]
@@ -350,11 +454,7 @@ class ImageFilesSource(Dataset):
             raise DatasetError(f"{root!r}: folder of images does not exist")
         paths, others = _image_files(root, extensions)
         if others:
-            logger.info(
-                f"{root}: {sum(others.values())} files without an image suffix left out ("
-                + ", ".join(f"{n} {suffix}" for suffix, n in others.most_common(5))
-                + ")"
-            )
+            logger.warning(left_out_line(root, others))
         if not paths:
             raise DatasetError(
                 f"{root!r}: no image files in it or its subfolders (suffixes "

@@ -4,6 +4,7 @@ form (:func:`gather_embeddings`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
@@ -11,8 +12,10 @@ from typing import NamedTuple
 import torch
 from detectron2.utils import comm
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from tqdm import tqdm
+
+from pretrain.data.datasets import readable_loader, skipped_note
 
 __all__ = [
     "FeatureFn",
@@ -24,6 +27,8 @@ __all__ = [
     "module_feature_fn",
 ]
 
+logger = logging.getLogger(__name__)
+
 FeatureFn = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -33,12 +38,21 @@ def embed(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(features (N, D) float32 on CPU, labels (N,) int64)`` of every ``(images, labels)``
     batch of ``loader``, with a progress bar when ``desc`` is given. No batch is an error unless
-    ``allow_empty`` (a process's share of a small set may be empty)."""
+    ``allow_empty`` (a process's share of a small set may be empty). The images a
+    :func:`~pretrain.data.datasets.readable_loader` left out are counted in one warning."""
     feats, labels = [], []
     batches = tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True, disable=desc is None)
-    for images, targets in batches:
+    for batch in batches:
+        if batch is None:  # every image of the batch unreadable (readable_loader)
+            continue
+        images, targets = batch
         feats.append(feature_fn(images).flatten(1).float().cpu())
         labels.append(torch.as_tensor(targets, dtype=torch.int64))
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None:
+        note = skipped_note(desc or "features", len(dataset), sum(len(y) for y in labels))
+        if note:
+            logger.warning(note)
     if not feats:
         if allow_empty:
             return torch.zeros(0, 0), torch.zeros(0, dtype=torch.int64)
@@ -119,10 +133,11 @@ def extract_features(
     num_workers: int = 0,
     desc: str = "features",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset`` in order, by
-    ``model`` (left in eval mode) or by a ``feature_fn`` that handles device and mode."""
+    """``(features (N, D) float32 on CPU, labels (N,) int64)`` of ``dataset``'s readable images
+    in order (an unreadable one is skipped and counted: :func:`embed`), by ``model`` (left in
+    eval mode) or by a ``feature_fn`` that handles device and mode."""
     device = torch.device(device)
-    loader = DataLoader(
+    loader = readable_loader(
         dataset,
         batch_size=batch_size,
         shuffle=False,

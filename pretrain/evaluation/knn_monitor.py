@@ -31,6 +31,7 @@ from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import DataLoader
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2 as T
 
 from pretrain.config.defaults import ConfigError
@@ -40,6 +41,7 @@ from pretrain.data.datasets import (
     FashionMNISTSource,
     ImageFolderSource,
     TransformedDataset,
+    readable_loader,
 )
 from pretrain.data.loader import resolve_num_workers
 from pretrain.data.splits import evenly_spaced, labelled_splits
@@ -183,7 +185,10 @@ def knn_sources(
         root = cfg.TEST.KNN_ROOT or cfg.DATASETS.ROOT
         return labelled_splits(FASHION_MNIST, root)
     check_knn_root(cfg)  # imagefolder or imagefiles: labelled image folders in train/ and val/
-    return labelled_splits(IMAGEFOLDER, cfg.TEST.KNN_ROOT, cfg.DATASETS.CLASS_LIST)
+    # image files only, as knn_eval reads them: others (Thumbs.db, notes) left out and counted
+    return labelled_splits(
+        IMAGEFOLDER, cfg.TEST.KNN_ROOT, cfg.DATASETS.CLASS_LIST, extensions=IMG_EXTENSIONS
+    )
 
 
 def check_knn_root(cfg: CfgNode) -> None:
@@ -232,7 +237,7 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
         data = TransformedDataset(source, crop, indices)
         # no more workers than this share has batches (each evaluation starts them afresh)
         n = min(workers, -(-len(data) // t.KNN_BATCH_SIZE))
-        return DataLoader(
+        return readable_loader(  # an unreadable image is skipped, never the run's end
             data,
             batch_size=t.KNN_BATCH_SIZE,
             shuffle=False,

@@ -9,6 +9,7 @@ and two models with the same augmentation see the same views.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -18,16 +19,20 @@ import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
 from pretrain.data.color import BatchColorAugment, ColorSpec
 from pretrain.data.datasets import (
     FASHION_MNIST,
+    BadImageError,
     DatasetError,
     FashionMNISTSource,
     ImageFolderSource,
     TransformedDataset,
     dataset_type,
+    load_image,
+    skipped_note,
 )
 from pretrain.data.sampler import sample_seed
 from pretrain.data.splits import evenly_spaced
@@ -40,6 +45,8 @@ from transfer.analysis import AnalysisError
 from transfer.analysis.runs import beta_label
 from transfer.classification.transforms import eval_transform
 from transfer.tables import read_csv
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ModelStats",
@@ -76,6 +83,15 @@ class ModelStats:
         return beta_label(self.beta, self.prior_never_on)
 
 
+def _decodes_or_warns(path: str) -> bool:
+    try:
+        load_image(path)
+    except BadImageError as e:
+        logger.warning(f"skipped unreadable image: {e}")
+        return False
+    return True
+
+
 def open_split(
     dataset: str, root: str, split: str, class_list: str = "", count: int = 0
 ) -> tuple[FashionMNISTSource | ImageFolderSource, list[int]]:
@@ -91,13 +107,21 @@ def open_split(
     sub = os.path.join(root, "val" if split == "test" else "train")
     if kind == FASHION_MNIST:
         source = FashionMNISTSource(root, split)
-    elif os.path.isdir(sub):
-        source = ImageFolderSource(sub, class_list)
-    elif split == "train":
+    elif split == "train" and not os.path.isdir(sub):
         raise AnalysisError(f"{root}: no train/ folder for the kNN reference images")
-    else:
-        source = ImageFolderSource(root, class_list)
-    return source, evenly_spaced(len(source), count)
+    else:  # image files only (others left out and counted), as the other evaluations
+        folder = sub if os.path.isdir(sub) else root
+        source = ImageFolderSource(folder, class_list, extensions=IMG_EXTENSIONS)
+    indices = evenly_spaced(len(source), count)
+    if kind != FASHION_MNIST:
+        # each image's values are kept by its index: an unreadable one is left out here, before
+        # any model runs, rather than from a batch (as the kNN does)
+        readable = [i for i in indices if _decodes_or_warns(source.describe(i))]
+        note = skipped_note(f"{folder} ({split})", len(indices), len(readable))
+        if note:
+            logger.warning(note)
+        indices = readable
+    return source, indices
 
 
 def view_spec(cfg: CfgNode, views: int) -> tuple[CropSpec, ColorSpec]:

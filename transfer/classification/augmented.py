@@ -25,6 +25,7 @@ from pretrain.evaluation.features import extract_features
 
 from .backbone import EvalBackbone
 from .engine import infinite_batches, run_training
+from .features import check_index_labels
 from .linear import linear_head
 from .probe import LinearProbe
 from .transfer_datasets import TransferData
@@ -90,8 +91,7 @@ def centre_crop_features(
         cfg.FEATURES.NUM_WORKERS,
         desc=f"{data.key}/{split} centre crops",
     )
-    if not torch.equal(labels, expected):
-        raise RuntimeError(f"{data.key}/{split}: labels from the loader differ from the index")
+    check_index_labels(f"{data.key}/{split}", labels, expected)
     return feats, labels
 
 

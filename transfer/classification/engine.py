@@ -25,10 +25,10 @@ from fvcore.common.param_scheduler import (
 )
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Subset
+from torch.utils.data import Dataset, DistributedSampler, RandomSampler, Subset
 from tqdm import tqdm
 
-from pretrain.data.datasets import TransformedDataset
+from pretrain.data.datasets import TransformedDataset, readable_loader, skipped_note
 from pretrain.engine.hooks import MetricPrinter, StopOnSignal
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import ConfigError
@@ -102,7 +102,7 @@ def infinite_batches(
     else:
         sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
         shard = len(dataset)
-    loader = DataLoader(
+    loader = readable_loader(  # an unreadable image is left out of its batch, with a warning
         dataset,
         batch_size=bs,
         sampler=sampler,
@@ -116,7 +116,7 @@ def infinite_batches(
     while True:
         if isinstance(sampler, DistributedSampler):
             sampler.set_epoch(epoch)
-        yield from loader
+        yield from (batch for batch in loader if batch is not None)
         epoch += 1
 
 
@@ -142,9 +142,12 @@ def evaluate_topk(
     """Top-1 / top-5 accuracy (fractions) of ``logits_fn`` over ``dataset``, all processes."""
     world, rank = comm.get_world_size(), comm.get_rank()
     shard = Subset(dataset, range(rank, len(dataset), world))
-    loader = DataLoader(shard, batch_size=batch_size, num_workers=num_workers)
+    loader = readable_loader(shard, batch_size=batch_size, num_workers=num_workers)
     counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, n
-    for images, labels in tqdm(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
+    for batch in tqdm(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
+        if batch is None:  # every image of the batch unreadable
+            continue
+        images, labels = batch
         logits = logits_fn(images.to(device, non_blocking=True))
         labels = labels.to(device)
         counts[:2] += topk_hits(logits, labels, (1, 5)).sum(dim=0)
@@ -153,6 +156,9 @@ def evaluate_topk(
         torch.distributed.all_reduce(counts)
     if counts[2] == 0:
         raise ValueError(f"{desc}: evaluation set is empty")
+    note = skipped_note(desc, len(dataset), int(counts[2].item()))
+    if note and comm.is_main_process():
+        logger.warning(note)
     result = {"top1": (counts[0] / counts[2]).item(), "top5": (counts[1] / counts[2]).item()}
     logger.info(
         "%s: %d images, top-1 %.2f%%, top-5 %.2f%%",

@@ -17,12 +17,13 @@ import torch
 from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
+from pretrain.utils.errors import DatasetError
 from pretrain.evaluation.features import extract_features
 from pretrain.utils.atomic_io import atomic_replace
 
 from .backbone import EvalBackbone
 
-__all__ = ["FeatureCache", "cached_features", "labels_digest"]
+__all__ = ["FeatureCache", "cached_features", "check_index_labels", "labels_digest"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,20 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16}
 def labels_digest(labels: torch.Tensor | np.ndarray) -> str:
     """Short content hash of a label vector (part of the cache key)."""
     return hashlib.sha256(np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+def check_index_labels(what: str, labels: torch.Tensor, expected: torch.Tensor) -> None:
+    """The labels of the features of ``what`` are those of its index. A dataset whose splits
+    are drawn by index (the 12-dataset harness) cannot leave out an image the loader skipped as
+    unreadable (warned above): :class:`DatasetError` naming the fix."""
+    if len(labels) < len(expected):
+        raise DatasetError(
+            f"{what}: {len(expected) - len(labels)} of {len(expected)} images are unreadable "
+            "(named in the warnings above); this dataset's splits are drawn by index, so restore "
+            "those files from the original archive"
+        )
+    if not torch.equal(labels, expected):
+        raise RuntimeError(f"{what}: labels from the loader differ from the index")
 
 
 class FeatureCache:

@@ -25,7 +25,7 @@ from transfer.tables import CLASH_HINT, RowOwner, check_row, data_source, update
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
-from .features import FeatureCache, cached_features, labels_digest
+from .features import FeatureCache, cached_features, check_index_labels, labels_digest
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
 from .report import pct, plot_transfer_bars, transfer_columns
@@ -98,8 +98,7 @@ def _features(
         parts.update(num=len(data.labels[src]), labels=labels_digest(data.labels[src]))
         feats, labels = cached_features(cache, backbone, ds, transform, parts, *args)
         expected = torch.as_tensor(data.labels[src])
-        if not torch.equal(labels, expected):
-            raise RuntimeError(f"{data.key}/{src}: labels from the loader differ from the index")
+        check_index_labels(f"{data.key}/{src}", labels, expected)
         out[src] = (feats, labels)
     return out
 
