@@ -121,6 +121,8 @@ ROWS = {
         [*DETECTION, "OUTPUT_DIR", "{tmp}/det", "--resum"],
         "unrecognized option --resum; did you mean --resume?"),
     # a value named by the flag that gives it
+    "semi-one-image-per-batch": ([*SEMI, "--output-dir", "{tmp}/semi", "SOLVER.BATCH_SIZE", "1"],
+                                 "SOLVER.BATCH_SIZE = 1: must be at least 2 (2 images)"),
     "semi-without-split-file": ([*SEMI[:-2], "--output-dir", "{tmp}/semi"],
                                 "--split-file is missing"),
     "transfer-unknown-dataset": ([*TRANSFER[:-1], "dtdx", "--output-dir", "{tmp}/run"],

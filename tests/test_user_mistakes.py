@@ -82,6 +82,14 @@ ROWS = {
         [*PRETRAIN, "--num-gpus", "3", "{tiny}"],
         "SOLVER.IMS_PER_BATCH = 8: must be divisible by the number of processes (3)",
     ),
+    "pretrain-one-image-per-process": (
+        [*PRETRAIN, "{tiny}", "SOLVER.IMS_PER_BATCH", "1"],
+        "SOLVER.IMS_PER_BATCH = 1: must be at least 2 (2 images)",
+    ),
+    "pretrain-one-image-on-each-of-two-processes": (
+        [*PRETRAIN, "--num-gpus", "2", "{tiny}", "SOLVER.IMS_PER_BATCH", "2"],
+        "SOLVER.IMS_PER_BATCH = 2: must be at least 4 (2 images x 2 processes)",
+    ),
     "pretrain-empty-imagefiles-root": (
         [*PRETRAIN, "{tiny}", "DATASETS.TYPE", "imagefiles", "DATASETS.ROOT", "{empty}"],
         "no image files in it or its subfolders",

@@ -29,6 +29,7 @@ __all__ = [
     "OPTIMIZERS",
     "STEMS",
     "ConfigError",
+    "check_batchnorm_batch",
     "check_world_size",
     "get_cfg",
     "load_config",
@@ -283,6 +284,26 @@ def check_world_size(cfg: CN, world_size: int) -> None:
     _need(not shuffled or batch // world_size >= splits, "MODEL.KEY_BN_SPLITS", splits,
           f"leaves empty BN groups of the {batch // world_size} images per process "
           f"(SOLVER.IMS_PER_BATCH {batch} over {world_size} processes)")  # fmt: skip
+    check_batchnorm_batch(cfg, world_size)
+
+
+# BatchNorm in training normalises each channel over the images of its batch: one image of a 1x1
+# map (a ResNet's last stage at small crops) is no statistic at all, and torch refuses it.
+MIN_IMAGES_PER_BN_BATCH = 2
+
+
+def check_batchnorm_batch(cfg: CN, world_size: int) -> None:
+    """Every training BatchNorm batch (a process's images, or each of its ShuffleBN key groups)
+    holds at least :data:`MIN_IMAGES_PER_BN_BATCH` images: SOLVER.IMS_PER_BATCH at least that
+    many per process and group."""
+    shuffled = cfg.MODEL.SHUFFLE_BN and cfg.MODEL.KEY_BN_SPLITS * world_size > 1
+    groups = cfg.MODEL.KEY_BN_SPLITS if shuffled else 1
+    least = MIN_IMAGES_PER_BN_BATCH * world_size * groups
+    per = f" x {world_size} processes" if world_size > 1 else ""
+    per += f" x {groups} MODEL.KEY_BN_SPLITS groups" if groups > 1 else ""
+    _need(cfg.SOLVER.IMS_PER_BATCH >= least, "SOLVER.IMS_PER_BATCH", cfg.SOLVER.IMS_PER_BATCH,
+          f"must be at least {least} ({MIN_IMAGES_PER_BN_BATCH} images{per}): BatchNorm in "
+          "training normalises over each process's batch, which needs more than one image")  # fmt: skip
 
 
 def _check_datasets(data: CN) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode as CN
 
+from pretrain.config.defaults import MIN_IMAGES_PER_BN_BATCH
 from pretrain.config.strict import check_override_pairs, load_strict
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
@@ -158,6 +159,20 @@ def _lr_range(r: Sequence[float]) -> bool:
     return len(r) == 2 and 0 < r[0] <= r[1]
 
 
+def _check_fine_tuning_batch(cfg: CN, src: str) -> None:
+    """Fine-tuning trains the backbone's BatchNorm: each process's batch needs
+    ``MIN_IMAGES_PER_BN_BATCH`` images (pretraining's rule, ``check_batchnorm_batch``)."""
+    world = comm.get_world_size()
+    least = MIN_IMAGES_PER_BN_BATCH * world
+    if cfg.SOLVER.BATCH_SIZE < least:
+        per = f" x {world} processes" if world > 1 else ""
+        raise ConfigError(
+            f"{src}: SOLVER.BATCH_SIZE = {cfg.SOLVER.BATCH_SIZE}: must be at least {least} "
+            f"({MIN_IMAGES_PER_BN_BATCH} images{per}): fine-tuning trains BatchNorm, which "
+            "normalises over each process's batch and needs more than one image"
+        )
+
+
 def _validate(cfg: CN, src: str) -> None:
     def fail(key: str, value: object, what: str) -> None:
         raise ConfigError(f"{src}: {key} = {value!r}: {what}")
@@ -187,6 +202,7 @@ def _validate(cfg: CN, src: str) -> None:
         need("SOLVER.HEAD_LR_MULT", lambda x: x > 0, "must be > 0")
         need("DATA.LABEL_PERCENT", lambda x: x in (1, 10), "1 or 10")
         need("DATA.HELDOUT_PER_CLASS", lambda x: x > 0, "must be > 0")
+        _check_fine_tuning_batch(cfg, src)
     if "TRANSFER" in cfg:
         protocols = f"choose from {list(TRANSFER_PROTOCOLS)}"
         need("TRANSFER.PROTOCOL", lambda x: x in TRANSFER_PROTOCOLS, protocols)
