@@ -9,7 +9,9 @@ the candidates; when none matches the error names the file and every known layou
 The result always has exactly the keys of a torchvision ResNet without ``fc`` (verified against
 the architecture inferred from the weights); anything missing or left over raises
 :class:`CheckpointError` naming the keys. ``.pkl`` files (detectron2) are read by a restricted
-unpickler that builds only numpy arrays; everything else with ``torch.load(weights_only=True)``.
+unpickler that builds only numpy arrays; everything else, and a ``torch.save`` file whatever its
+name, with ``torch.load(weights_only=True)``; a TorchScript archive is refused, naming what to
+give instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import os
 import pickle
 import re
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +116,19 @@ def _reference_backbone(arch: str, stem: str) -> torch.nn.Module:
     return model
 
 
+def _torch_zip_members(path: str) -> list[str]:
+    """The member names of ``path`` when it is a zip archive (``torch.save``'s format and
+    TorchScript's), else ``[]``: what a file holds is read from it, not from its suffix."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            return []
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return []
+
+
 def load_checkpoint_file(path: str) -> dict:
     """Read a checkpoint without running code from it; one-line errors instead of tracebacks.
 
@@ -129,7 +145,16 @@ def load_checkpoint_file(path: str) -> dict:
             f"{path}: incomplete checkpoint, {incomplete}: the save or copy that wrote it was "
             "cut off; copy or save it again, or name another checkpoint"
         )
-    if path.endswith(".pkl"):
+    zipped = _torch_zip_members(path)
+    if any(name.split("/", 1)[-1] == "constants.pkl" for name in zipped):
+        # torch's own test (torch.serialization._is_torchscript_zip); torch.load would warn and
+        # hand the file to torch.jit.load, which weights-only loading then refuses
+        raise CheckpointError(
+            f"{path}: a TorchScript archive (torch.jit.save), not a checkpoint: give the "
+            "pretraining checkpoint it was scripted from, or its state dict saved with "
+            "torch.save(model.state_dict(), ...)"
+        )
+    if path.endswith(".pkl") and not zipped:  # a torch file named .pkl is read as one below
         return load_pickle_weights(path)
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):

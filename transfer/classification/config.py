@@ -164,7 +164,7 @@ def _check_fine_tuning_batch(cfg: CN, src: str) -> None:
     ``MIN_IMAGES_PER_BN_BATCH`` images (pretraining's rule, ``check_batchnorm_batch``)."""
     world = comm.get_world_size()
     least = MIN_IMAGES_PER_BN_BATCH * world
-    if cfg.SOLVER.BATCH_SIZE < least:
+    if least > cfg.SOLVER.BATCH_SIZE:
         per = f" x {world} processes" if world > 1 else ""
         raise ConfigError(
             f"{src}: SOLVER.BATCH_SIZE = {cfg.SOLVER.BATCH_SIZE}: must be at least {least} "

@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import Dataset
 
 from pretrain.data.datasets import TransformedDataset
-from pretrain.utils.errors import DatasetError
 from pretrain.evaluation.features import extract_features
 from pretrain.utils.atomic_io import atomic_replace
+from pretrain.utils.errors import DatasetError
 
 from .backbone import EvalBackbone
 

@@ -3,8 +3,9 @@ names) for torchvision or timm, whose ResNets name their modules alike; the stat
 ``strict=True`` into the target library's model before anything is written. Output
 (docs/checkpoints.md): a ``.safetensors`` file with :func:`export_metadata` in its metadata, or a
 torch pickle of the plain state dict with the metadata in ``<output>.json``, written atomically.
-Refused with one line naming the file: unreadable or unknown files, non-ResNets and the ``small``
-3x3 stem (torchvision and timm have no such ResNet).
+Refused with one line naming the file: unreadable or unknown files, non-ResNets, the ``small``
+3x3 stem (torchvision and timm have no such ResNet) and an output named ``*.pkl`` (detectron2's
+pickle format, which ``tools/convert_to_d2.py`` writes).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ EXPORT_FORMATS = ("torchvision", "timm")
 METADATA_FORMAT = "lorac-backbone"  # the "format" entry of every export's metadata
 SAFETENSORS_SUFFIX = ".safetensors"
 SIDECAR_SUFFIX = ".json"  # a pickle's metadata: <output>.json
+D2_PICKLE_SUFFIX = ".pkl"  # detectron2's weights pickles: not a name an export may take
 
 
 class ExportError(LoracError):
@@ -173,6 +175,14 @@ def export_backbone(
                 else f"a {SAFETENSORS_SUFFIX} output needs --safetensors (otherwise it is a "
                 "torch pickle)"
             )
+        )
+    if output_path.endswith(D2_PICKLE_SUFFIX):
+        # detectron2 and this project read a .pkl as detectron2's pickle of numpy arrays in
+        # detectron2's names, which an export is not: refused rather than written misnamed
+        raise ExportError(
+            f"{output_path}: a {D2_PICKLE_SUFFIX} file is a detectron2 weights pickle; name the "
+            "export *.pth (a torch file) or *.safetensors with --safetensors, or convert for "
+            "detectron2 with tools/convert_to_d2.py"
         )
     sidecar = output_path + SIDECAR_SUFFIX
     for out in [output_path] if safetensors else [output_path, sidecar]:
