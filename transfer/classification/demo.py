@@ -39,6 +39,7 @@ __all__ = [
     "centred_pixels",
     "demo_folder_layout",
     "format_knn_report",
+    "format_training_summary",
     "knn_features",
     "method_label",
     "raw_pixel_top1",
@@ -60,6 +61,21 @@ class DemoResult:
     stem: str = "imagenet"
     iterations: int = 0
     header: str = ""
+    start_iteration: int = 0  # where this invocation started (a resumed run: > 0)
+
+
+def format_training_summary(res: DemoResult) -> str:
+    """What this invocation trained and in what time, and what was done before it: a resumed
+    run's earlier iterations are not counted against this run's minutes."""
+    total, before = res.iterations, res.start_iteration
+    if before >= total:
+        return f"pretraining: already finished ({total} iterations), nothing trained this time"
+    minutes = f"{res.train_seconds / 60:.1f} min"
+    if before == 0:
+        return f"pretraining: {total} iterations in {minutes}"
+    return (
+        f"pretraining: {total - before} of {total} iterations in {minutes} ({before} done before)"
+    )
 
 
 def method_label(cfg: CfgNode) -> str:
@@ -251,5 +267,6 @@ def run_demo(
         knn_raw_pixels=raw_pixel_top1(root, n_train, n_test, kind, raw_size),
         stem=weights.stem,
         iterations=trainer.max_iter,
+        start_iteration=trainer.start_iter,
         header=_header(kind, root, len(train), len(test)),
     )

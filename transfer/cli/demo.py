@@ -11,7 +11,7 @@ from pretrain.cli.arguments import ToolParser
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.train_pretrain import restart_hint
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
-from transfer.classification.demo import format_knn_report, run_demo
+from transfer.classification.demo import format_knn_report, format_training_summary, run_demo
 from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
 
 __all__ = ["main"]
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_interrupt(lambda: restart_hint(args.output_dir)):
         res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
     print()
-    print(f"pretraining: {res.iterations} iterations in {res.train_seconds / 60:.1f} min")
+    print(format_training_summary(res))
     print(f"checkpoint        : {res.checkpoint}")
     if res.stem == "imagenet":
         d2 = os.path.join(args.output_dir, "model_final_d2.pkl")

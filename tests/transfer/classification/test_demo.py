@@ -18,6 +18,7 @@ from transfer.classification.demo import (
     DemoResult,
     centred_pixels,
     format_knn_report,
+    format_training_summary,
     method_label,
     raw_pixel_top1,
 )
@@ -145,3 +146,40 @@ def test_report_is_the_four_documented_lines():
         "  random init    73.57 %",
         "  LORAC          85.12 %",
     ]
+
+
+def test_the_summary_counts_what_this_run_trained_after_a_resume(tmp_path, monkeypatch):
+    """The demo's ``pretraining:`` line, from the tool down to the trainer's ``start_iter``:
+    pretraining itself stands in (a run resumed at iteration 400 of 1755 that writes its final
+    checkpoint), everything after it is the demo's own."""
+    from types import SimpleNamespace
+
+    import pretrain.engine.run
+    from tests.helpers import make_image_folder, tiny_opts
+    from tests.helpers.mistakes import run_main
+    from transfer.cli import demo
+
+    root, out = make_image_folder(tmp_path / "images", classes=2, per_class=5, size=16), tmp_path
+    # the small stem: no detectron2 conversion, which the line does not depend on
+    opts = tiny_opts(root, out / "demo", **{"DATASETS.TYPE": "imagefolder", "MODEL.STEM": "small"})
+
+    def resumed(cfg, **kwargs):
+        torch.save({"model": build_model(cfg).state_dict()}, out / "demo" / "model_final.pth")
+        return SimpleNamespace(start_iter=400, max_iter=1755)
+
+    monkeypatch.setattr(pretrain.engine.run, "run_pretraining", resumed)
+    argv = ["--output-dir", str(out / "demo"), "--knn-train", "4", "--knn-test", "2", *opts]
+    result = run_main(demo.main, argv)
+    assert result.returncode == 0, result.output
+    assert "pretraining: 1355 of 1755 iterations in 0.0 min (400 done before)" in result.stdout
+
+
+def test_the_summary_of_a_rerun_says_it_was_already_finished_and_of_a_fresh_run_its_time():
+    def line(start: int) -> str:
+        res = DemoResult("x", 0.8, 0.7, 90.0, iterations=1755, start_iteration=start)
+        return format_training_summary(res)
+
+    assert line(0) == "pretraining: 1755 iterations in 1.5 min"
+    assert (
+        line(1755) == "pretraining: already finished (1755 iterations), nothing trained this time"
+    )
