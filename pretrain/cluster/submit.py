@@ -420,12 +420,55 @@ def submit(req: JobRequest, local: bool = False) -> submitit.Job:
     except ValueError as e:
         raise SubmitError(str(e).splitlines()[0]) from None
     stderr = io.StringIO()
+    # submitit writes the pickled job and its sbatch script before sbatch answers: a refused
+    # submission takes them (and the folders made for them) away again, leaving nothing written
+    made = _missing_folders(built.folder)
+    before = set(os.listdir(built.folder)) if not made else set()
     try:
         with contextlib.redirect_stderr(stderr):  # submitit echoes sbatch's stderr; we report it
             return ex.submit(built.function)
     except FailedJobError as e:
+        _remove_new(built.folder, before, made)
         lines = [ln.removeprefix("sbatch: error: ").strip() for ln in str(e).splitlines()]
         reason = "; ".join(ln for ln in lines if ln) or "no message"
+        if _NO_CONTROLLER.search(reason):
+            raise SubmitError(
+                f"sbatch could not reach a SLURM cluster ({reason}): check that `sinfo` lists "
+                "this cluster's partitions from this machine (or ask its admins), or run on "
+                "this machine instead (submit_pretrain --local, study --executor local)"
+            ) from None
         raise SubmitError(f"sbatch rejected the job: {reason}") from None
     except OSError as e:  # sbatch itself missing or not executable
+        _remove_new(built.folder, before, made)
         raise SubmitError(f"cannot run sbatch: {e}") from None
+
+
+# sbatch's words where no SLURM controller answers (none running, a wrong or missing
+# slurm.conf, munge not running), as opposed to a controller that refuses the request
+_NO_CONTROLLER = re.compile(
+    r"contact slurm controller|configuration source|slurm\.conf|munge|Socket timed out|"
+    r"Connection refused|Zero Bytes were transmitted",
+    re.IGNORECASE,
+)
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _remove_new(folder: str, before: set[str], made: list[str]) -> None:
+    """Remove what a failed submission left: the entries of ``folder`` not in ``before`` (files:
+    submitit's pickle and script) and the folders of ``made`` (deepest first) once empty."""
+    if os.path.isdir(folder):
+        for name in set(os.listdir(folder)) - before:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) or os.path.islink(path):
+                os.unlink(path)
+    for path in made:
+        with contextlib.suppress(OSError):  # not empty: something else wrote there meanwhile
+            os.rmdir(path)

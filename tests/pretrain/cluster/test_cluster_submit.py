@@ -135,6 +135,26 @@ def test_sbatch_rejection_is_reported_in_one_line(tmp_path, capsys, monkeypatch)
     assert (fake / "calls").read_text().startswith("sbatch ")
 
 
+def test_sbatch_without_a_reachable_cluster_names_the_fix_and_leaves_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    """sbatch installed, no controller answering (SLURM's own words, exit 1): one line naming
+    sinfo and the local run, and neither OUTPUT_DIR nor submitit's pickle or script left."""
+    fake = _fake_bin(
+        tmp_path, srun="exit 0", squeue="exit 1",
+        sbatch="echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+               "controller (connect failure)' >&2; exit 1",
+    )  # fmt: skip
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", *_opts(tmp_path)]
+    roots = (tmp_path / "data", tmp_path / "out")  # not bin/, where the fakes log their calls
+    before = snapshot(*roots)
+    result = run_main(CLI, argv)
+    assert_user_error(result, before, *roots, match="could not reach a SLURM cluster")
+    assert "sinfo" in result.stderr and "--local" in result.stderr
+    assert (fake / "calls").read_text().splitlines()[-1].startswith("sbatch ")
+
+
 def test_submitting_without_slurm_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(_fake_bin(tmp_path)))  # no srun, no sbatch
     argv = ["--config-file", DEMO_CONFIG, "--gpus-per-node", "0", *_opts(tmp_path)]
