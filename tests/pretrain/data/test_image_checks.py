@@ -152,3 +152,14 @@ def test_the_pretraining_knn_monitor_goes_on_past_a_zero_byte_image_and_a_thumbs
     hook = build_knn_hook(load_config(DEMO_CONFIG, opts), _Pixels())
     assert 0.0 <= hook.compute() <= 1.0
     assert hook.last_counts == (6, 6)  # the zero-byte images skipped, Thumbs.db left out
+
+
+def test_the_left_out_line_is_the_one_docs_pretraining_md_shows():
+    from collections import Counter
+
+    from pretrain.data.datasets import left_out_line
+    from tests.helpers import ROOT
+
+    page = " ".join((ROOT / "docs" / "pretraining.md").read_text().split())
+    shown = left_out_line("<root>", Counter({".aae": 2, ".db": 1}))
+    assert f"(`{shown}`)" in page
