@@ -116,7 +116,8 @@ def open_split(
     if kind != FASHION_MNIST:
         # each image's values are kept by its index: an unreadable one is left out here, before
         # any model runs, rather than from a batch (as the kNN does)
-        readable = [i for i in indices if _decodes_or_warns(source.describe(i))]
+        paths = tqdm([source.describe(i) for i in indices], desc="checking images", unit="img")
+        readable = [i for i, path in zip(indices, paths, strict=True) if _decodes_or_warns(path)]
         note = skipped_note(f"{folder} ({split})", len(indices), len(readable))
         if note:
             logger.warning(note)

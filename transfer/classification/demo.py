@@ -20,6 +20,7 @@ from pretrain.data.datasets import (
     FASHION_MNIST,
     ImageFolderSource,
     TransformedDataset,
+    readable_loader,
 )
 from pretrain.data.splits import evenly_spaced, labelled_splits
 from pretrain.evaluation.features import extract_features
@@ -188,8 +189,10 @@ def centred_pixels(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tenso
 
 
 def _stack(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    images, labels = zip(*(ds[i] for i in range(len(ds))), strict=True)
-    return torch.stack(images), torch.tensor(labels)
+    """Every readable image of ``ds`` and its label (an unreadable one skipped, as the kNN of
+    the learned features skips it)."""
+    batches = [b for b in readable_loader(ds, batch_size=256) if b is not None]
+    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
 
 
 def raw_pixel_top1(

@@ -52,4 +52,5 @@ def run_knn(
         args = (device, batch_size, num_workers)
         feats[split] = cached_features(cache, backbone, ds, transform, parts, *args)
     top1 = knn_accuracy(*feats["train"], *feats["test"], num_classes, k, temperature)
-    return KNNResult(top1, k, temperature, len(train), len(test), num_classes)
+    used = len(feats["train"][1]), len(feats["test"][1])  # without images skipped as unreadable
+    return KNNResult(top1, k, temperature, *used, num_classes)

@@ -40,6 +40,7 @@ def test_knn_eval_skips_a_zero_byte_image_and_leaves_out_thumbs_db(imagenet, tmp
     _assert_skipped_and_counted(result.output, imagenet)
     assert "2 of 7 images skipped as unreadable" not in result.output  # one of each split
     assert "1 of 7 images skipped as unreadable" in result.output
+    assert ",18/6," in (tmp_path / "knn" / "knn.csv").read_text()  # the images really used
 
 
 def test_linear_probe_skips_a_zero_byte_image_and_leaves_out_thumbs_db(imagenet, tmp_path):
