@@ -301,9 +301,11 @@ def check_batchnorm_batch(cfg: CN, world_size: int) -> None:
     least = MIN_IMAGES_PER_BN_BATCH * world_size * groups
     per = f" x {world_size} processes" if world_size > 1 else ""
     per += f" x {groups} MODEL.KEY_BN_SPLITS groups" if groups > 1 else ""
-    _need(least <= cfg.SOLVER.IMS_PER_BATCH, "SOLVER.IMS_PER_BATCH", cfg.SOLVER.IMS_PER_BATCH,
+    batch = cfg.SOLVER.IMS_PER_BATCH
+    _need(least <= batch, "SOLVER.IMS_PER_BATCH", batch,
           f"must be at least {least} ({MIN_IMAGES_PER_BN_BATCH} images{per}): BatchNorm in "
-          "training normalises over each process's batch, which needs more than one image")  # fmt: skip
+          "training normalises over each process's batch, which needs more than one "
+          "image")  # fmt: skip
 
 
 def _check_datasets(data: CN) -> None:

@@ -28,7 +28,8 @@ def _assert_skipped_and_counted(output: str, root: str) -> None:
     assert "Traceback" not in output and "BadImageError" not in output
     zero = os.path.join(root, "val", IMAGENET_CLASSES[0], "zero.JPEG")
     assert f"skipped unreadable image: {zero}: zero-byte file" in output
-    assert f"{os.path.join(root, 'val')}: 1 files without an image suffix left out (1 .db)" in output
+    val = os.path.join(root, "val")
+    assert f"{val}: 1 files without an image suffix left out (1 .db)" in output
 
 
 def test_knn_eval_skips_a_zero_byte_image_and_leaves_out_thumbs_db(imagenet, tmp_path):
