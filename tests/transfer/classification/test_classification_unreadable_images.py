@@ -51,3 +51,17 @@ def test_linear_probe_skips_a_zero_byte_image_and_leaves_out_thumbs_db(imagenet,
     result = run_main(linear_probe.main, argv)
     assert result.returncode == 0, result.output
     _assert_skipped_and_counted(result.output, imagenet)
+
+
+def test_the_transfer_harness_stops_in_one_line_when_an_indexed_image_is_unreadable():
+    """Its splits are drawn by index: a feature set short of its index is a DatasetError naming
+    the count and the fix, never the loader's label mismatch."""
+    import torch
+
+    from pretrain.utils.errors import DatasetError
+    from transfer.classification.features import check_index_labels
+
+    expected = torch.tensor([0, 0, 1, 1])
+    with pytest.raises(DatasetError, match=r"dtd/train: 1 of 4 images are unreadable .* restore"):
+        check_index_labels("dtd/train", torch.tensor([0, 1, 1]), expected)
+    check_index_labels("dtd/train", expected.clone(), expected)
