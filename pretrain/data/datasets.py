@@ -180,7 +180,7 @@ def _collate_readable(batch: list) -> object:
 
 def readable_loader(dataset: Dataset, **kwargs: Any) -> DataLoader:
     """``DataLoader(dataset, **kwargs)`` for the evaluations (kNN, probes, fine-tuning, the
-    pretraining kNN monitor, the nuclear-norm analysis): an image that does not decode
+    12-dataset harness, the pretraining kNN monitor): an image that does not decode
     (:class:`BadImageError`) is left out of its batch with the warning ``skipped unreadable
     image: <path>: <why>``, as pretraining skips it; a batch of unreadable images only is
     ``None``, which the loops skip. Counting what a pass left out is the caller's
