@@ -216,7 +216,7 @@ def _validate(cfg: CN, src: str) -> None:
             fail(key, cfg[group][name], what)
 
     for key in ("TRAIN_CROP", "TEST_RESIZE", "TEST_CROP", "RESIZE", "CROP"):
-        if key in cfg.INPUT:
+        if key in cfg.get("INPUT", {}):
             need(f"INPUT.{key}", lambda x: x > 0, "must be > 0")
     if "SOLVER" in cfg:
         need("SOLVER.BATCH_SIZE", lambda x: x > 0, "must be > 0")

@@ -48,6 +48,7 @@ __all__ = [
     "DatasetResult",
     "build_transfer_datasets",
     "check_tables",
+    "comparability",
     "dataset_root",
     "finetune_dataset",
     "run_transfer",
@@ -358,6 +359,21 @@ def table_sources(cfg: CfgNode) -> dict[str, str]:
     }
 
 
+def comparability(cfg: CfgNode, arch: str) -> str:
+    """Whether a fine-tuning row compares with the published one (ResNet-50, 224 px crops,
+    20,000 steps at batch 256, the 7 x 8 search); the reasons when it does not."""
+    f, why = cfg.FINETUNE, []
+    if arch != "resnet50":
+        why.append(f"{arch}, not ResNet-50")
+    if cfg.INPUT.CROP != 224:
+        why.append(f"{cfg.INPUT.CROP} px crops (published: 224)")
+    if (f.ITERS, f.BATCH_SIZE) != (20000, 256):
+        why.append(f"{f.ITERS} steps of batch {f.BATCH_SIZE} (published: 20,000 of 256)")
+    if len(search_grid(cfg)) != 56:
+        why.append(f"{len(search_grid(cfg))} search points (published: 7 lrs x 8 wds)")
+    return "yes" if not why else "no: " + "; ".join(why)
+
+
 def _owner(model: str | RowOwner) -> RowOwner:
     return model if isinstance(model, RowOwner) else RowOwner(model)
 
@@ -387,11 +403,13 @@ def write_tables(
     replace: bool = False,
     hint: str = CLASH_HINT,
     sources: Mapping[str, str] | None = None,
+    comparable: str = "",
 ) -> str:
     """Update ``table2_transfer.{csv,md,png}`` (``table_transfer_finetune.*`` for ``finetune``,
     with the published rows of :data:`.references.FINETUNE_REFERENCES`; row
     :func:`table_row_name`) and the details CSV (``replace``, ``hint``, ``sources``:
-    :func:`~transfer.tables.update_table`'s); returns the Markdown table's path."""
+    :func:`~transfer.tables.update_table`'s; ``comparable``: the row's :func:`comparability`
+    with the published rows); returns the Markdown table's path."""
     protocols = sorted({r.protocol for r in results})
     if len(protocols) != 1:
         raise ValueError(f"results must come from one protocol, got {protocols}")
@@ -404,6 +422,8 @@ def write_tables(
     ran = {r.name for r in results}
     names += [n for n in ALL_DATASET_NAMES.values() if n not in names and (finetune or n in ran)]
     row: dict[str, object] = {"Protocol": protocols[0]}
+    if finetune:
+        row["Comparable"] = comparable
     row.update({r.name: pct(r.test_score) for r in results})
     csv_path = os.path.join(output_dir, table_file(protocols[0]))
     title = (
@@ -429,7 +449,8 @@ def write_tables(
     if finetune:
         for ref in FINETUNE_REFERENCES:
             cells = {k: f"{v:.2f}" for k, v in ref.values.items()}
-            cells |= {"Model": ref.name, "Reference": f"{ref.source}; {ref.note}"}
+            cells |= {"Model": ref.name, "Comparable": "published"}
+            cells["Reference"] = f"{ref.source}; {ref.note}"
             rows = update_table(csv_path, transfer_columns(names), cells, title)
     stem = os.path.splitext(csv_path)[0]
     plot_transfer_bars(stem + ".png", rows, names)

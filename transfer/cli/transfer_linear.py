@@ -32,6 +32,7 @@ from transfer.classification.config import transfer_defaults
 from transfer.classification.transfer import (
     build_transfer_datasets,
     check_tables,
+    comparability,
     run_transfer,
     table_sources,
     write_tables,
@@ -99,7 +100,12 @@ def evaluate(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint or "",
     )
     md = write_tables(
-        table_dir(args), start.owner, results, **keyed, sources=table_sources(start.cfg)
+        table_dir(args),
+        start.owner,
+        results,
+        **keyed,
+        sources=table_sources(start.cfg),
+        comparable=comparability(start.cfg, start.backbone.arch),
     )
     with open(md) as f:
         print(f.read())
