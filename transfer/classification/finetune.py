@@ -7,9 +7,9 @@ Per dataset: one run per (lr, weight decay) point of :func:`search_grid` on ``tr
 (:class:`.semi.FineTuneClassifier`: backbone + linear layer, all trained) on the classification
 engine (:func:`.engine.run_training`), with RandomResizedCrop + flip images; val and test are
 scored on centre crops. Each point leaves ``point.json`` (its score) in
-``<output>/finetune/<key>/<point>/``: a resumed run skips finished points and continues an
-unfinished one from its last checkpoint (the engine's ``--resume``); checkpoints of a finished
-point are deleted (57 ResNet-50s per dataset would fill a disk).
+``<output>/finetune/<key>/<point>/``: a resumed run (``--resume``) skips finished points and
+continues an unfinished one from its last checkpoint; checkpoints of a finished point are
+deleted (57 ResNet-50s per dataset would fill a disk).
 """
 
 from __future__ import annotations
@@ -111,9 +111,11 @@ def fine_tune(
     point: SearchPoint,
     device: torch.device | str,
     output_dir: str,
+    resume: bool = False,
 ) -> FineTuneClassifier:
     """A fresh copy of ``backbone`` plus a linear layer, trained ``FINETUNE.ITERS`` steps on
-    augmented images of ``splits`` at ``point``; continues from ``output_dir``'s checkpoint."""
+    augmented images of ``splits`` at ``point``; with ``resume`` continued from
+    ``output_dir``'s last checkpoint."""
     f = cfg.FINETUNE
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     with torch.random.fork_rng(devices=[]):
@@ -147,7 +149,7 @@ def fine_tune(
         cfg,
         dict,  # scored by the caller on val / test centre crops
         checkpoint_model=model,
-        resume=True,  # the run directory's discipline makes any checkpoint here this run's
+        resume=resume,
         output_dir=output_dir,
         eval_period=0,
         checkpoint_period=f.CHECKPOINT_PERIOD,
@@ -196,18 +198,20 @@ def point_score(
     point: SearchPoint,
     device: torch.device | str,
     output_dir: str,
+    resume: bool = False,
 ) -> float:
-    """``split``'s score after fine-tuning on ``splits`` at ``point``: read from
-    ``output_dir/point.json`` when that point finished before, else trained, scored, recorded."""
+    """``split``'s score after fine-tuning on ``splits`` at ``point``: with ``resume`` read from
+    ``output_dir/point.json`` when that point finished before (or continued from its last
+    checkpoint), else trained, scored, recorded."""
     record = os.path.join(output_dir, POINT_FILE)
-    if os.path.isfile(record):
+    if resume and os.path.isfile(record):
         with open(record) as fh:
             done = json.load(fh)
         logger.info(
             "%s %s: finished before (%s %.4f), skipped", data.key, point.tag, split, done["score"]
         )
         return float(done["score"])
-    model = fine_tune(data, splits, backbone, cfg, point, device, output_dir)
+    model = fine_tune(data, splits, backbone, cfg, point, device, output_dir, resume)
     value = score(data.metric, *split_logits(model, data, split, cfg, device))
     entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
     entry |= {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}

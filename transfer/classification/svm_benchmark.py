@@ -131,8 +131,8 @@ def _features(
     return out
 
 
-def _read(path: str) -> dict | None:
-    if not os.path.isfile(path):
+def _read(path: str, resume: bool) -> dict | None:
+    if not resume or not os.path.isfile(path):
         return None
     with open(path) as f:
         return json.load(f)
@@ -146,9 +146,9 @@ def _write(path: str, payload: Mapping) -> None:
 Features = dict[str, tuple[np.ndarray, np.ndarray]]  # split -> (features, labels)
 
 
-def _full(cfg: CfgNode, feats: Features) -> dict:
+def _full(cfg: CfgNode, feats: Features, resume: bool) -> dict:
     path = os.path.join(cfg.OUTPUT_DIR, FULL_FILE)
-    done = _read(path)
+    done = _read(path, resume)
     if done is not None:
         logger.info("VOC07 SVMs: finished before (%s), read back", path)
         return done
@@ -164,7 +164,7 @@ def _full(cfg: CfgNode, feats: Features) -> dict:
     return result
 
 
-def _low_shot(cfg: CfgNode, feats: Features, ids: list[str]) -> dict:
+def _low_shot(cfg: CfgNode, feats: Features, ids: list[str], resume: bool) -> dict:
     s = cfg.SVM
     (xtr, ytr), (xte, yte) = feats["trainval"], feats["test"]
     out = {}
@@ -174,7 +174,7 @@ def _low_shot(cfg: CfgNode, feats: Features, ids: list[str]) -> dict:
             per_draw = []
             for d in range(s.LOW_SHOT_DRAWS):
                 path = os.path.join(cfg.OUTPUT_DIR, LOW_SHOT_DIR, f"k{k}_draw{d}.json")
-                done = _read(path)
+                done = _read(path, resume)
                 if done is None:
                     seed = cfg.SEED + d
                     draw = low_shot_draw(ytr, k, seed)
@@ -217,15 +217,21 @@ def run_svm_benchmark(
     data: VOC07Data,
     device: torch.device | str,
     low_shot: bool = False,
+    resume: bool = False,
 ) -> dict:
     """Features, the full benchmark and (``low_shot``) the low-shot draws; returns the results
-    (what ``results.json`` holds)."""
+    (what ``results.json`` holds). With ``resume`` (the run directory of the same config) the
+    full result and the draws an earlier run finished are read back."""
     backbone.model.to(device)
     feats = _features(cfg, backbone, data, device)
-    result = {"full": _full(cfg, feats), "pool": cfg.SVM.POOL, "image_size": cfg.SVM.IMAGE_SIZE}
+    result = {
+        "full": _full(cfg, feats, resume),
+        "pool": cfg.SVM.POOL,
+        "image_size": cfg.SVM.IMAGE_SIZE,
+    }
     result["feature_dim"] = int(feats["test"][0].shape[1])
     if low_shot:
-        result["low_shot"] = _low_shot(cfg, feats, data.trainval.ids)
+        result["low_shot"] = _low_shot(cfg, feats, data.trainval.ids, resume)
     return result
 
 

@@ -184,12 +184,14 @@ def transfer_dataset(
     cfg: CfgNode,
     cache: FeatureCache | None,
     device: torch.device | str,
+    resume: bool = False,
 ) -> DatasetResult:
     """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
-    ``cached_features`` protocol's, ``None`` for the others)."""
+    ``cached_features`` protocol's, ``None`` for the others; ``resume``: finished fine-tuning
+    points are read back)."""
     t = cfg.TRANSFER
     if t.PROTOCOL == "finetune":
-        return finetune_dataset(data, backbone, cfg, device)
+        return finetune_dataset(data, backbone, cfg, device, resume)
     train, evaluate = _protocol(data, backbone, cfg, cache, device)
     n_train, n_val = data.split_size("train"), data.split_size("val")
     budget = t.BUDGET[data.key.upper()]
@@ -233,7 +235,11 @@ def transfer_dataset(
 
 
 def finetune_dataset(
-    data: TransferData, backbone: EvalBackbone, cfg: CfgNode, device: torch.device | str
+    data: TransferData,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    device: torch.device | str,
+    resume: bool = False,
 ) -> DatasetResult:
     """``TRANSFER.PROTOCOL finetune`` on one dataset: every (lr, wd) point of the search
     fine-tuned on train and scored on val, the best retrained on train+val and scored on test;
@@ -243,12 +249,12 @@ def finetune_dataset(
 
     def on_val(p: SearchPoint) -> float:
         out = os.path.join(root, p.tag)
-        return point_score(data, ["train"], "val", backbone, cfg, p, device, out)
+        return point_score(data, ["train"], "val", backbone, cfg, p, device, out, resume)
 
     val_scores, best = finetune_search(points, on_val)
     chosen = points[best]
     final = os.path.join(root, "final")
-    test = point_score(data, ["train", "val"], "test", backbone, cfg, chosen, device, final)
+    test = point_score(data, ["train", "val"], "test", backbone, cfg, chosen, device, final, resume)
     logger.info(
         "%s (finetune): val %s best at lr %.4g, wd %.4g; test %.2f%%",
         data.name,
@@ -314,10 +320,12 @@ def run_transfer(
     backbone: EvalBackbone,
     device: torch.device | str = "cpu",
     datas: list[TransferData] | None = None,
+    resume: bool = False,
 ) -> list[DatasetResult]:
     """Run every dataset of ``cfg.TRANSFER.DATASETS`` (``datas``: already built by
-    :func:`build_transfer_datasets`); missing roots fail before any work. A dataset finished
-    by an earlier run in ``OUTPUT_DIR`` is read back, not run again."""
+    :func:`build_transfer_datasets`); missing roots fail before any work. Each finished dataset
+    is recorded in ``OUTPUT_DIR``; with ``resume`` (the run directory of the same config) those
+    an earlier run finished, and its finished fine-tuning points, are read back."""
     cache = None
     if cfg.TRANSFER.PROTOCOL == "cached_features":
         cache = FeatureCache(_cache_dir(cfg), cfg.FEATURES.DTYPE)
@@ -325,9 +333,9 @@ def run_transfer(
     backbone.model.to(device)
     results = []
     for d in datas:
-        result = _finished(cfg, d.key) if cfg.OUTPUT_DIR else None
+        result = _finished(cfg, d.key) if resume and cfg.OUTPUT_DIR else None
         if result is None:
-            result = transfer_dataset(d, backbone, cfg, cache, device)
+            result = transfer_dataset(d, backbone, cfg, cache, device, resume)
             if cfg.OUTPUT_DIR:
                 _record(cfg, result)
         results.append(result)

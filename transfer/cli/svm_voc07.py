@@ -35,7 +35,7 @@ from transfer.classification.svm_benchmark import (
     write_svm_tables,
 )
 from transfer.cli.common import add_device_arg
-from transfer.run_dir import RunDir
+from transfer.run_dir import RunAction, RunDir
 from transfer.tables import data_source
 
 __all__ = ["evaluate", "main", "parse_args"]
@@ -83,7 +83,9 @@ def evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if start.done:
         return 0
-    result = run_svm_benchmark(start.cfg, start.backbone, start.data, start.device, args.low_shot)
+    resume = start.action is RunAction.RESUME
+    cfg = start.cfg
+    result = run_svm_benchmark(cfg, start.backbone, start.data, start.device, args.low_shot, resume)
     start.run_dir.write_results(
         result,
         start.cfg,

@@ -39,7 +39,7 @@ from transfer.classification.transfer import (
 )
 from transfer.classification.transfer_datasets import ALL_DATASET_NAMES
 from transfer.cli.common import add_device_arg
-from transfer.run_dir import RunDir
+from transfer.run_dir import RunAction, RunDir
 
 __all__ = ["evaluate", "main", "parse_args"]
 
@@ -91,7 +91,8 @@ def evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if start.done:
         return 0
-    results = run_transfer(start.cfg, start.backbone, start.device, start.data)
+    resume = start.action is RunAction.RESUME
+    results = run_transfer(start.cfg, start.backbone, start.device, start.data, resume)
     start.run_dir.write_results(
         {r.key: asdict(r) for r in results},
         start.cfg,

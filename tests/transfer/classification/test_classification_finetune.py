@@ -115,7 +115,7 @@ def test_finetune_changes_every_backbone_parameter_fills_its_table_and_resumes(
         raise AssertionError("a finished dataset was trained again")
 
     monkeypatch.setattr(transfer, "point_score", refuse)  # what a finished dataset must not reach
-    again = run_transfer(cfg, backbone)
+    again = run_transfer(cfg, backbone, resume=True)
     assert [r.test_score for r in again] == [r.test_score for r in results]
 
 
@@ -137,11 +137,11 @@ def test_an_interrupted_search_keeps_its_finished_points(tmp_path, monkeypatch):
     trained = []
     real = finetune.fine_tune
 
-    def counting(data, splits, backbone, cfg, point, device, out):
+    def counting(data, splits, backbone, cfg, point, device, out, resume):
         trained.append(point)
-        return real(data, splits, backbone, cfg, point, device, out)
+        return real(data, splits, backbone, cfg, point, device, out, resume)
 
     monkeypatch.setattr(finetune, "fine_tune", counting)
-    again = run_transfer(cfg, backbone)[0]
+    again = run_transfer(cfg, backbone, resume=True)[0]
     assert trained == [lost]
     assert again.val_scores[:2] == first.val_scores[:2] and again.test_score == first.test_score
