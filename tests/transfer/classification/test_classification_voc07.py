@@ -106,3 +106,43 @@ def test_multilabel_loss_leaves_difficult_entries_out():
     assert classification_loss(moved, labels) == pytest.approx(expected.item())
     ids = torch.tensor([0, 2])
     assert classification_loss(logits, ids) == pytest.approx(F.cross_entropy(logits, ids).item())
+
+
+def _linear_cfg(tmp_path, data_root: str, name: str):
+    from tests.helpers import ROOT
+    from transfer.classification.config import load_config, transfer_defaults
+
+    opts = ["OUTPUT_DIR", str(tmp_path / "run"), "TRANSFER.DATA_ROOT", data_root]
+    opts += ["FEATURES.CACHE_DIR", str(tmp_path / "cache"), "TRANSFER.DATASETS", "['voc2007']"]
+    path = os.path.join(ROOT, "configs", "eval", "quick_schedules", name)
+    return load_config(transfer_defaults(), path, opts)
+
+
+def test_voc2007_runs_through_the_cached_linear_protocol_and_table2(tmp_path):
+    """Proves VOC2007 is usable by the linear harness: multi-label heads are swept, selected by
+    val 11-point mAP and scored on test, and Table 2 gains a VOC2007 column for that row."""
+    from transfer.classification.backbone import load_eval_backbone
+    from transfer.classification.transfer import run_transfer, write_tables
+
+    make_voc2007(str(tmp_path / "data" / "voc2007"))
+    cfg = _linear_cfg(tmp_path, str(tmp_path / "data"), "transfer_instant.yaml")
+    (r,) = run_transfer(cfg, load_eval_backbone(random_init="resnet18"))
+    assert (r.key, r.metric, r.num_classes) == ("voc2007", "map11", 20)
+    assert len(r.val_scores) == 7 and all(0.0 < v <= 1.0 for v in r.val_scores)
+    assert (r.n_train, r.n_val, r.n_test) == (30, 30, 20) and 0.0 < r.test_score <= 1.0
+    md = write_tables(str(tmp_path / "tables"), "tiny", [r])
+    with open(md) as f:
+        header = f.read().splitlines()[2]
+    assert "| VOC2007 |" in header and header.index("SUN397") < header.index("VOC2007")
+
+
+@pytest.mark.protocols
+def test_voc2007_runs_through_the_augmented_linear_protocol(tmp_path):
+    """The augmented protocol trains multi-label heads on augmented VOC2007 images."""
+    from transfer.classification.backbone import load_eval_backbone
+    from transfer.classification.transfer import run_transfer
+
+    make_voc2007(str(tmp_path / "data" / "voc2007"))
+    cfg = _linear_cfg(tmp_path, str(tmp_path / "data"), "transfer_augmented_instant.yaml")
+    (r,) = run_transfer(cfg, load_eval_backbone(random_init="resnet18"))
+    assert r.protocol == "augmented" and r.metric == "map11" and 0.0 < r.test_score <= 1.0
