@@ -51,6 +51,19 @@ def test_svm_tool_on_small_voc2007_with_resnet18_ends_with_table_and_references(
     again = run_main(SVM, [*argv, "--low-shot", "--resume", *SMALL])
     assert again.returncode == 0 and "nothing left to do" in again.output
 
+    # An interrupted run (no results.json, one draw missing): --resume redoes only that draw.
+    os.remove(os.path.join(out, "results.json"))
+    os.remove(os.path.join(out, "low_shot", "k2_draw1.json"))
+    kept = os.path.join(out, "low_shot", "k1_draw0.json")
+    stamp = os.stat(kept).st_mtime_ns
+    resumed = run_main(SVM, [*argv, "--low-shot", "--resume", *SMALL])
+    assert resumed.returncode == 0, resumed.output
+    assert "finished before" in resumed.output and os.stat(kept).st_mtime_ns == stamp
+    with open(os.path.join(out, "low_shot", "k2_draw1.json")) as f:
+        assert json.load(f) == draw  # the same seed draws the same images, to the same mAPs
+    with open(os.path.join(out, "results.json")) as f:
+        assert json.load(f)["results"] == saved
+
 
 def test_svm_tool_mistakes_end_in_one_error_line(tmp_path):
     """A missing VOC2007 folder and a low-shot k larger than the data allows: exit 2, one
