@@ -461,7 +461,7 @@ def write_tables(
             cells["Reference"] = f"{ref.source}; {ref.note}"
             rows = update_table(csv_path, transfer_columns(names), cells, title)
     stem = os.path.splitext(csv_path)[0]
-    plot_transfer_bars(stem + ".png", rows, names)
+    plot_transfer_bars(stem + ".png", rows, names, title.split(" (")[0])
     details = os.path.join(
         output_dir, "transfer_finetune_details.csv" if finetune else "transfer_details.csv"
     )
