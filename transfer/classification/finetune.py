@@ -53,6 +53,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 POINT_FILE = "point.json"
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def fine_tune(
     if f.BN_MOMENTUM_PER_EPOCH:
         momentum = bn_momentum(iters_per_epoch(len(dataset), f.BATCH_SIZE))
         for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            if isinstance(m, _BATCH_NORMS):
                 m.momentum = momentum
     optimizer = torch.optim.SGD(
         model.parameters(),

@@ -34,6 +34,7 @@ from .voc07 import DIFFICULT, NEGATIVE, POSITIVE, VOC_CLASSES, voc_area_ap
 
 __all__ = [
     "POOLS",
+    "as_numpy",
     "draw_positives",
     "fit_svm",
     "low_shot_aps",
@@ -215,4 +216,5 @@ def low_shot_summary(per_draw: Sequence[Sequence[float]], costs: Sequence[float]
 
 
 def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A feature tensor as float64 numpy (VISSL casts the features to float64 as well)."""
     return t.double().cpu().numpy()
