@@ -15,10 +15,12 @@ deleted (57 ResNet-50s per dataset would fill a disk).
 from __future__ import annotations
 
 import copy
+import datetime
 import glob
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -94,11 +96,17 @@ def bn_momentum(steps_per_epoch: int) -> float:
 def finetune_search(
     points: Sequence[SearchPoint], evaluate: Callable[[SearchPoint], float]
 ) -> tuple[list[float], int]:
-    """Every point's validation score by ``evaluate`` and the index of the chosen one."""
-    scores = []
+    """Every point's validation score by ``evaluate`` and the index of the chosen one; each
+    point is logged with the search's ETA (the mean time of the points so far)."""
+    scores: list[float] = []
+    start = time.perf_counter()
     for i, p in enumerate(points):
+        eta = ""
+        if i:
+            left = (time.perf_counter() - start) / i * (len(points) - i)
+            eta = f", search ETA {datetime.timedelta(seconds=round(left))}"
         logger.info(
-            "search point %d/%d: lr %.4g, weight decay %.4g", i + 1, len(points), p.lr, p.wd
+            "search point %d/%d: lr %.4g, weight decay %.4g%s", i + 1, len(points), p.lr, p.wd, eta
         )
         scores.append(float(evaluate(p)))
     return scores, select_point(scores)
