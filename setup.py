@@ -14,6 +14,7 @@ TOOLS = {
     "collect_detection_results": "transfer.cli.collect_detection_results",
     "linear_probe": "transfer.cli.linear_probe",
     "transfer_linear": "transfer.cli.transfer_linear",
+    "svm_voc07": "transfer.cli.svm_voc07",
     "semi_supervised": "transfer.cli.semi_supervised",
     "knn_eval": "transfer.cli.knn_eval",
     "analyze_nuclear_norm": "transfer.cli.analyze_nuclear_norm",

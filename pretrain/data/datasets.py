@@ -623,9 +623,10 @@ class TransformedDataset(Dataset):
     def __len__(self) -> int:
         return len(self.base) if self.indices is None else len(self.indices)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int | torch.Tensor]:
         img, label = self.base[index if self.indices is None else self.indices[index]]
-        return self.transform(img), int(label)
+        # a class id, or a multi-label vector (VOC2007's (20,) labels) kept as a tensor
+        return self.transform(img), torch.as_tensor(label) if np.ndim(label) else int(label)
 
 
 def build_source(cfg: CfgNode, split: str = "train") -> Dataset:

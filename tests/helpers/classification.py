@@ -256,6 +256,61 @@ MAKERS = {
 }
 
 
+VOC_SPLITS = {"train": 30, "val": 30, "test": 20}
+
+
+def voc_labels(index: int) -> dict[str, str]:
+    """The planted objects of fake VOC image ``index``: classes ``index % 20`` and
+    ``(index + 7) % 20`` present, ``(index + 3) % 20`` only difficult when ``index % 3 == 0``
+    (class name -> "1" present or "0" difficult, the devkit's per-class file values)."""
+    from transfer.classification.voc07 import VOC_CLASSES
+
+    objects = {VOC_CLASSES[(index + 3) % 20]: "0"} if index % 3 == 0 else {}
+    objects |= {VOC_CLASSES[index % 20]: "1", VOC_CLASSES[(index + 7) % 20]: "1"}
+    return objects
+
+
+def make_voc2007(root: str, splits: dict[str, int] | None = None, size=(16, 12)) -> dict:
+    """A VOC2007 folder: ``Annotations/<id>.xml`` (objects with ``difficult`` flags),
+    ``JPEGImages/<id>.jpg``, ``ImageSets/Main/{train,val,trainval,test}.txt`` and the per-class
+    ``<class>_<split>.txt`` files (1 present, -1 absent, 0 only difficult), as the devkit ships."""
+    from transfer.classification.voc07 import VOC_CLASSES
+
+    splits = splits or VOC_SPLITS
+    ids: dict[str, list[str]] = {}
+    n = 0
+    for split, count in splits.items():
+        ids[split] = []
+        for _ in range(count):
+            img_id = f"{n * 2 + 5:06d}"  # VOC ids are zero-padded and not contiguous
+            _img(os.path.join(root, "JPEGImages", f"{img_id}.jpg"), n, size=size)
+            objects = "".join(
+                f"<object><name>{name}</name><pose>Unspecified</pose><truncated>0</truncated>"
+                f"<difficult>{1 - int(flag)}</difficult><bndbox><xmin>1</xmin><ymin>1</ymin>"
+                f"<xmax>8</xmax><ymax>8</ymax></bndbox></object>"
+                for name, flag in voc_labels(n).items()
+            )
+            _write(
+                os.path.join(root, "Annotations", f"{img_id}.xml"),
+                f"<annotation><folder>VOC2007</folder><filename>{img_id}.jpg</filename>"
+                f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
+                f"{objects}</annotation>\n",
+            )
+            ids[split].append((img_id, n))
+            n += 1
+    ids["trainval"] = ids["train"] + ids["val"]
+    main = os.path.join(root, "ImageSets", "Main")
+    for split, entries in ids.items():
+        _write(os.path.join(main, f"{split}.txt"), "".join(f"{i}\n" for i, _ in entries))
+        for name in VOC_CLASSES:
+            lines = []
+            for img_id, index in entries:
+                value = {"1": " 1", "0": " 0"}.get(voc_labels(index).get(name, ""), "-1")
+                lines.append(f"{img_id} {value}\n")
+            _write(os.path.join(main, f"{name}_{split}.txt"), "".join(lines))
+    return {s: [i for i, _ in e] for s, e in ids.items()}
+
+
 def make_all(root: str) -> dict[str, dict]:
     """All 12 fake datasets under ``root/<key>``; returns each one's expected sizes."""
     return {k: MAKERS[k](os.path.join(root, k)) for k in DATASET_NAMES}

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import CosineParamScheduler
 from torch import nn
@@ -25,8 +24,12 @@ from pretrain.evaluation.features import extract_features
 
 from .backbone import EvalBackbone
 from .engine import infinite_batches, run_training
+<<<<<<< HEAD
 from .features import check_index_labels
 from .linear import linear_head
+=======
+from .linear import classification_loss, linear_head
+>>>>>>> cls-protocols
 from .probe import LinearProbe
 from .transfer_datasets import TransferData
 from .transforms import eval_transform, train_transform
@@ -63,7 +66,7 @@ class SweepProbe(LinearProbe):
         images, labels = batch
         logits = self.head(self.features(images))  # (H, B, C)
         labels = labels.to(self.device)
-        return {"loss_cls": sum(F.cross_entropy(z, labels) for z in logits)}
+        return {"loss_cls": sum(classification_loss(z, labels) for z in logits)}
 
 
 def split_images(

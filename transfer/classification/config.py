@@ -19,7 +19,7 @@ from pretrain.config.strict import check_override_pairs, load_strict
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
-from .transfer_datasets import DATASET_NAMES, TRANSFER_DATASETS
+from .transfer_datasets import ALL_DATASET_NAMES, TRANSFER_DATASETS, paper_datasets
 
 __all__ = [
     "TRANSFER_PROTOCOLS",
@@ -27,12 +27,13 @@ __all__ = [
     "linear_probe_defaults",
     "load_config",
     "semi_supervised_defaults",
+    "svm_defaults",
     "transfer_defaults",
 ]
 
 
 # TRANSFER.PROTOCOL values; see transfer.classification.transfer and docs/evaluation.md.
-TRANSFER_PROTOCOLS = ("cached_features", "augmented")
+TRANSFER_PROTOCOLS = ("cached_features", "augmented", "finetune")
 _DATA_NAMES = ("imagefolder", "fashion-mnist")
 
 
@@ -114,10 +115,11 @@ def transfer_defaults() -> CN:
     c.TRANSFER = CN()
     # "cached_features": centre-crop features computed once and cached (FEATURES.*);
     # "augmented": the paper's RandomResizedCrop + flip through the frozen backbone every step.
+    # "finetune": the whole network trained per dataset, lr and wd searched (FINETUNE.*).
     c.TRANSFER.PROTOCOL = "cached_features"
-    c.TRANSFER.DATASETS = list(DATASET_NAMES)
+    c.TRANSFER.DATASETS = paper_datasets()  # the paper's 12; "voc2007" is the 13th on request
     c.TRANSFER.DATA_ROOT = ""  # each dataset at <DATA_ROOT>/<key> unless ROOTS.<KEY> is set
-    c.TRANSFER.ROOTS = CN({k.upper(): "" for k in DATASET_NAMES})
+    c.TRANSFER.ROOTS = CN({k.upper(): "" for k in ALL_DATASET_NAMES})
     c.TRANSFER.LR_RANGE = (0.1, 100.0)
     c.TRANSFER.NUM_LRS = 7
     c.TRANSFER.BATCH_SIZE = 256
@@ -127,6 +129,52 @@ def transfer_defaults() -> CN:
     c.TRANSFER.BUDGET = CN(
         {key.upper(): CN({"ITERS": d.iters, "EPOCHS": d.epochs}) for key, d in TRANSFER_DATASETS}
     )
+    _finetune(c)
+    return c
+
+
+def _finetune(c: CN) -> None:
+    """``TRANSFER.PROTOCOL finetune``: SimCLR's Appendix B.8 fine-tuning (after Kornblith et al.
+    2019), quoted in docs/evaluation.md; values in configs/eval/transfer_finetune.yaml."""
+    c.FINETUNE = CN()
+    c.FINETUNE.ITERS = 20000  # steps per search point and for the final train+val run
+    c.FINETUNE.BATCH_SIZE = 256
+    c.FINETUNE.MOMENTUM = 0.9  # SGD with Nesterov momentum
+    c.FINETUNE.NESTEROV = True
+    c.FINETUNE.LR_RANGE = (0.0001, 0.1)  # NUM_LRS log-spaced learning rates
+    c.FINETUNE.NUM_LRS = 7
+    c.FINETUNE.WD_RANGE = (1e-6, 1e-3)  # NUM_WDS log-spaced weight decays, plus 0 (ZERO_WD)
+    c.FINETUNE.NUM_WDS = 7
+    c.FINETUNE.ZERO_WD = True
+    c.FINETUNE.WD_OVER_LR = True  # "we divide these values of weight decay by the learning rate"
+    # BatchNorm statistics: TF decay max(1 - 10/s, 0.9), s = steps per epoch, i.e. PyTorch's
+    # momentum min(10/s, 0.1); False keeps the backbone's own (0.1).
+    c.FINETUNE.BN_MOMENTUM_PER_EPOCH = True
+    c.FINETUNE.SCHEDULE = "cosine"  # "cosine" (to 0) or "constant"
+    c.FINETUNE.CHECKPOINT_PERIOD = 2000  # iterations; the network and optimizer, for --resume
+
+
+def svm_defaults() -> CN:
+    """The VOC07 SVM benchmark (Goyal et al. 2019) as VISSL runs it (:mod:`.svm`)."""
+    c = CN()
+    _common(c)
+    c.FEATURES = CN()
+    c.FEATURES.BATCH_SIZE = 64
+    c.FEATURES.NUM_WORKERS = AUTO_WORKERS
+    c.FEATURES.CACHE_DIR = ""  # "" -> <OUTPUT_DIR>/feature_cache
+    c.SVM = CN()
+    c.SVM.IMAGE_SIZE = 224  # images resized to IMAGE_SIZE x IMAGE_SIZE (VISSL), no crop
+    c.SVM.POOL = "gap"  # "gap" (res5 global average pool) or "avgpool6" (OpenSelfSup's feat5)
+    c.SVM.NORMALIZE = True  # rows / (L2 norm + 1e-5)
+    # Goyal et al.'s fair_self_supervision_benchmark train_svm_kfold.py cost list
+    c.SVM.COSTS = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 100.0)
+    c.SVM.FOLDS = 3
+    c.SVM.MAX_ITER = 2000
+    c.SVM.POSITIVE_WEIGHT = 2.0  # class_weight {1: 2, -1: 1}
+    # VISSL's eval_resnet_8gpu_transfer_voc07_low_shot_svm.yaml
+    c.SVM.LOW_SHOT_COSTS = (0.01, 0.1, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 50.0, 100.0, 1000.0)
+    c.SVM.LOW_SHOT_K = (1, 2, 4, 8, 16, 32, 64, 96)
+    c.SVM.LOW_SHOT_DRAWS = 5  # seeds SEED, SEED + 1, ...
     return c
 
 
@@ -183,7 +231,7 @@ def _validate(cfg: CN, src: str) -> None:
             fail(key, cfg[group][name], what)
 
     for key in ("TRAIN_CROP", "TEST_RESIZE", "TEST_CROP", "RESIZE", "CROP"):
-        if key in cfg.INPUT:
+        if key in cfg.get("INPUT", {}):
             need(f"INPUT.{key}", lambda x: x > 0, "must be > 0")
     if "SOLVER" in cfg:
         need("SOLVER.BATCH_SIZE", lambda x: x > 0, "must be > 0")
@@ -208,7 +256,7 @@ def _validate(cfg: CN, src: str) -> None:
         need("TRANSFER.PROTOCOL", lambda x: x in TRANSFER_PROTOCOLS, protocols)
         bad = [d for d in cfg.TRANSFER.DATASETS if d not in TRANSFER_DATASETS]
         if bad:
-            fail("TRANSFER.DATASETS", bad, f"unknown; choose from {list(DATASET_NAMES)}")
+            fail("TRANSFER.DATASETS", bad, f"unknown; choose from {list(ALL_DATASET_NAMES)}")
         need("TRANSFER.VAL_FRACTION", lambda x: 0 < x < 1, "in (0, 1)")
         need("TRANSFER.LR_RANGE", _lr_range, "(low, high) with 0 < low <= high")
         need("TRANSFER.NUM_LRS", lambda x: x >= 1, "must be >= 1")
@@ -217,3 +265,25 @@ def _validate(cfg: CN, src: str) -> None:
                 one = "exactly one of ITERS and EPOCHS must be > 0"
                 fail(f"TRANSFER.BUDGET.{key}", dict(b), one)
         need("FEATURES.DTYPE", lambda x: x in ("float32", "float16"), "float32 or float16")
+    if "SVM" in cfg:
+        need("SVM.IMAGE_SIZE", lambda x: x > 0, "must be > 0")
+        need("SVM.POOL", lambda x: x in ("gap", "avgpool6"), "gap or avgpool6")
+        need("SVM.COSTS", lambda x: len(x) > 0 and all(v > 0 for v in x), "costs > 0")
+        need("SVM.LOW_SHOT_COSTS", lambda x: len(x) > 0 and all(v > 0 for v in x), "costs > 0")
+        need("SVM.FOLDS", lambda x: x >= 2, "must be >= 2")
+        need("SVM.MAX_ITER", lambda x: x >= 1, "must be >= 1")
+        need("SVM.POSITIVE_WEIGHT", lambda x: x > 0, "must be > 0")
+        need("SVM.LOW_SHOT_K", lambda x: len(x) > 0 and all(k >= 1 for k in x), "k >= 1")
+        need("SVM.LOW_SHOT_DRAWS", lambda x: x >= 1, "must be >= 1")
+    if "FINETUNE" in cfg:
+        need("FINETUNE.ITERS", lambda x: x >= 1, "must be >= 1")
+        need("FINETUNE.BATCH_SIZE", lambda x: x >= 1, "must be >= 1")
+        need("FINETUNE.MOMENTUM", lambda x: 0 <= x < 1, "in [0, 1)")
+        need("FINETUNE.LR_RANGE", _lr_range, "(low, high) with 0 < low <= high")
+        need("FINETUNE.WD_RANGE", _lr_range, "(low, high) with 0 < low <= high")
+        need("FINETUNE.NUM_LRS", lambda x: x >= 1, "must be >= 1")
+        need("FINETUNE.NUM_WDS", lambda x: x >= 0, "must be >= 0")
+        if cfg.FINETUNE.NUM_WDS == 0 and not cfg.FINETUNE.ZERO_WD:
+            fail("FINETUNE.NUM_WDS", 0, "with ZERO_WD False leaves no weight decay to try")
+        need("FINETUNE.SCHEDULE", lambda x: x in ("cosine", "constant"), "cosine or constant")
+        need("FINETUNE.CHECKPOINT_PERIOD", lambda x: x >= 0, "must be >= 0")

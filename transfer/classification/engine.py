@@ -186,6 +186,7 @@ def run_training(
     resume: bool = False,
     output_dir: str = "",
     eval_period: int | None = None,
+    checkpoint_period: int | None = None,
 ) -> dict[str, float]:
     """Train ``model`` (returns a loss dict) for ``max_iter`` steps; returns the last eval.
 
@@ -193,6 +194,7 @@ def run_training(
     ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and after Ctrl-C (then exit 130);
     ``resume`` continues from ``output_dir``'s last checkpoint. ``eval_fn`` runs every
     ``eval_period`` iterations (default ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
+    ``checkpoint_period`` replaces ``SOLVER.CHECKPOINT_PERIOD`` (configs without ``SOLVER``).
     """
     output_dir = output_dir or cfg.OUTPUT_DIR
     if eval_period is None:
@@ -215,7 +217,9 @@ def run_training(
             optimizer=optimizer,
             scheduler=scheduler,
         )
-        period = cfg.SOLVER.get("CHECKPOINT_PERIOD", 0) or max_iter
+        if checkpoint_period is None:
+            checkpoint_period = cfg.SOLVER.get("CHECKPOINT_PERIOD", 0)
+        period = checkpoint_period or max_iter
         hook_list.append(hooks.PeriodicCheckpointer(checkpointer, period, max_iter=max_iter))
     hook_list.append(hooks.EvalHook(eval_period, _eval))
     if comm.is_main_process():

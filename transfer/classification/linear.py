@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 __all__ = [
     "best_index",
+    "classification_loss",
     "iterations_for",
     "linear_head",
     "log_spaced",
@@ -38,6 +39,18 @@ def linear_head(
         head.weight.normal_(0.0, 0.01, generator=generator)
         head.bias.zero_()
     return head
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against class ids (B,); against multi-label (B, C) labels in {1, 0, -1}
+    (VOC2007, :mod:`.voc07`) the mean binary cross-entropy of the known entries: a difficult
+    (-1) entry is left out, as the VOC devkit leaves it out of the class's AP."""
+    if labels.ndim == 1:
+        return F.cross_entropy(logits, labels)
+    known = labels >= 0
+    target = labels.clamp(min=0).to(logits.dtype)
+    loss = F.binary_cross_entropy_with_logits(logits, target, reduction="none")  # (B, C)
+    return (loss * known).sum() / known.sum().clamp(min=1)
 
 
 def log_spaced(low: float, high: float, num: int) -> list[float]:
@@ -100,7 +113,7 @@ def train_linear_heads(
         raise ValueError(f"features {tuple(features.shape)} and labels {tuple(labels.shape)}")
     if iters < 1 or batch_size < 1 or not lrs:
         raise ValueError(f"need iters >= 1, batch_size >= 1, lrs; got {iters}, {batch_size}, {lrs}")
-    if labels.min() < 0 or labels.max() >= num_classes:
+    if labels.ndim == 1 and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(
             f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]"
         )
@@ -125,7 +138,7 @@ def train_linear_heads(
             group["lr"] = lr * mult
         idx = idx.to(device)
         x, y = x_all[idx], y_all[idx]  # (B, D), (B,)
-        loss = sum(F.cross_entropy(h(x), y) for h in heads)
+        loss = sum(classification_loss(h(x), y) for h in heads)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

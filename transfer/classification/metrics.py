@@ -1,5 +1,6 @@
 """Classification metrics as fractions in [0, 1]: ``top1`` and ``mean_per_class`` (Sec. 6.1's
-metric for Aircraft, Caltech-101, Flowers and Pets) are scikit-learn's."""
+metric for Aircraft, Caltech-101, Flowers and Pets) are scikit-learn's; ``map11`` (multi-label
+VOC2007) is the VOC2007 devkit's 11-point mAP (:mod:`.voc07`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+from .voc07 import voc_map
 
 __all__ = [
     "METRICS",
@@ -18,7 +21,7 @@ __all__ = [
     "topk_hits",
 ]
 
-METRICS = ("top1", "mean_per_class")
+METRICS = ("top1", "mean_per_class", "map11")
 
 
 def _check(pred: torch.Tensor, labels: torch.Tensor) -> None:
@@ -68,6 +71,9 @@ def score(metric: str, logits: torch.Tensor, labels: torch.Tensor) -> float:
     classifier) counts as wrong."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}, choose from {METRICS}")
+    if metric == "map11":  # labels (N, C) in {1, 0, -1 difficult}; a diverged score ranks last
+        scores = torch.where(torch.isfinite(logits), logits, torch.tensor(-torch.inf))
+        return voc_map(scores.double().cpu().numpy(), labels.cpu().numpy(), "ap11")[0]
     pred = logits.argmax(1)
     pred[~torch.isfinite(logits).all(dim=1)] = -1
     if metric == "top1":

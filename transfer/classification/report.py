@@ -28,7 +28,10 @@ def pct(x: float) -> str:
 
 
 def plot_transfer_bars(
-    png_path: str, rows: Sequence[Mapping[str, str]], datasets: Sequence[str]
+    png_path: str,
+    rows: Sequence[Mapping[str, str]],
+    datasets: Sequence[str],
+    title: str = "Linear classification on other tasks",
 ) -> None:
     """Grouped bars: one group per dataset (and Average), one bar per model row."""
     import matplotlib
@@ -47,7 +50,7 @@ def plot_transfer_bars(
     ax.set_xticklabels(groups, rotation=30, ha="right")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.set_title("Linear classification on other tasks")
+    ax.set_title(title)
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)

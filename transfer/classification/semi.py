@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
@@ -26,7 +25,7 @@ from pretrain.utils.errors import DatasetError
 from .backbone import EvalBackbone
 from .datasets import labelled_sets, read_subset_file, subset_indices
 from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
-from .linear import best_index, linear_head, log_spaced
+from .linear import best_index, classification_loss, linear_head, log_spaced
 
 __all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
 
@@ -50,7 +49,7 @@ class FineTuneClassifier(nn.Module):
 
     def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
         images, labels = batch
-        return {"loss_cls": F.cross_entropy(self.logits(images), labels.to(self.device))}
+        return {"loss_cls": classification_loss(self.logits(images), labels.to(self.device))}
 
 
 def heldout_indices(targets: list[int], exclude: set[int], per_class: int, seed: int) -> list[int]:

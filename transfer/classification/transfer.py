@@ -5,11 +5,14 @@ Per dataset: one linear classifier per lr of the sweep (7 log-spaced values in [
 ``test``; SGD, batch 256, momentum 0.9, cosine, the paper's per-dataset budgets.
 ``TRANSFER.PROTOCOL``: ``cached_features`` (default) trains on centre-crop features computed once
 and cached (:mod:`.features`), as Kornblith et al. and SimCLR; ``augmented`` (the paper's wording,
-:mod:`.augmented`) on RandomResizedCrop + flip images through the frozen backbone at every step.
+:mod:`.augmented`) on RandomResizedCrop + flip images through the frozen backbone at every step;
+``finetune`` (:mod:`.finetune`) trains the whole network, lr and weight decay searched on val.
+A finished dataset leaves ``<output>/datasets/<key>.json``; a resumed run reads it back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -20,16 +23,20 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.utils.atomic_io import atomic_write_bytes
 from transfer.tables import CLASH_HINT, RowOwner, check_row, data_source, update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
 from .features import FeatureCache, cached_features, check_index_labels, labels_digest
+from .finetune import SearchPoint, finetune_search, point_score, search_grid
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
+from .references import FINETUNE_REFERENCES
 from .report import pct, plot_transfer_bars, transfer_columns
 from .transfer_datasets import (
+    ALL_DATASET_NAMES,
     DATASET_NAMES,
     BuildContext,
     TransferData,
@@ -41,8 +48,11 @@ __all__ = [
     "DatasetResult",
     "build_transfer_datasets",
     "check_tables",
+    "comparability",
     "dataset_root",
+    "finetune_dataset",
     "run_transfer",
+    "table_file",
     "table_row_name",
     "table_sources",
     "transfer_dataset",
@@ -58,7 +68,7 @@ class DatasetResult:
     name: str
     metric: str
     val_protocol: str
-    protocol: str  # TRANSFER.PROTOCOL: "cached_features" or "augmented"
+    protocol: str  # TRANSFER.PROTOCOL: "cached_features", "augmented" or "finetune"
     num_classes: int
     n_train: int
     n_val: int
@@ -69,6 +79,8 @@ class DatasetResult:
     val_scores: list[float] = field(default_factory=list)
     best_lr: float = 0.0
     test_score: float = 0.0
+    wds: list[float] = field(default_factory=list)  # finetune: each point's weight decay
+    best_wd: float = 0.0
 
 
 def dataset_root(cfg: CfgNode, key: str) -> str:
@@ -171,10 +183,14 @@ def transfer_dataset(
     cfg: CfgNode,
     cache: FeatureCache | None,
     device: torch.device | str,
+    resume: bool = False,
 ) -> DatasetResult:
     """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
-    ``cached_features`` protocol's, ``None`` for ``augmented``)."""
+    ``cached_features`` protocol's, ``None`` for the others; ``resume``: finished fine-tuning
+    points are read back)."""
     t = cfg.TRANSFER
+    if t.PROTOCOL == "finetune":
+        return finetune_dataset(data, backbone, cfg, device, resume)
     train, evaluate = _protocol(data, backbone, cfg, cache, device)
     n_train, n_val = data.split_size("train"), data.split_size("val")
     budget = t.BUDGET[data.key.upper()]
@@ -217,6 +233,76 @@ def transfer_dataset(
     )
 
 
+def finetune_dataset(
+    data: TransferData,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    device: torch.device | str,
+    resume: bool = False,
+) -> DatasetResult:
+    """``TRANSFER.PROTOCOL finetune`` on one dataset: every (lr, wd) point of the search
+    fine-tuned on train and scored on val, the best retrained on train+val and scored on test;
+    finished points are read back (:func:`.finetune.point_score`)."""
+    points = search_grid(cfg)
+    root = os.path.join(cfg.OUTPUT_DIR, "finetune", data.key)
+
+    def on_val(p: SearchPoint) -> float:
+        out = os.path.join(root, p.tag)
+        return point_score(data, ["train"], "val", backbone, cfg, p, device, out, resume)
+
+    val_scores, best = finetune_search(points, on_val)
+    chosen = points[best]
+    final = os.path.join(root, "final")
+    test = point_score(data, ["train", "val"], "test", backbone, cfg, chosen, device, final, resume)
+    logger.info(
+        "%s (finetune): val %s best at lr %.4g, wd %.4g; test %.2f%%",
+        data.name,
+        data.metric,
+        chosen.lr,
+        chosen.wd,
+        100 * test,
+    )
+    n_train, n_val = data.split_size("train"), data.split_size("val")
+    return DatasetResult(
+        key=data.key,
+        name=data.name,
+        metric=data.metric,
+        val_protocol=data.val_protocol,
+        protocol="finetune",
+        num_classes=data.num_classes,
+        n_train=n_train,
+        n_val=n_val,
+        n_test=data.split_size("test"),
+        iters_sweep=cfg.FINETUNE.ITERS,
+        iters_final=cfg.FINETUNE.ITERS,
+        lrs=[p.lr for p in points],
+        val_scores=val_scores,
+        best_lr=chosen.lr,
+        test_score=test,
+        wds=[p.wd for p in points],
+        best_wd=chosen.wd,
+    )
+
+
+DATASETS_DIR = "datasets"  # <output>/datasets/<key>.json: a finished dataset's result
+
+
+def _finished(cfg: CfgNode, key: str) -> DatasetResult | None:
+    path = os.path.join(cfg.OUTPUT_DIR, DATASETS_DIR, f"{key}.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        result = DatasetResult(**json.load(f))
+    logger.info("%s: finished before (%s), read back", key, path)
+    return result
+
+
+def _record(cfg: CfgNode, result: DatasetResult) -> None:
+    path = os.path.join(cfg.OUTPUT_DIR, DATASETS_DIR, f"{result.key}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_bytes(path, json.dumps(asdict(result), indent=2).encode())
+
+
 def _cache_dir(cfg: CfgNode) -> str:
     return cfg.FEATURES.CACHE_DIR or os.path.join(cfg.OUTPUT_DIR, "feature_cache")
 
@@ -233,30 +319,66 @@ def run_transfer(
     backbone: EvalBackbone,
     device: torch.device | str = "cpu",
     datas: list[TransferData] | None = None,
+    resume: bool = False,
 ) -> list[DatasetResult]:
     """Run every dataset of ``cfg.TRANSFER.DATASETS`` (``datas``: already built by
-    :func:`build_transfer_datasets`); missing roots fail before any work."""
+    :func:`build_transfer_datasets`); missing roots fail before any work. Each finished dataset
+    is recorded in ``OUTPUT_DIR``; with ``resume`` (the run directory of the same config) those
+    an earlier run finished, and its finished fine-tuning points, are read back."""
     cache = None
     if cfg.TRANSFER.PROTOCOL == "cached_features":
         cache = FeatureCache(_cache_dir(cfg), cfg.FEATURES.DTYPE)
     datas = datas if datas is not None else build_transfer_datasets(cfg)
     backbone.model.to(device)
-    return [transfer_dataset(d, backbone, cfg, cache, device) for d in datas]
+    results = []
+    for d in datas:
+        result = _finished(cfg, d.key) if resume and cfg.OUTPUT_DIR else None
+        if result is None:
+            result = transfer_dataset(d, backbone, cfg, cache, device, resume)
+            if cfg.OUTPUT_DIR:
+                _record(cfg, result)
+        results.append(result)
+    return results
 
 
 TABLE2 = "table2_transfer.csv"  # in the table dir, with its Markdown twin and bar chart
+TABLE_FINETUNE = "table_transfer_finetune.csv"  # the fine-tuning protocol's, references beside
+
+
+def table_file(protocol: str) -> str:
+    """The table of ``protocol``'s results: Table 2 for the linear protocols."""
+    return TABLE_FINETUNE if protocol == "finetune" else TABLE2
 
 
 def table_row_name(model_name: str, protocol: str) -> str:
-    """The Table 2 row of a model: its name for the default protocol, ``name (protocol)``
-    otherwise, so both protocols of one model sit side by side."""
-    return model_name if protocol == "cached_features" else f"{model_name} ({protocol})"
+    """The row of a model: its name for the default protocol and for ``finetune`` (a table of
+    its own), ``name (protocol)`` otherwise, so both linear protocols sit side by side."""
+    if protocol in ("cached_features", "finetune"):
+        return model_name
+    return f"{model_name} ({protocol})"
 
 
 def table_sources(cfg: CfgNode) -> dict[str, str]:
     """Table 2's figures of ``cfg``'s datasets and the data each is computed on (its root):
     the keys of the row's cells (:func:`transfer.tables.update_table`)."""
-    return {DATASET_NAMES[k]: data_source(k, dataset_root(cfg, k)) for k in cfg.TRANSFER.DATASETS}
+    return {
+        ALL_DATASET_NAMES[k]: data_source(k, dataset_root(cfg, k)) for k in cfg.TRANSFER.DATASETS
+    }
+
+
+def comparability(cfg: CfgNode, arch: str) -> str:
+    """Whether a fine-tuning row compares with the published one (ResNet-50, 224 px crops,
+    20,000 steps at batch 256, the 7 x 8 search); the reasons when it does not."""
+    f, why = cfg.FINETUNE, []
+    if arch != "resnet50":
+        why.append(f"{arch}, not ResNet-50")
+    if cfg.INPUT.CROP != 224:
+        why.append(f"{cfg.INPUT.CROP} px crops (published: 224)")
+    if (f.ITERS, f.BATCH_SIZE) != (20000, 256):
+        why.append(f"{f.ITERS} steps of batch {f.BATCH_SIZE} (published: 20,000 of 256)")
+    if len(search_grid(cfg)) != 56:
+        why.append(f"{len(search_grid(cfg))} search points (published: 7 lrs x 8 wds)")
+    return "yes" if not why else "no: " + "; ".join(why)
 
 
 def _owner(model: str | RowOwner) -> RowOwner:
@@ -276,7 +398,7 @@ def check_tables(
     would refuse ``model``'s Table 2 row for ``protocol``."""
     owner = _owner(model)
     row = owner.cells("Model", table_row_name(owner.name, protocol))
-    path = os.path.join(output_dir, TABLE2)
+    path = os.path.join(output_dir, table_file(protocol))
     check_row(path, "Model", row, replace=replace, hint=hint, sources=sources)
 
 
@@ -288,19 +410,34 @@ def write_tables(
     replace: bool = False,
     hint: str = CLASH_HINT,
     sources: Mapping[str, str] | None = None,
+    comparable: str = "",
 ) -> str:
-    """Update ``table2_transfer.{csv,md,png}`` (row :func:`table_row_name`) and the details
-    CSV (``replace``, ``hint``, ``sources``: :func:`~transfer.tables.update_table`'s); returns
-    the Markdown table's path."""
+    """Update ``table2_transfer.{csv,md,png}`` (``table_transfer_finetune.*`` for ``finetune``,
+    with the published rows of :data:`.references.FINETUNE_REFERENCES`; row
+    :func:`table_row_name`) and the details CSV (``replace``, ``hint``, ``sources``:
+    :func:`~transfer.tables.update_table`'s; ``comparable``: the row's :func:`comparability`
+    with the published rows); returns the Markdown table's path."""
     protocols = sorted({r.protocol for r in results})
     if len(protocols) != 1:
         raise ValueError(f"results must come from one protocol, got {protocols}")
     owner = _owner(model)
     name = table_row_name(owner.name, protocols[0])
+    finetune = protocols[0] == "finetune"
+    # Table 2's 12 columns, then the other datasets: those run (VOC2007), all for fine-tuning
+    # (its published row has VOC2007)
     names = list(DATASET_NAMES.values())
+    ran = {r.name for r in results}
+    names += [n for n in ALL_DATASET_NAMES.values() if n not in names and (finetune or n in ran)]
     row: dict[str, object] = {"Protocol": protocols[0]}
+    if finetune:
+        row["Comparable"] = comparable
     row.update({r.name: pct(r.test_score) for r in results})
-    csv_path = os.path.join(output_dir, TABLE2)
+    csv_path = os.path.join(output_dir, table_file(protocols[0]))
+    title = (
+        "Fine-tuning on other tasks (Kornblith et al. 2019 / SimCLR protocol)"
+        if finetune
+        else "Linear classification on other tasks (paper Table 2)"
+    )
     keyed = {"replace": replace, "hint": hint}
     sources = sources or {}
     figures = {r.name: sources[r.name] for r in results if r.name in sources}
@@ -315,20 +452,25 @@ def write_tables(
     mine = next(r for r in rows if r["Model"] == name)
     present = [float(mine[n]) for n in names if mine.get(n)]
     avg = {"Average": f"{sum(present) / len(present):.2f}", "n_datasets": str(len(present))}
-    rows = update_table(
-        csv_path,
-        transfer_columns(names),
-        avg | owner.cells("Model", name),
-        title="Linear classification on other tasks (paper Table 2)",
+    rows = update_table(csv_path, transfer_columns(names), avg | owner.cells("Model", name), title)
+    if finetune:
+        for ref in FINETUNE_REFERENCES:
+            cells = {k: f"{v:.2f}" for k, v in ref.values.items()}
+            cells |= {"Model": ref.name, "Comparable": "published"}
+            cells["Reference"] = f"{ref.source}; {ref.note}"
+            rows = update_table(csv_path, transfer_columns(names), cells, title)
+    stem = os.path.splitext(csv_path)[0]
+    plot_transfer_bars(stem + ".png", rows, names, title.split(" (")[0])
+    details = os.path.join(
+        output_dir, "transfer_finetune_details.csv" if finetune else "transfer_details.csv"
     )
-    plot_transfer_bars(os.path.join(output_dir, "table2_transfer.png"), rows, names)
-    details = os.path.join(output_dir, "transfer_details.csv")
     for r in results:
         d = asdict(r)
         d["lrs"] = " ".join(f"{x:.4g}" for x in r.lrs)
+        d["wds"] = " ".join(f"{x:.4g}" for x in r.wds)
         d["val_scores"] = " ".join(pct(x) for x in r.val_scores)
         d["test_score"] = pct(r.test_score)
         run = owner.cells("run", f"{name}/{r.key}")
         at = {"test_score": sources[r.name]} if r.name in sources else {}
         update_table(details, ["run", *d], d | run, **keyed, sources=at)
-    return os.path.splitext(csv_path)[0] + ".md"
+    return stem + ".md"

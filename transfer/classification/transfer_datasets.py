@@ -1,4 +1,5 @@
-"""The 12 linear-transfer datasets of the paper (Sec. 6.1, Table 2), read from local copies.
+"""The 12 linear-transfer datasets of the paper (Sec. 6.1, Table 2) and VOC2007 (Kornblith et
+al.'s list has it where the paper has Places365), read from local copies.
 
 Each dataset is a :class:`TransferDataset` record in :data:`TRANSFER_DATASETS` (fvcore
 ``Registry``, keyed by the name ``TRANSFER.DATASETS`` uses), registered in Table 2's order by
@@ -29,9 +30,12 @@ from pretrain.data.splits import per_class_split
 from pretrain.utils.errors import DatasetError
 
 from .metrics import METRICS
+from .voc07 import VOC_CLASSES, VOC_LAYOUT, VOCImages
 
 __all__ = [
+    "ALL_DATASET_NAMES",
     "DATASET_NAMES",
+    "paper_datasets",
     "TRANSFER_DATASETS",
     "BuildContext",
     "TransferData",
@@ -60,6 +64,7 @@ _LABEL_ATTRS = (
     (tvd.OxfordIIITPet, "_labels"),
     (tvd.SUN397, "_labels"),
     (ImageFolderSource, "targets"),
+    (VOCImages, "targets"),  # (N, 20) multi-label matrix
 )
 
 
@@ -85,6 +90,7 @@ class TransferDataset:
     metric: str = "top1"
     iters: int = 30000  # the default budget, TRANSFER.BUDGET.<KEY> (exactly one non-zero)
     epochs: int = 0
+    paper: bool = True  # one of the paper's 12 Table 2 datasets (TRANSFER.DATASETS' default)
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -97,12 +103,18 @@ class TransferDataset:
 
 
 def transfer_dataset(
-    name: str, layout: str, *, metric: str = "top1", iters: int = 30000, epochs: int = 0
+    name: str,
+    layout: str,
+    *,
+    metric: str = "top1",
+    iters: int = 30000,
+    epochs: int = 0,
+    paper: bool = True,
 ) -> Callable[[Builder], Builder]:
     """Register the decorated builder as dataset ``builder.__name__`` with its record."""
 
     def register(build: Builder) -> Builder:
-        record = TransferDataset(build.__name__, name, layout, build, metric, iters, epochs)
+        record = TransferDataset(build.__name__, name, layout, build, metric, iters, epochs, paper)
         # fvcore's register() keys by __name__, which a record has not (as PRIOR_REGISTRY)
         TRANSFER_DATASETS._do_register(record.key, record)
         return build
@@ -115,22 +127,35 @@ def _layout(key: str) -> str:
 
 
 class _Names(Mapping[str, str]):
-    """Key -> Table 2 column name of every registered dataset, in registration (Table 2) order,
-    read through to :data:`TRANSFER_DATASETS`."""
+    """Key -> Table 2 column name of every registered dataset (``paper_only``: of the paper's
+    12), in registration (Table 2) order, read through to :data:`TRANSFER_DATASETS`."""
+
+    def __init__(self, paper_only: bool) -> None:
+        self.paper_only = paper_only
+
+    def _keys(self) -> list[str]:
+        return [k for k, r in TRANSFER_DATASETS if r.paper or not self.paper_only]
 
     def __getitem__(self, key: str) -> str:
-        if key not in TRANSFER_DATASETS:
+        if key not in self._keys():
             raise KeyError(key)
         return TRANSFER_DATASETS.get(key).name
 
     def __iter__(self) -> Iterator[str]:
-        return (key for key, _ in TRANSFER_DATASETS)
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        return sum(1 for _ in TRANSFER_DATASETS)
+        return len(self._keys())
 
 
-DATASET_NAMES: Mapping[str, str] = _Names()
+# The paper's 12 (Table 2's columns, TRANSFER.DATASETS' default) and every registered dataset.
+DATASET_NAMES: Mapping[str, str] = _Names(paper_only=True)
+ALL_DATASET_NAMES: Mapping[str, str] = _Names(paper_only=False)
+
+
+def paper_datasets() -> list[str]:
+    """The keys of the paper's 12 Table 2 datasets (``TRANSFER.DATASETS``' default)."""
+    return list(DATASET_NAMES)
 
 
 @dataclass
@@ -161,7 +186,7 @@ class TransferData:
 def build_transfer_dataset(key: str, root: str, ctx: BuildContext | None = None) -> TransferData:
     """Build the registered dataset ``key`` from ``root`` and check its splits."""
     if key not in TRANSFER_DATASETS:
-        raise ValueError(f"unknown transfer dataset {key!r}; known: {list(DATASET_NAMES)}")
+        raise ValueError(f"unknown transfer dataset {key!r}; known: {list(ALL_DATASET_NAMES)}")
     dataset = TRANSFER_DATASETS.get(key)
     if not root or not os.path.isdir(root):
         raise DatasetError(
@@ -183,7 +208,10 @@ def _validate(data: TransferData) -> None:
                 raise DatasetError(f"{data.key}: {split} overlaps another split in {src}")
             used |= set(idx.tolist())
     for src, lab in data.labels.items():
-        if len(lab) and (lab.min() < 0 or lab.max() >= data.num_classes):
+        if lab.ndim == 2:  # multi-label: (N, num_classes) in {1, 0, -1 difficult}
+            if lab.shape[1] != data.num_classes or not np.isin(lab, (-1, 0, 1)).all():
+                raise DatasetError(f"{data.key}: {data.root}: labels of {src} are not (N, C) ±1/0")
+        elif len(lab) and (lab.min() < 0 or lab.max() >= data.num_classes):
             raise DatasetError(
                 f"{data.key}: {data.root}: labels of {src} outside [0, {data.num_classes})"
             )
@@ -482,3 +510,15 @@ def sun397(root: str, ctx: BuildContext) -> TransferData:
     )
     data.val_protocol = "Training_01 / Testing_01; " + data.val_protocol
     return data
+
+
+@transfer_dataset("VOC2007", VOC_LAYOUT, metric="map11", iters=5000, paper=False)
+def voc2007(root: str, ctx: BuildContext) -> TransferData:
+    # Official train / val / test; 11-point mAP with difficult images left out (.voc07).
+    for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        if not os.path.isdir(os.path.join(root, sub)):
+            raise DatasetError(f"voc2007: {root}/{sub} does not exist; expected {VOC_LAYOUT}")
+    srcs = {s: VOCImages(root, s) for s in ("train", "val", "test")}
+    splits = {s: [(s, np.arange(len(ds)))] for s, ds in srcs.items()}
+    protocol = "official train/val/test (difficult objects left out of the AP)"
+    return _make("voc2007", root, srcs, len(VOC_CLASSES), splits, protocol, VOC_CLASSES)

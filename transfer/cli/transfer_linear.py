@@ -1,13 +1,18 @@
-"""Linear transfer to 12 classification datasets (paper Table 2).
+"""Transfer to 12 classification datasets (paper Table 2) and VOC2007: linear or fine-tuned.
 
   python tools/transfer_linear.py --config-file configs/eval/transfer_linear.yaml \
       --checkpoint lorac_200ep.pth --name LORAC --data-root /data/transfer \
       --output-dir out/transfer_lorac --table-dir out/tables
   python tools/transfer_linear.py ... --datasets cifar10,dtd        # a subset
   python tools/transfer_linear.py --config-file configs/eval/transfer_linear_augmented.yaml ...
+  python tools/transfer_linear.py --config-file configs/eval/transfer_finetune.yaml ...
+  python tools/transfer_linear.py ... --datasets voc2007     # VOC2007, the 13th (11-point mAP)
 
-TRANSFER.PROTOCOL: cached_features (default: centre-crop features computed once and cached) or
-augmented (the paper's random-resized-crop + flip images through the frozen backbone every step).
+TRANSFER.PROTOCOL: cached_features (default: centre-crop features computed once and cached),
+augmented (the paper's random-resized-crop + flip images through the frozen backbone every step)
+or finetune (the whole network per dataset, lr and weight decay searched on val). The tool keeps
+its name for all three. --resume continues an interrupted run: finished datasets and search
+points are read back, an unfinished fine-tuning point continues from its checkpoint.
 
 Each dataset is read from <data-root>/<key> (or TRANSFER.ROOTS.<KEY>) in its published layout.
 See docs/evaluation.md for layouts, validation splits, protocols, their costs and budgets.
@@ -27,13 +32,14 @@ from transfer.classification.config import transfer_defaults
 from transfer.classification.transfer import (
     build_transfer_datasets,
     check_tables,
+    comparability,
     run_transfer,
     table_sources,
     write_tables,
 )
-from transfer.classification.transfer_datasets import DATASET_NAMES
+from transfer.classification.transfer_datasets import ALL_DATASET_NAMES
 from transfer.cli.common import add_device_arg
-from transfer.run_dir import RunDir
+from transfer.run_dir import RunAction, RunDir
 
 __all__ = ["evaluate", "main", "parse_args"]
 
@@ -45,10 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")
     parser.add_argument(
         "--datasets",
-        type=comma_separated(DATASET_NAMES),
+        type=comma_separated(ALL_DATASET_NAMES),
         default="",
-        help="comma-separated keys (default: all 12)",
+        help="comma-separated keys (default: the paper's 12; voc2007 on request)",
     )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the unfinished run in --output-dir "
+        "(same config): finished datasets and fine-tuning points are kept",
+    )  # fmt: skip
     parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
     add_device_arg(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
@@ -63,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    """The linear transfer of ``args`` (every dataset, results, tables)."""
+    """The transfer of ``args`` (every dataset, results, tables) by ``TRANSFER.PROTOCOL``."""
     opts = []
     if args.data_root:
         opts += ["TRANSFER.DATA_ROOT", args.data_root]
@@ -73,12 +83,16 @@ def evaluate(args: argparse.Namespace) -> int:
         opts += ["FEATURES.CACHE_DIR", args.cache_dir]
     keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT}
     start = start_run(
-        transfer_defaults(), args, opts, own=("augmented",), prepare=build_transfer_datasets,
+        transfer_defaults(), args, opts, own=("augmented", "finetune", "datasets"),
+        prepare=build_transfer_datasets,
         check=lambda s: check_tables(
             table_dir(args), s.owner, s.cfg.TRANSFER.PROTOCOL, **keyed, sources=table_sources(s.cfg)
         ),
     )  # fmt: skip
-    results = run_transfer(start.cfg, start.backbone, start.device, start.data)
+    if start.done:
+        return 0
+    resume = start.action is RunAction.RESUME
+    results = run_transfer(start.cfg, start.backbone, start.device, start.data, resume)
     start.run_dir.write_results(
         {r.key: asdict(r) for r in results},
         start.cfg,
@@ -87,12 +101,18 @@ def evaluate(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint or "",
     )
     md = write_tables(
-        table_dir(args), start.owner, results, **keyed, sources=table_sources(start.cfg)
+        table_dir(args),
+        start.owner,
+        results,
+        **keyed,
+        sources=table_sources(start.cfg),
+        comparable=comparability(start.cfg, start.backbone.arch),
     )
     with open(md) as f:
         print(f.read())
-    details = os.path.join(table_dir(args), "transfer_details.csv")
-    print(f"tables: {md} (+ .csv, .png); per-lr details: {details}")
+    finetune = start.cfg.TRANSFER.PROTOCOL == "finetune"
+    details = "transfer_finetune_details.csv" if finetune else "transfer_details.csv"
+    print(f"tables: {md} (+ .csv, .png); details: {os.path.join(table_dir(args), details)}")
     return 0
 
 

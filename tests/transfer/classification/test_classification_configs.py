@@ -66,6 +66,7 @@ def test_transfer_recipe_matches_paper():
     assert log_spaced(*t.LR_RANGE, t.NUM_LRS)[0] == 0.1 and t.NUM_LRS == 7
     assert (t.BATCH_SIZE, t.MOMENTUM, t.WEIGHT_DECAY) == (256, 0.9, 0.0)
     iters = {k.lower(): v.ITERS for k, v in t.BUDGET.items()}
+    assert iters.pop("voc2007") == 5000  # the 13th dataset, as the paper's small ones
     assert t.BUDGET.PLACES365.EPOCHS == 100 and iters["places365"] == 0
     assert {k for k, v in iters.items() if v == 30000} == {
         "birdsnap",

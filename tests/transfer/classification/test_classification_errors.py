@@ -195,6 +195,7 @@ def test_config_errors_name_file_and_key(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(transfer_defaults(), str(tmp_path / "missing.yaml"))
     bad.write_text("TRANSFER:\n  PROTOCOL: augmneted\n")
-    msg = r"typo.yaml: TRANSFER.PROTOCOL = 'augmneted'.*\['cached_features', 'augmented'\]"
+    msg = r"typo.yaml: TRANSFER.PROTOCOL = 'augmneted'.*"
+    msg += r"\['cached_features', 'augmented', 'finetune'\]"
     with pytest.raises(ConfigError, match=msg):
         load_config(transfer_defaults(), str(bad))

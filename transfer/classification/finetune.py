@@ -1,0 +1,229 @@
+"""``TRANSFER.PROTOCOL finetune``: the whole network fine-tuned per dataset (SimCLR Appendix B.8,
+after Kornblith et al. 2019; the recipe and its source are quoted in docs/evaluation.md).
+
+Per dataset: one run per (lr, weight decay) point of :func:`search_grid` on ``train``, scored on
+``val`` by the dataset's metric; the best point (:func:`select_point`) is retrained on
+``train + val`` and scored on ``test``. Every run is semi-supervised fine-tuning's model
+(:class:`.semi.FineTuneClassifier`: backbone + linear layer, all trained) on the classification
+engine (:func:`.engine.run_training`), with RandomResizedCrop + flip images; val and test are
+scored on centre crops. Each point leaves ``point.json`` (its score) in
+``<output>/finetune/<key>/<point>/``: a resumed run (``--resume``) skips finished points and
+continues an unfinished one from its last checkpoint; checkpoints of a finished point are
+deleted (57 ResNet-50s per dataset would fill a disk).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import glob
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from fvcore.common.config import CfgNode
+from fvcore.common.param_scheduler import ConstantParamScheduler, CosineParamScheduler
+from torch import nn
+
+from pretrain.evaluation.features import extract_features
+from pretrain.utils.atomic_io import atomic_write_bytes
+
+from .augmented import split_images
+from .backbone import EvalBackbone
+from .engine import infinite_batches, iters_per_epoch, run_training, wrap_ddp
+from .linear import best_index, log_spaced
+from .metrics import score
+from .semi import FineTuneClassifier
+from .transfer_datasets import TransferData
+from .transforms import eval_transform, train_transform
+
+__all__ = [
+    "SearchPoint",
+    "bn_momentum",
+    "fine_tune",
+    "finetune_search",
+    "point_score",
+    "search_grid",
+    "select_point",
+    "split_logits",
+]
+
+logger = logging.getLogger(__name__)
+
+POINT_FILE = "point.json"
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """One point of the search: SGD's learning rate and weight decay (as given to SGD)."""
+
+    lr: float
+    wd: float
+
+    @property
+    def tag(self) -> str:
+        return f"lr{self.lr:.4g}_wd{self.wd:.4g}"
+
+
+def search_grid(cfg: CfgNode) -> list[SearchPoint]:
+    """``FINETUNE.NUM_LRS`` log-spaced lrs in ``LR_RANGE`` x (0 if ``ZERO_WD``, then ``NUM_WDS``
+    log-spaced values in ``WD_RANGE``), each wd divided by the lr when ``WD_OVER_LR``; in grid
+    order (lr ascending, then wd ascending), which breaks ties (:func:`select_point`)."""
+    f = cfg.FINETUNE
+    lrs = log_spaced(f.LR_RANGE[0], f.LR_RANGE[1], f.NUM_LRS)
+    wds = [0.0] if f.ZERO_WD else []
+    wds += log_spaced(f.WD_RANGE[0], f.WD_RANGE[1], f.NUM_WDS) if f.NUM_WDS else []
+    return [SearchPoint(lr, wd / lr if f.WD_OVER_LR else wd) for lr in lrs for wd in wds]
+
+
+def select_point(scores: Sequence[float]) -> int:
+    """Index of the best validation score; ties go to the earliest point of the grid (the
+    smaller lr, then the smaller weight decay), as the linear sweep's ties go to the smaller lr."""
+    return best_index(scores)
+
+
+def bn_momentum(steps_per_epoch: int) -> float:
+    """PyTorch's BatchNorm momentum for SimCLR's "max(1 - 10/s, 0.9)" (TensorFlow's decay, s
+    steps per epoch): ``1 - decay`` = min(10 / s, 0.1)."""
+    return 1.0 - max(1.0 - 10.0 / max(steps_per_epoch, 1), 0.9)
+
+
+def finetune_search(
+    points: Sequence[SearchPoint], evaluate: Callable[[SearchPoint], float]
+) -> tuple[list[float], int]:
+    """Every point's validation score by ``evaluate`` and the index of the chosen one; each
+    point is logged with the search's ETA (the mean time of the points so far)."""
+    scores: list[float] = []
+    start = time.perf_counter()
+    for i, p in enumerate(points):
+        eta = ""
+        if i:
+            left = (time.perf_counter() - start) / i * (len(points) - i)
+            eta = f", search ETA {datetime.timedelta(seconds=round(left))}"
+        logger.info(
+            "search point %d/%d: lr %.4g, weight decay %.4g%s", i + 1, len(points), p.lr, p.wd, eta
+        )
+        scores.append(float(evaluate(p)))
+    return scores, select_point(scores)
+
+
+def fine_tune(
+    data: TransferData,
+    splits: Sequence[str],
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    point: SearchPoint,
+    device: torch.device | str,
+    output_dir: str,
+    resume: bool = False,
+) -> FineTuneClassifier:
+    """A fresh copy of ``backbone`` plus a linear layer, trained ``FINETUNE.ITERS`` steps on
+    augmented images of ``splits`` at ``point``; with ``resume`` continued from
+    ``output_dir``'s last checkpoint."""
+    f = cfg.FINETUNE
+    dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.SEED)  # the same classifier initialisation at every point
+        model = FineTuneClassifier(
+            copy.deepcopy(backbone.model), backbone.feature_dim, data.num_classes, device
+        )
+    if f.BN_MOMENTUM_PER_EPOCH:
+        momentum = bn_momentum(iters_per_epoch(len(dataset), f.BATCH_SIZE))
+        for m in model.modules():
+            if isinstance(m, _BATCH_NORMS):
+                m.momentum = momentum
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=point.lr,
+        momentum=f.MOMENTUM,
+        nesterov=f.NESTEROV and f.MOMENTUM > 0,
+        weight_decay=point.wd,
+    )
+    schedule = (
+        CosineParamScheduler(1.0, 0.0) if f.SCHEDULE == "cosine" else ConstantParamScheduler(1.0)
+    )
+    os.makedirs(output_dir, exist_ok=True)
+    batches = infinite_batches(dataset, f.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED)
+    run_training(
+        wrap_ddp(model, model.device),
+        optimizer,
+        batches,
+        f.ITERS,
+        schedule,
+        cfg,
+        dict,  # scored by the caller on val / test centre crops
+        checkpoint_model=model,
+        resume=resume,
+        output_dir=output_dir,
+        eval_period=0,
+        checkpoint_period=f.CHECKPOINT_PERIOD,
+    )
+    return model
+
+
+def split_logits(
+    model: FineTuneClassifier,
+    data: TransferData,
+    split: str,
+    cfg: CfgNode,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (N, C) and labels of ``split``'s centre crops through the fine-tuned network."""
+    dataset, expected = split_images(
+        data, [split], eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
+    )
+    net = nn.Sequential(model.backbone, nn.Flatten(1), model.head)
+    logits, labels = extract_features(
+        net,
+        dataset,
+        device,
+        cfg.FEATURES.BATCH_SIZE,
+        cfg.FEATURES.NUM_WORKERS,
+        desc=f"{data.key}/{split} fine-tuned",
+    )
+    if not torch.equal(labels, expected):
+        raise RuntimeError(f"{data.key}/{split}: labels from the loader differ from the index")
+    return logits, labels
+
+
+def _drop_checkpoints(output_dir: str) -> None:
+    tag = os.path.join(output_dir, "last_checkpoint")
+    for path in [*glob.glob(os.path.join(output_dir, "model_*.pth")), tag]:
+        if os.path.isfile(path):
+            os.remove(path)
+
+
+def point_score(
+    data: TransferData,
+    splits: Sequence[str],
+    split: str,
+    backbone: EvalBackbone,
+    cfg: CfgNode,
+    point: SearchPoint,
+    device: torch.device | str,
+    output_dir: str,
+    resume: bool = False,
+) -> float:
+    """``split``'s score after fine-tuning on ``splits`` at ``point``: with ``resume`` read from
+    ``output_dir/point.json`` when that point finished before (or continued from its last
+    checkpoint), else trained, scored, recorded."""
+    record = os.path.join(output_dir, POINT_FILE)
+    if resume and os.path.isfile(record):
+        with open(record) as fh:
+            done = json.load(fh)
+        logger.info(
+            "%s %s: finished before (%s %.4f), skipped", data.key, point.tag, split, done["score"]
+        )
+        return float(done["score"])
+    model = fine_tune(data, splits, backbone, cfg, point, device, output_dir, resume)
+    value = score(data.metric, *split_logits(model, data, split, cfg, device))
+    entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
+    entry |= {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}
+    atomic_write_bytes(record, json.dumps(entry, indent=2).encode())
+    _drop_checkpoints(output_dir)
+    return value
