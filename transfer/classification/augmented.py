@@ -24,12 +24,8 @@ from pretrain.evaluation.features import extract_features
 
 from .backbone import EvalBackbone
 from .engine import infinite_batches, run_training
-<<<<<<< HEAD
 from .features import check_index_labels
-from .linear import linear_head
-=======
 from .linear import classification_loss, linear_head
->>>>>>> cls-protocols
 from .probe import LinearProbe
 from .transfer_datasets import TransferData
 from .transforms import eval_transform, train_transform
