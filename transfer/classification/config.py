@@ -164,7 +164,9 @@ def svm_defaults() -> CN:
     c.FEATURES.CACHE_DIR = ""  # "" -> <OUTPUT_DIR>/feature_cache
     c.SVM = CN()
     c.SVM.IMAGE_SIZE = 224  # images resized to IMAGE_SIZE x IMAGE_SIZE (VISSL), no crop
-    c.SVM.POOL = "gap"  # "gap" (res5 global average pool) or "avgpool6" (OpenSelfSup's feat5)
+    # "avgpool6" (OpenSelfSup's feat5, 8192-d: the published rows' pooling) or "gap" (res5 global
+    # average pool, 2048-d; needs no 6 x 6 res5 map, so small test images use it)
+    c.SVM.POOL = "avgpool6"
     c.SVM.NORMALIZE = True  # rows / (L2 norm + 1e-5)
     # Goyal et al.'s fair_self_supervision_benchmark train_svm_kfold.py cost list
     c.SVM.COSTS = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -268,6 +270,8 @@ def _validate(cfg: CN, src: str) -> None:
     if "SVM" in cfg:
         need("SVM.IMAGE_SIZE", lambda x: x > 0, "must be > 0")
         need("SVM.POOL", lambda x: x in ("gap", "avgpool6"), "gap or avgpool6")
+        if cfg.SVM.POOL == "avgpool6":  # res5 is IMAGE_SIZE / 32 on a side; the pool takes 6 x 6
+            need("SVM.IMAGE_SIZE", lambda x: x >= 192, ">= 192 with SVM.POOL avgpool6 (or gap)")
         need("SVM.COSTS", lambda x: len(x) > 0 and all(v > 0 for v in x), "costs > 0")
         need("SVM.LOW_SHOT_COSTS", lambda x: len(x) > 0 and all(v > 0 for v in x), "costs > 0")
         need("SVM.FOLDS", lambda x: x >= 2, "must be >= 2")

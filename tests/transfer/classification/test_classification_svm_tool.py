@@ -15,7 +15,7 @@ from tests.helpers.mistakes import assert_user_error, run_main, snapshot, tool_m
 
 SVM = tool_main("tools/svm_voc07.py")
 SMALL = [
-    "--device", "cpu", "SVM.IMAGE_SIZE", "32", "SVM.COSTS", "(0.1, 1.0)",
+    "--device", "cpu", "SVM.IMAGE_SIZE", "32", "SVM.POOL", "gap", "SVM.COSTS", "(0.1, 1.0)",
     "SVM.LOW_SHOT_COSTS", "(1.0,)", "SVM.LOW_SHOT_K", "(1, 2)", "SVM.LOW_SHOT_DRAWS", "2",
     "FEATURES.NUM_WORKERS", "0",
 ]  # fmt: skip
