@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import time
 from collections.abc import Iterator
 
@@ -46,6 +45,7 @@ from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
+from pretrain.utils.rng_states import RngStates
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.signals import default_stop_signals
 
@@ -256,15 +256,7 @@ class PretrainTrainer(SimpleTrainer):
     def state_dict(self) -> dict:
         self._raise_if_not_finite()  # a non-finite state is never saved
         ret = super().state_dict()
-        ret["rng"] = {
-            "torch": torch.get_rng_state(),
-            "python": {
-                "version": random.getstate()[0],
-                "state": list(random.getstate()[1]),
-                "gauss": random.getstate()[2],
-            },
-            "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
-        }
+        ret["rng"] = RngStates().state_dict()
         if self.grad_scaler is not None:
             ret["grad_scaler"] = self.grad_scaler.state_dict()
         # the unreadable files already warned about: a resumed run neither warns about them
@@ -276,10 +268,7 @@ class PretrainTrainer(SimpleTrainer):
         super().load_state_dict(state_dict)
         rng = state_dict.get("rng")
         if rng:
-            torch.set_rng_state(rng["torch"])
-            py = rng["python"]
-            random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
-            np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), 624, 0, 0.0))
+            RngStates().load_state_dict(rng)
         self._skipped = set(state_dict.get("skipped_files", []))
         if self.grad_scaler is not None and "grad_scaler" in state_dict:
             self.grad_scaler.load_state_dict(state_dict["grad_scaler"])

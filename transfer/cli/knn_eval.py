@@ -17,6 +17,7 @@ from pretrain.cli.arguments import ToolParser, int_at_least, positive_float
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.datasets import dataset_type
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
+from pretrain.engine.writers import log_to_names, write_scalars
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import dump_run_info
@@ -115,6 +116,7 @@ def evaluate(args: argparse.Namespace) -> int:
     protocol = f"resize {resize} crop {crop} k={args.k} T={args.temperature:g}"
     source = data_source(args.dataset, args.data_root, args.class_list, limit, protocol)
     check_table_row(args, owner, TABLE, "Model", {column: source})
+    log_to = log_to_names(args.log_to)
     run_dir.start(action)
     dump_run_info(args.output_dir, args=args)
     res = run_knn(
@@ -132,6 +134,8 @@ def evaluate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         num_workers=workers,
     )
+    # the name the pretraining kNN monitor logs its accuracy under
+    write_scalars(args.output_dir, {"knn/top1": res.top1}, log_to=log_to, config=vars(args))
     run_dir.write_results(
         asdict(res), None, model=owner.name, weights_sha256=owner.weights, args=vars(args)
     )
