@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from detectron2.engine import HookBase, SimpleTrainer, hooks
-from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from fvcore.common.config import CfgNode
@@ -33,13 +32,13 @@ from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import (
     BetaSchedule,
-    MetricPrinter,
     MomentumUpdate,
     StopOnSignal,
     unwrap,
 )
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.engine.step_records import StepRecord, StepRecords
+from pretrain.engine.writers import build_writers
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
@@ -184,8 +183,7 @@ class PretrainTrainer(SimpleTrainer):
                     max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
-            # detectron2's console printer first, as default_writers has it
-            writers = [MetricPrinter(self.max_iter), *default_writers(cfg.OUTPUT_DIR)[1:]]
+            writers = build_writers(cfg.OUTPUT_DIR, self.max_iter)
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
         # same iteration boundary, checked in run_step); see pretrain/engine/hooks.py

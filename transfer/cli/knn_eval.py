@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     """The kNN evaluation of ``args`` (checks, features, results, table row)."""
     device = resolve_device(args.device)
+    log_to = log_to_names(args.log_to)
     workers = resolve_num_workers(args.num_workers, name="--num-workers")
     # everything a mistake can be found in is read before anything is written
     run_dir = RunDir(args.output_dir, "--output-dir")
@@ -116,7 +117,6 @@ def evaluate(args: argparse.Namespace) -> int:
     protocol = f"resize {resize} crop {crop} k={args.k} T={args.temperature:g}"
     source = data_source(args.dataset, args.data_root, args.class_list, limit, protocol)
     check_table_row(args, owner, TABLE, "Model", {column: source})
-    log_to = log_to_names(args.log_to)
     run_dir.start(action)
     dump_run_info(args.output_dir, args=args)
     res = run_knn(
