@@ -5,6 +5,7 @@ sharded by ``DistributedSampler``, evaluation by a strided split whose counts ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import yaml
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
+from detectron2.utils.events import EventStorage
 from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import (
     CosineParamScheduler,
@@ -49,6 +51,7 @@ __all__ = [
     "iters_per_epoch",
     "resolve_device",
     "run_stage",
+    "step_log",
     "run_training",
     "supervised_sets",
     "train_supervised",
@@ -280,6 +283,32 @@ class _From:
 
     def __iter__(self) -> Iterator:
         return iter(self.batches(self.start))
+
+
+@contextlib.contextmanager
+def step_log(
+    output_dir: str, max_iter: int, log_to: Sequence[str] = (), config: CfgNode | None = None
+) -> Iterator[Callable[[int, dict[str, float]], None]]:
+    """``log(iteration, scalars)`` for a training loop of its own (the cached-features
+    classifiers): the scalars go through :func:`~pretrain.engine.writers.build_writers`' writers
+    into ``output_dir`` (no console line: the loop shows a progress bar), as the engine's do."""
+    writers = []
+    if comm.is_main_process():
+        cfg = yaml.safe_load(config.dump()) if config is not None else None
+        writers = build_writers(output_dir, max_iter, log_to, config=cfg, console=False)
+    with EventStorage() as storage:
+
+        def log(iteration: int, scalars: dict[str, float]) -> None:
+            storage.iter = iteration
+            storage.put_scalars(**scalars, smoothing_hint=False)
+            for writer in writers:
+                writer.write()
+
+        try:
+            yield log
+        finally:
+            for writer in writers:
+                writer.close()
 
 
 def run_stage(directory: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:

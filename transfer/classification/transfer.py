@@ -28,7 +28,7 @@ from transfer.tables import CLASH_HINT, RowOwner, check_row, data_source, update
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
-from .engine import run_stage
+from .engine import run_stage, step_log
 from .features import FeatureCache, cached_features, labels_digest
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
@@ -173,7 +173,11 @@ def _protocol(
         splits: Sequence[str], lrs: Sequence[float], iters: int, desc: str
     ) -> list[nn.Linear]:
         x, y = _gather(feats, [part for split in splits for part in data.splits[split]])
-        return train_linear_heads(x, y, data.num_classes, lrs, iters, **common, desc=desc)
+        with step_log(stage_dir(cfg, data.key, splits), iters, log_to, cfg) as log:
+            return train_linear_heads(
+                x, y, data.num_classes, lrs, iters, **common, desc=desc, log=log,
+                log_period=cfg.LOG_PERIOD,
+            )  # fmt: skip
 
     def cached(split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _gather(feats, data.splits[split])

@@ -87,20 +87,21 @@ def test_semi_supervised_writes_events_per_lr_and_for_the_selected_lr(data, tmp_
     assert scalars(out)["eval/top1"] == [(0, pytest.approx(results["top1"]))]
 
 
-@pytest.mark.protocols  # over 3 s
-def test_transfer_harness_writes_each_datasets_scores(data, tmp_path):
+def test_transfer_harness_writes_each_search_points_steps_and_each_datasets_scores(data, tmp_path):
     out = tmp_path / "transfer"
     _ok(run_main(transfer_linear.main, [
-        "--config-file", f"{QUICK}/transfer_augmented_instant.yaml", "--random-init",
-        "resnet18", "--data-root", str(data["transfer"]), "--datasets", "dtd", "--output-dir",
-        str(out), "--device", "cpu", "TRANSFER.NUM_LRS", "1", "TRANSFER.BUDGET.DTD.ITERS", "1",
+        "--config-file", f"{QUICK}/transfer_instant.yaml", "--random-init", "resnet18",
+        "--data-root", str(data["transfer"]), "--datasets", "dtd", "--output-dir", str(out),
+        "--device", "cpu", "TRANSFER.NUM_LRS", "2", "LOG_PERIOD", "2",
     ]))  # fmt: skip
     results = json.loads((out / "results.json").read_text())["results"]["dtd"]
     tb = scalars(out)
     assert tb["eval/dtd/test"] == [(0, pytest.approx(results["test_score"]))]
     assert tb["eval/dtd/val"] == [(0, pytest.approx(max(results["val_scores"])))]
-    for search_point in ("train", "train+val"):  # each augmented training logs its steps
-        assert scalars(out / "augmented" / "dtd" / search_point).keys() >= TRAINING
+    for search_point in ("train", "train+val"):  # the cached-features loop, every LOG_PERIOD
+        steps = scalars(out / "cached_features" / "dtd" / search_point)
+        assert steps.keys() >= TRAINING
+        assert [step for step, _ in steps["lr"]] == [1, 3, 4]  # 5 iterations
 
 
 def _knn(data: dict, out: Path, *extra: str) -> list[str]:
