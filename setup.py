@@ -65,7 +65,7 @@ setup(
             "pytest-xdist>=3",
             "ruff>=0.6",
             "pre-commit",
-            "wandb",
+            "wandb>=0.19.10",  # wandb.init(reinit="create_new")
             "mlflow-skinny",
         ]
     },

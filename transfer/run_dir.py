@@ -45,6 +45,8 @@ RUN_FILES = (
     "metrics.json",
     "log.txt*",
     "events.out.tfevents.*",
+    "wandb",  # --log-to's stores (pretrain/engine/writers.py)
+    "mlruns",
 )
 
 

@@ -157,6 +157,9 @@ def test_knn_eval_writes_its_accuracy_to_tensorboard_wandb_and_mlflow(data, tmp_
     assert [(m.step, m.value) for m in history] == [(0, pytest.approx(top1))]
     assert run.data.params["k"] == "200" and run.info.status == "FINISHED"
     assert math.isfinite(top1)
+    # --overwrite replaces the run: its W&B and MLflow records go with it
+    _ok(run_main(knn_eval.main, _knn(data, out, "--overwrite")))
+    assert not (out / "wandb").exists() and not (out / "mlruns").exists()
 
 
 def test_log_to_a_missing_package_is_one_error_line_naming_it(data, tmp_path, monkeypatch):
