@@ -6,10 +6,11 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+import yaml
 from detectron2.engine import HookBase, SimpleTrainer, hooks
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
@@ -96,7 +97,9 @@ class PretrainTrainer(SimpleTrainer):
         stop_on_interrupt: bool = False,
         resume_with_changes: bool = False,
         source: Dataset | None = None,
+        log_to: Sequence[str] = (),  # the optional writers (pretrain/engine/writers.py)
     ) -> None:
+        self.log_to = tuple(log_to)
         world = comm.get_world_size()
         check_world_size(cfg, world)  # the rest was validated by load_config
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
@@ -183,7 +186,8 @@ class PretrainTrainer(SimpleTrainer):
                     max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
-            writers = build_writers(cfg.OUTPUT_DIR, self.max_iter)
+            config = yaml.safe_load(cfg.dump())
+            writers = build_writers(cfg.OUTPUT_DIR, self.max_iter, self.log_to, config=config)
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
         # same iteration boundary, checked in run_step); see pretrain/engine/hooks.py

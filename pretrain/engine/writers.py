@@ -10,6 +10,7 @@ otherwise) and an MLflow run (a local file store under the run directory unless
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 from collections import defaultdict
@@ -19,6 +20,7 @@ from typing import Any
 from detectron2.engine.defaults import default_writers
 from detectron2.utils.events import EventStorage, EventWriter, get_event_storage
 
+from pretrain.cli.arguments import comma_separated
 from pretrain.engine.hooks import MetricPrinter
 from pretrain.utils.errors import ConfigError
 
@@ -26,6 +28,7 @@ __all__ = [
     "LOG_TO",
     "MlflowWriter",
     "WandbWriter",
+    "add_log_to_arg",
     "build_writers",
     "check_log_to",
     "log_to_names",
@@ -35,6 +38,16 @@ __all__ = [
 # ``--log-to`` choices: the optional writers and the pip package each needs
 LOG_TO = {"wandb": "wandb", "mlflow": "mlflow-skinny"}
 _MODULES = {"wandb": "wandb", "mlflow": "mlflow"}
+
+
+def add_log_to_arg(parser: argparse.ArgumentParser) -> None:
+    """``--log-to wandb,mlflow``: the optional writers, the same option in every tool."""
+    parser.add_argument(
+        "--log-to", type=comma_separated(list(LOG_TO)), default="", metavar="WRITERS",
+        help="besides TensorBoard events and metrics.json, log the scalars to wandb (offline "
+        "unless WANDB_MODE says otherwise) and/or mlflow (a file store <output>/mlruns unless "
+        "MLFLOW_TRACKING_URI is set), comma-separated: wandb,mlflow",
+    )  # fmt: skip
 
 
 def log_to_names(text: str) -> tuple[str, ...]:

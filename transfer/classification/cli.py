@@ -12,8 +12,7 @@ import torch
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.cli.arguments import comma_separated
-from pretrain.engine.writers import LOG_TO, log_to_names
+from pretrain.engine.writers import add_log_to_arg, log_to_names
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import setup_run
 from transfer.checkpoint.provenance import checkpoint_method, run_label
@@ -70,12 +69,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "run each: a directory holding a run is refused (see --overwrite)",
     )  # fmt: skip
     add_run_dir_args(parser)
-    parser.add_argument(
-        "--log-to", type=comma_separated(list(LOG_TO)), default="", metavar="WRITERS",
-        help="besides TensorBoard events and metrics.json, log the scalars to wandb (offline "
-        "unless WANDB_MODE says otherwise) and/or mlflow (a file store <output>/mlruns unless "
-        "MLFLOW_TRACKING_URI is set), comma-separated: wandb,mlflow",
-    )  # fmt: skip
+    add_log_to_arg(parser)
     parser.add_argument(
         "--table-dir", default="", help="where the Markdown/CSV tables go (default: output dir); "
         "runs of other models with the same table dir add rows",
