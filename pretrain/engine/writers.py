@@ -20,7 +20,6 @@ from typing import Any
 from detectron2.engine.defaults import default_writers
 from detectron2.utils.events import EventStorage, EventWriter, get_event_storage
 
-from pretrain.cli.arguments import comma_separated
 from pretrain.engine.hooks import MetricPrinter
 from pretrain.utils.errors import ConfigError
 
@@ -43,7 +42,7 @@ _MODULES = {"wandb": "wandb", "mlflow": "mlflow"}
 def add_log_to_arg(parser: argparse.ArgumentParser) -> None:
     """``--log-to wandb,mlflow``: the optional writers, the same option in every tool."""
     parser.add_argument(
-        "--log-to", type=comma_separated(list(LOG_TO)), default="", metavar="WRITERS",
+        "--log-to", default="", metavar="WRITERS",
         help="besides TensorBoard events and metrics.json, log the scalars to wandb (offline "
         "unless WANDB_MODE says otherwise) and/or mlflow (a file store <output>/mlruns unless "
         "MLFLOW_TRACKING_URI is set), comma-separated: wandb,mlflow",
@@ -52,7 +51,7 @@ def add_log_to_arg(parser: argparse.ArgumentParser) -> None:
 
 def log_to_names(text: str) -> tuple[str, ...]:
     """``--log-to``'s comma-separated writers (``"wandb,mlflow"``), checked
-    (:func:`check_log_to`)."""
+    (:func:`check_log_to`: each tool calls this before it writes anything)."""
     names = tuple(dict.fromkeys(w.strip() for w in text.split(",") if w.strip()))
     check_log_to(names)
     return names

@@ -216,20 +216,10 @@ def run_training(
     if eval_period is None:
         eval_period = cfg.TEST.EVAL_PERIOD
     scheduler = LRMultiplier(optimizer, schedule, max_iter)
-    checkpointer = None
-    start_iter = 0
-    if checkpoint_model is not None:
-        checkpointer = AtomicCheckpointer(
-            checkpoint_model,
-            output_dir,
-            save_to_disk=comm.is_main_process(),
-            optimizer=optimizer,
-            scheduler=scheduler,
-            rng=RngStates(),
-        )
-        if resume and checkpointer.has_checkpoint():
-            start_iter = checkpointer.resume_or_load("", resume=True).get("iteration", -1) + 1
-            logger.info("resuming from iteration %d", start_iter)
+    checkpointer, start_iter = _checkpointer(checkpoint_model, optimizer, scheduler, output_dir), 0
+    if checkpointer is not None and resume and checkpointer.has_checkpoint():
+        start_iter = checkpointer.resume_or_load("", resume=True).get("iteration", -1) + 1
+        logger.info("resuming from iteration %d", start_iter)
     trainer = SimpleTrainer(model, _From(batches, start_iter), optimizer)
     results: dict[str, float] = {}
 
@@ -273,6 +263,23 @@ def run_training(
 
 
 _RESUME = "when the same command is run again with --resume"
+
+
+def _checkpointer(
+    model: nn.Module | None, optimizer: torch.optim.Optimizer, scheduler: Any, output_dir: str
+) -> AtomicCheckpointer | None:
+    """The checkpointer of ``model`` (None: nothing is checkpointed) with everything an exact
+    resume needs besides the data order (a function of the iteration)."""
+    if model is None:
+        return None
+    return AtomicCheckpointer(
+        model,
+        output_dir,
+        save_to_disk=comm.is_main_process(),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        rng=RngStates(),
+    )
 
 
 class _From:
