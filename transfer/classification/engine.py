@@ -1,6 +1,12 @@
-"""Training plumbing of the linear probe and semi-supervised fine-tuning: detectron2's
-``SimpleTrainer`` and hooks, on CPU or GPU, in one process or under ``launch`` (training data
-sharded by ``DistributedSampler``, evaluation by a strided split whose counts are summed).
+"""Training plumbing of the linear probe, semi-supervised fine-tuning and the augmented
+transfer: detectron2's ``SimpleTrainer`` and hooks, on CPU or GPU, in one process or under
+``launch`` (each process takes its share of the global batch of pretraining's sampler,
+evaluation a strided split whose counts are summed).
+
+Resumes are exact, as pretraining's: iteration t's images and augmentations depend on (SEED, t)
+only (:func:`infinite_batches`), checkpoints hold the weights, optimizer, scheduler, iteration
+and random generators (:func:`run_training`), and a sweep's finished stages are read back
+(:func:`run_stage`).
 """
 
 from __future__ import annotations
