@@ -71,8 +71,10 @@ def check_log_to(log_to: Sequence[str]) -> None:
 
 
 class _NewScalars(EventWriter):
-    """Hands each iteration's scalars not yet written to :meth:`_log`, in iteration order (the
-    raw latest values, as the TensorBoard writer's unsmoothed ones)."""
+    """Hands each iteration's scalars not yet written to :meth:`_log`, in iteration order, with
+    the values the TensorBoard writer writes (median of the window where a scalar asks for
+    smoothing). Hand-written, as detectron2 has no W&B or MLflow writer; the loop is
+    ``JSONWriter.write``'s."""
 
     def __init__(self, window_size: int = 20) -> None:
         self._window_size = window_size
