@@ -59,6 +59,15 @@ setup(
     ],
     # detectron2 is not on PyPI: `make venv` runs tools/install_detectron2.py (see README).
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout", "pytest-xdist>=3", "ruff>=0.6", "pre-commit"]
+        # wandb and mlflow-skinny: the optional --log-to writers, installed so that their tests run
+        "dev": [
+            "pytest>=7",
+            "pytest-timeout",
+            "pytest-xdist>=3",
+            "ruff>=0.6",
+            "pre-commit",
+            "wandb>=0.19.10",  # wandb.init(reinit="create_new")
+            "mlflow-skinny",
+        ]
     },
 )

@@ -32,6 +32,7 @@ from pretrain.utils.run_setup import ARGS_FILE, CONFIG_FILE, ENV_FILE
 __all__ = ["RESULTS_FILE", "RUN_FILES", "RunAction", "RunDir", "RunDirError", "add_run_dir_args"]
 
 RESULTS_FILE = "results.json"
+STAGE_RESULTS = "stage_results.json"  # one finished stage of a sweep, in its own folder
 # What any tool's run leaves in its directory (detectron2's writers included): the files
 # ``--overwrite`` deletes before a fresh start, besides each tool's own (``RunDir.own``).
 RUN_FILES = (
@@ -44,6 +45,8 @@ RUN_FILES = (
     "metrics.json",
     "log.txt*",
     "events.out.tfevents.*",
+    "wandb",  # --log-to's stores (pretrain/engine/writers.py)
+    "mlruns",
 )
 
 
@@ -125,12 +128,23 @@ class RunDir:
             with open(tag) as f:
                 checkpoint = self._file(f.read().strip())
             return f"the same command with --resume continues from {checkpoint}"
+        if self.resumable and self._progress_below():
+            return (
+                "the same command with --resume continues from what it finished (a sweep's "
+                f"stages and checkpoints in {self.path})"
+            )
         if self.holds_run():
             return (
                 f"nothing to resume; the same command with --overwrite starts again ({self.what} "
                 f"{self.path} holds the unfinished run)"
             )
         return "nothing was written; the same command starts again"
+
+    def _progress_below(self) -> bool:
+        """Whether a sweep's stage (one lr, one search point) in a folder below finished or
+        left a checkpoint."""
+        found = (os.path.join(self.path, "**", n) for n in (STAGE_RESULTS, "last_checkpoint"))
+        return any(glob.glob(pattern, recursive=True) for pattern in found)
 
     def _present(self) -> str:
         names = [n for n in (self.results, CONFIG_FILE, ARGS_FILE) if os.path.exists(self._file(n))]

@@ -29,6 +29,7 @@ from pretrain.config.defaults import check_world_size
 from pretrain.config.resume import RESUME_FLAG, RESUME_FLAG_HELP
 from pretrain.engine.launch import argument_parser, begin_run, checked_config
 from pretrain.engine.run import run_pretraining, train_source
+from pretrain.engine.writers import add_log_to_arg, log_to_names
 from pretrain.utils.distributed import set_fail_fast_env
 
 __all__ = ["main", "restart_hint", "train"]
@@ -42,15 +43,19 @@ def train(args: argparse.Namespace) -> None:
     cfg = checked_config(args, changes)
     source = train_source(cfg)
     begin_run(cfg, args)
-    run_pretraining(cfg, stop_on_interrupt=True, resume_with_changes=changes, source=source)
+    log_to = log_to_names(args.log_to)
+    run_pretraining(cfg, stop_on_interrupt=True, resume_with_changes=changes, source=source,
+                    log_to=log_to)  # fmt: skip
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     parser = argument_parser(__doc__.splitlines()[0], ToolParser)
     parser.add_argument(RESUME_FLAG, action="store_true", help=RESUME_FLAG_HELP)
+    add_log_to_arg(parser)
     args = parse_args_and_overrides(parser, argv)
     check_launch_args(parser, args)
+    log_to_names(args.log_to)  # a writer whose package is missing: before anything is written
     # Every check that reads only, once, before launch starts --num-gpus workers (which would
     # each fail alike, after their first writes); the workers check again in train(). The
     # process-group timeout is launch's to pass.

@@ -169,6 +169,12 @@ class StopOnSignal(HookBase):
             signal.signal(sig, handler)
         self._previous.clear()
 
+    def agreed_pending(self) -> bool:
+        """Whether any rank received a stop signal (one ``all_reduce`` with several processes;
+        every rank calls it): after ``train()``, whether a signal came during its last iteration
+        or ``after_train``."""
+        return self._agreed_action() != NONE
+
     def _agreed_action(self) -> int:
         if comm.get_world_size() == 1:
             return self._received

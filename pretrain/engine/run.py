@@ -39,6 +39,7 @@ def run_pretraining(
     stop_on_interrupt: bool = False,
     resume_with_changes: bool = False,
     source: Dataset | None = None,
+    log_to: Sequence[str] = (),
 ) -> PretrainTrainer:
     """Build the trainer of ``cfg`` (and ``extra_hooks``; ``stop_on_interrupt``: Ctrl-C saves a
     checkpoint and stops, as SIGTERM does), resume from
@@ -48,8 +49,9 @@ def run_pretraining(
     :mod:`pretrain.engine.config_changes`). ``source``: the :func:`train_source` of ``cfg``
     when the caller has it (else the trainer scans the data). Returns the trainer:
     ``start_iter`` (where this call started), ``max_iter``, and ``train_seconds`` (the time
-    spent in ``train()``, 0.0 when nothing was left)."""
-    trainer = PretrainTrainer(cfg, stop_on_interrupt, resume_with_changes, source)
+    spent in ``train()``, 0.0 when nothing was left). ``log_to``: the optional writers
+    (:func:`pretrain.engine.writers.build_writers`)."""
+    trainer = PretrainTrainer(cfg, stop_on_interrupt, resume_with_changes, source, log_to)
     trainer.register_hooks(list(extra_hooks))
     trainer.resume()
     if trainer.start_iter >= trainer.max_iter:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+import yaml
 from detectron2.engine import HookBase, SimpleTrainer, hooks
-from detectron2.engine.defaults import default_writers
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from fvcore.common.config import CfgNode
@@ -34,18 +33,19 @@ from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import (
     BetaSchedule,
-    MetricPrinter,
     MomentumUpdate,
     StopOnSignal,
     unwrap,
 )
 from pretrain.engine.launch import check_cpu_bfloat16, check_device
 from pretrain.engine.step_records import StepRecord, StepRecords
+from pretrain.engine.writers import build_writers
 from pretrain.evaluation.knn_monitor import build_knn_hook
 from pretrain.modeling import build_model
 from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_optimizer
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
+from pretrain.utils.rng_states import RngStates
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.signals import default_stop_signals
 
@@ -97,7 +97,9 @@ class PretrainTrainer(SimpleTrainer):
         stop_on_interrupt: bool = False,
         resume_with_changes: bool = False,
         source: Dataset | None = None,
+        log_to: Sequence[str] = (),  # the optional writers (pretrain/engine/writers.py)
     ) -> None:
+        self.log_to = tuple(log_to)
         world = comm.get_world_size()
         check_world_size(cfg, world)  # the rest was validated by load_config
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
@@ -184,8 +186,8 @@ class PretrainTrainer(SimpleTrainer):
                     max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
-            # detectron2's console printer first, as default_writers has it
-            writers = [MetricPrinter(self.max_iter), *default_writers(cfg.OUTPUT_DIR)[1:]]
+            config = yaml.safe_load(cfg.dump())
+            writers = build_writers(cfg.OUTPUT_DIR, self.max_iter, self.log_to, config=config)
             ret.append(hooks.PeriodicWriter(writers, period=cfg.SOLVER.LOG_PERIOD))
         # on every rank: after a preemption/time-limit signal, save and stop (all ranks at the
         # same iteration boundary, checked in run_step); see pretrain/engine/hooks.py
@@ -256,15 +258,7 @@ class PretrainTrainer(SimpleTrainer):
     def state_dict(self) -> dict:
         self._raise_if_not_finite()  # a non-finite state is never saved
         ret = super().state_dict()
-        ret["rng"] = {
-            "torch": torch.get_rng_state(),
-            "python": {
-                "version": random.getstate()[0],
-                "state": list(random.getstate()[1]),
-                "gauss": random.getstate()[2],
-            },
-            "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
-        }
+        ret["rng"] = RngStates().state_dict()
         if self.grad_scaler is not None:
             ret["grad_scaler"] = self.grad_scaler.state_dict()
         # the unreadable files already warned about: a resumed run neither warns about them
@@ -276,10 +270,7 @@ class PretrainTrainer(SimpleTrainer):
         super().load_state_dict(state_dict)
         rng = state_dict.get("rng")
         if rng:
-            torch.set_rng_state(rng["torch"])
-            py = rng["python"]
-            random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
-            np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), 624, 0, 0.0))
+            RngStates().load_state_dict(rng)
         self._skipped = set(state_dict.get("skipped_files", []))
         if self.grad_scaler is not None and "grad_scaler" in state_dict:
             self.grad_scaler.load_state_dict(state_dict["grad_scaler"])

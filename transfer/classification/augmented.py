@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -103,9 +103,12 @@ def train_heads_augmented(
     iters: int,
     device: torch.device | str,
     output_dir: str,
+    resume: bool = False,
+    log_to: Sequence[str] = (),
 ) -> list[nn.Linear]:
     """One linear head per lr trained for ``iters`` steps on augmented images of ``splits``
-    with the cached protocol's SGD and cosine schedule; logs go to ``output_dir``."""
+    with the cached protocol's SGD and cosine schedule; logs and checkpoints go to
+    ``output_dir`` (``resume``: continue its last checkpoint, exactly)."""
     t = cfg.TRANSFER
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     heads = LinearHeads(backbone.feature_dim, data.num_classes, len(lrs), cfg.SEED)
@@ -129,7 +132,10 @@ def train_heads_augmented(
         t.BATCH_SIZE,
     )
     os.makedirs(output_dir, exist_ok=True)
-    batches = infinite_batches(dataset, t.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED)
+
+    def batches(start: int) -> Iterator:
+        return infinite_batches(dataset, t.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED, start)
+
     run_training(
         model,
         optimizer,
@@ -138,7 +144,10 @@ def train_heads_augmented(
         CosineParamScheduler(1.0, 0.0),
         cfg,
         dict,  # nothing to evaluate while training: val / test are scored by the caller
+        checkpoint_model=model.classifier,
+        resume=resume,
         output_dir=output_dir,
         eval_period=0,
+        log_to=log_to,
     )
     return [h.eval() for h in model.classifier]

@@ -12,6 +12,7 @@ import torch
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
+from pretrain.engine.writers import add_log_to_arg, log_to_names
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import setup_run
 from transfer.checkpoint.provenance import checkpoint_method, run_label
@@ -68,6 +69,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "run each: a directory holding a run is refused (see --overwrite)",
     )  # fmt: skip
     add_run_dir_args(parser)
+    add_log_to_arg(parser)
     parser.add_argument(
         "--table-dir", default="", help="where the Markdown/CSV tables go (default: output dir); "
         "runs of other models with the same table dir add rows",
@@ -161,6 +163,7 @@ class RunStart:
     backbone: EvalBackbone | None = None
     data: Any = None
     owner: RowOwner | None = None
+    log_to: tuple[str, ...] = ()  # --log-to's optional writers
 
     @property
     def done(self) -> bool:
@@ -193,7 +196,7 @@ def start_run(
     )  # fmt: skip
     action = run_dir.check(resume, args.overwrite, cfg)
     check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
-    start = RunStart(cfg, device, run_dir, action)
+    start = RunStart(cfg, device, run_dir, action, log_to=log_to_names(args.log_to))
     if start.done:
         if comm.is_main_process():
             print(f"{run_dir.path} holds a finished run ({run_dir.results}): nothing left to do")

@@ -89,14 +89,14 @@ def semi_supervised_defaults() -> CN:
     c.DATA.HELDOUT_PER_CLASS = 5  # unlabelled train images per class used to pick the lr
     c.DATA.LABEL_PERCENT = 1  # 1 or 10: the Table 3 column the result goes to
     c.SOLVER.pop("BASE_LR")  # the sweep below sets the learning rates
-    c.SOLVER.pop("CHECKPOINT_PERIOD")  # one short run per lr; nothing to resume
+    c.SOLVER.pop("CHECKPOINT_PERIOD")  # re-added last: 0, one checkpoint at the end of each lr
     c.SOLVER.EPOCHS = 30
     c.SOLVER.LRS = ()  # explicit classifier lrs; empty -> NUM_LRS log-spaced in LR_RANGE
     c.SOLVER.LR_RANGE = (0.01, 10.0)
     c.SOLVER.NUM_LRS = 7
     c.SOLVER.HEAD_LR_MULT = 250.0  # classifier lr / backbone lr
     c.SOLVER.GAMMA = 0.2
-    c.SOLVER.CHECKPOINT_PERIOD = 0
+    c.SOLVER.CHECKPOINT_PERIOD = 0  # and one at a Ctrl-C, for --resume
     return c
 
 

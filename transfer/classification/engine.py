@@ -1,22 +1,31 @@
-"""Training plumbing of the linear probe and semi-supervised fine-tuning: detectron2's
-``SimpleTrainer`` and hooks, on CPU or GPU, in one process or under ``launch`` (training data
-sharded by ``DistributedSampler``, evaluation by a strided split whose counts are summed).
+"""Training plumbing of the linear probe, semi-supervised fine-tuning and the augmented
+transfer: detectron2's ``SimpleTrainer`` and hooks, on CPU or GPU, in one process or under
+``launch`` (each process takes its share of the global batch of pretraining's sampler,
+evaluation a strided split whose counts are summed).
+
+Resumes are exact, as pretraining's: iteration t's images and augmentations depend on (SEED, t)
+only (:func:`infinite_batches`), checkpoints hold the weights, optimizer, scheduler, iteration
+and random generators (:func:`run_training`), and a sweep's finished stages are read back
+(:func:`run_stage`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
+import yaml
 from detectron2.engine import SimpleTrainer, hooks
 from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
-from detectron2.utils.events import JSONWriter
-from fvcore.common.checkpoint import Checkpointer
+from detectron2.utils.events import EventStorage
 from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import (
     CosineParamScheduler,
@@ -25,23 +34,30 @@ from fvcore.common.param_scheduler import (
 )
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import Dataset, DistributedSampler, RandomSampler, Subset
+from torch.utils.data import Dataset, Subset
 from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset, readable_loader, skipped_note
-from pretrain.engine.hooks import MetricPrinter, StopOnSignal
-from pretrain.utils.checkpoint_fit import StrictShapes
+from pretrain.data.sampler import IterationBatchSampler
+from pretrain.engine.checkpoint import AtomicCheckpointer
+from pretrain.engine.hooks import Preempted, StopOnSignal
+from pretrain.engine.writers import build_writers
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.rng_states import RngStates
 from pretrain.utils.signals import STOP, shield_data_worker
 from transfer.classification.metrics import topk_hits
 from transfer.classification.transforms import eval_transform, train_transform
+from transfer.run_dir import STAGE_RESULTS, RunDir
 
 __all__ = [
+    "STAGE_RESULTS",
     "build_schedule",
     "evaluate_topk",
     "infinite_batches",
     "iters_per_epoch",
     "resolve_device",
+    "run_stage",
+    "step_log",
     "run_training",
     "supervised_sets",
     "train_supervised",
@@ -90,34 +106,47 @@ def iters_per_epoch(num_samples: int, batch_size: int) -> int:
     return max(1, num_samples // batch_size)
 
 
+class _SeededItems(Dataset):
+    """``dataset[index]`` for the ``(index, seed)`` items of pretraining's
+    :class:`~pretrain.data.sampler.IterationBatchSampler`, drawn with torch's CPU generator seeded
+    by the item's own seed (torchvision's random transforms draw from it) and restored after:
+    an image's augmentation depends on (SEED, iteration, position), not on what ran before."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item: tuple[int, int]) -> Any:
+        index, seed = item
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self.dataset[index]
+
+
 def infinite_batches(
-    dataset: Dataset, batch_size: int, num_workers: int = 0, seed: int = 0
+    dataset: Dataset, batch_size: int, num_workers: int = 0, seed: int = 0, start_iter: int = 0
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled ``(images, labels)`` batches of this process's shard, epoch by epoch
-    (``batch_size``: the total over processes)."""
-    bs = per_process_batch(batch_size)
-    if comm.get_world_size() > 1:
-        sampler = DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)
-        shard = len(sampler)
-    else:
-        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-        shard = len(dataset)
+    """Endless shuffled ``(images, labels)`` batches of this process's share (``batch_size``:
+    the total over processes) from iteration ``start_iter`` on: pretraining's sampler, so that
+    iteration ``t``'s images and augmentations are a function of (``seed``, ``t``) alone and a
+    resumed run sees what the uninterrupted one saw, on any number of processes. An epoch
+    smaller than one batch is one smaller batch (tiny test sets)."""
+    per_process_batch(batch_size)
+    world = comm.get_world_size()
+    sampler = IterationBatchSampler(
+        len(dataset), min(batch_size, len(dataset)), comm.get_rank(), world, seed, start_iter
+    )
     loader = readable_loader(  # an unreadable image is left out of its batch, with a warning
-        dataset,
-        batch_size=bs,
-        sampler=sampler,
+        _SeededItems(dataset),
+        batch_sampler=sampler,
         num_workers=num_workers,
-        drop_last=shard >= bs,  # tiny test sets still give one (partial) batch
         pin_memory=torch.cuda.is_available(),
         persistent_workers=num_workers > 0,
         worker_init_fn=shield_data_worker,  # Ctrl-C and SLURM's signals are the trainer's
     )
-    epoch = 0
-    while True:
-        if isinstance(sampler, DistributedSampler):
-            sampler.set_epoch(epoch)
-        yield from (batch for batch in loader if batch is not None)
-        epoch += 1
+    yield from (batch for batch in loader if batch is not None)
 
 
 def build_schedule(solver: CfgNode, max_iter: int) -> ParamScheduler:
@@ -170,14 +199,10 @@ def evaluate_topk(
     return result
 
 
-class _Checkpointer(StrictShapes, Checkpointer):
-    """fvcore's checkpointer; a resumed tensor of another shape is an error (StrictShapes)."""
-
-
 def run_training(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    batches: Iterator,
+    batches: Callable[[int], Iterable],
     max_iter: int,
     schedule: ParamScheduler,
     cfg: CfgNode,
@@ -187,20 +212,29 @@ def run_training(
     output_dir: str = "",
     eval_period: int | None = None,
     checkpoint_period: int | None = None,
+    log_to: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Train ``model`` (returns a loss dict) for ``max_iter`` steps; returns the last eval.
+    """Train ``model`` (returns a loss dict) for ``max_iter`` steps on ``batches(start_iter)``;
+    returns the last eval.
 
-    ``checkpoint_model`` (e.g. the linear head) is saved with the optimizer and scheduler every
-    ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and after Ctrl-C (then exit 130);
-    ``resume`` continues from ``output_dir``'s last checkpoint. ``eval_fn`` runs every
-    ``eval_period`` iterations (default ``cfg.TEST.EVAL_PERIOD``; 0: only at the end).
+    ``checkpoint_model`` (e.g. the linear head) is saved with the optimizer, scheduler and RNG
+    states every ``SOLVER.CHECKPOINT_PERIOD`` iterations, at the end, and after Ctrl-C (then exit
+    130); ``resume`` continues from ``output_dir``'s last checkpoint, ``batches`` from the
+    iteration after it: with batches that are a function of the iteration
+    (:func:`infinite_batches`) the resumed run is the uninterrupted one, bit for bit.
+    ``eval_fn`` runs every ``eval_period`` iterations (default ``cfg.TEST.EVAL_PERIOD``; 0: only
+    at the end); the writers are :func:`~pretrain.engine.writers.build_writers`' (``log_to``).
     ``checkpoint_period`` replaces ``SOLVER.CHECKPOINT_PERIOD`` (configs without ``SOLVER``).
     """
     output_dir = output_dir or cfg.OUTPUT_DIR
     if eval_period is None:
         eval_period = cfg.TEST.EVAL_PERIOD
     scheduler = LRMultiplier(optimizer, schedule, max_iter)
-    trainer = SimpleTrainer(model, batches, optimizer)
+    checkpointer, start_iter = _checkpointer(checkpoint_model, optimizer, scheduler, output_dir), 0
+    if checkpointer is not None and resume and checkpointer.has_checkpoint():
+        start_iter = checkpointer.resume_or_load("", resume=True).get("iteration", -1) + 1
+        logger.info("resuming from iteration %d", start_iter)
+    trainer = SimpleTrainer(model, _From(batches, start_iter), optimizer)
     results: dict[str, float] = {}
 
     def _eval() -> dict[str, float]:
@@ -208,44 +242,111 @@ def run_training(
         return {f"eval/{k}": v for k, v in results.items()}
 
     hook_list = [hooks.IterationTimer(), hooks.LRScheduler(optimizer, scheduler)]
-    checkpointer = None
-    if checkpoint_model is not None:
-        checkpointer = _Checkpointer(
-            checkpoint_model,
-            output_dir,
-            save_to_disk=comm.is_main_process(),
-            optimizer=optimizer,
-            scheduler=scheduler,
-        )
+    if checkpointer is not None:
         if checkpoint_period is None:
-            checkpoint_period = cfg.SOLVER.get("CHECKPOINT_PERIOD", 0)
+            checkpoint_period = cfg.get("SOLVER", {}).get("CHECKPOINT_PERIOD", 0)
         period = checkpoint_period or max_iter
         hook_list.append(hooks.PeriodicCheckpointer(checkpointer, period, max_iter=max_iter))
     hook_list.append(hooks.EvalHook(eval_period, _eval))
     if comm.is_main_process():
-        writers = [
-            MetricPrinter(max_iter),
-            JSONWriter(os.path.join(output_dir, "metrics.json")),
-        ]
+        config = yaml.safe_load(cfg.dump())
+        writers = build_writers(output_dir, max_iter, log_to, config=config)
         hook_list.append(hooks.PeriodicWriter(writers, period=cfg.LOG_PERIOD))
+    stop = None
     if checkpointer is not None:
         # Ctrl-C only (SLURM requeues the tool with --resume). Last: its after_train restores
         # the handlers once the final evaluation is done.
         trainer.checkpointer = checkpointer
-        hook_list.append(
-            StopOnSignal(
-                {signal.SIGINT: STOP},
-                agree_every=cfg.LOG_PERIOD,
-                each_step=True,
-                resume="when the same command is run again with --resume",
-            )
+        stop = StopOnSignal(
+            {signal.SIGINT: STOP},
+            agree_every=cfg.LOG_PERIOD,
+            each_step=True,
+            resume=_RESUME,
         )
+        hook_list.append(stop)
     trainer.register_hooks(hook_list)
-    start_iter = 0
-    if resume and checkpointer is not None and checkpointer.has_checkpoint():
-        start_iter = checkpointer.resume_or_load("", resume=True).get("iteration", -1) + 1
-        logger.info("resuming from iteration %d", start_iter)
     trainer.train(start_iter, max_iter)
+    if stop is not None and stop.agreed_pending():
+        # Ctrl-C in the last iteration or the final evaluation: this training is complete and
+        # saved, the tool stops before its next one (a sweep's next lr, dataset or table)
+        message = (
+            f"stopped after iteration {max_iter - 1}, the last of this training (SIGINT); "
+            f"resumes from {checkpointer.get_checkpoint_file()} {_RESUME}"
+        )
+        print(message, file=sys.stderr, flush=True)
+        raise Preempted(message, 128 + signal.SIGINT)
+    return results
+
+
+_RESUME = "when the same command is run again with --resume"
+
+
+def _checkpointer(
+    model: nn.Module | None, optimizer: torch.optim.Optimizer, scheduler: Any, output_dir: str
+) -> AtomicCheckpointer | None:
+    """The checkpointer of ``model`` (None: nothing is checkpointed) with everything an exact
+    resume needs besides the data order (a function of the iteration)."""
+    if model is None:
+        return None
+    return AtomicCheckpointer(
+        model,
+        output_dir,
+        save_to_disk=comm.is_main_process(),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        rng=RngStates(),
+    )
+
+
+class _From:
+    """``batches(start)``, built when the trainer first iterates (after a resume set ``start``)."""
+
+    def __init__(self, batches: Callable[[int], Iterable], start: int) -> None:
+        self.batches, self.start = batches, start
+
+    def __iter__(self) -> Iterator:
+        return iter(self.batches(self.start))
+
+
+@contextlib.contextmanager
+def step_log(
+    output_dir: str, max_iter: int, log_to: Sequence[str] = (), config: CfgNode | None = None
+) -> Iterator[Callable[[int, dict[str, float]], None]]:
+    """``log(iteration, scalars)`` for a training loop of its own (the cached-features
+    classifiers): the scalars go through :func:`~pretrain.engine.writers.build_writers`' writers
+    into ``output_dir`` (no console line: the loop shows a progress bar), as the engine's do."""
+    writers = []
+    if comm.is_main_process():
+        cfg = yaml.safe_load(config.dump()) if config is not None else None
+        writers = build_writers(output_dir, max_iter, log_to, config=cfg, console=False)
+    with EventStorage() as storage:
+
+        def log(iteration: int, scalars: dict[str, float]) -> None:
+            storage.iter = iteration
+            storage.put_scalars(**scalars, smoothing_hint=False)
+            for writer in writers:
+                writer.write()
+
+        try:
+            yield log
+        finally:
+            for writer in writers:
+                writer.close()
+
+
+def run_stage(directory: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The results of one stage of a sweep (one lr of the semi-supervised sweep, one search point
+    of the transfer harness): read from ``directory`` when a resumed run finished it before,
+    else ``work()``'s, written there atomically (main process) before the next stage starts."""
+    stage = RunDir(directory, results=STAGE_RESULTS)
+    if stage.finished():
+        with open(os.path.join(directory, STAGE_RESULTS)) as f:
+            logger.info("%s: finished before, results read from %s", directory, STAGE_RESULTS)
+            return json.load(f)["results"]
+    results = work()
+    if comm.is_main_process():
+        stage.write_results(results)
+    comm.synchronize()
     return results
 
 
@@ -278,6 +379,9 @@ def train_supervised(
     """:func:`run_training` on endless batches of ``train_set`` (``SOLVER.BATCH_SIZE``, seeded by
     ``SEED``) with the schedule of ``SOLVER``; ``kwargs`` go to :func:`run_training`."""
     s = cfg.SOLVER
-    batches = infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED)
+
+    def batches(start: int) -> Iterator:
+        return infinite_batches(train_set, s.BATCH_SIZE, cfg.DATA.NUM_WORKERS, cfg.SEED, start)
+
     schedule = build_schedule(s, max_iter)
     return run_training(model, optimizer, batches, max_iter, schedule, cfg, eval_fn, **kwargs)

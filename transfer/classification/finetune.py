@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -148,7 +148,10 @@ def fine_tune(
         CosineParamScheduler(1.0, 0.0) if f.SCHEDULE == "cosine" else ConstantParamScheduler(1.0)
     )
     os.makedirs(output_dir, exist_ok=True)
-    batches = infinite_batches(dataset, f.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED)
+
+    def batches(start: int) -> Iterator:  # iteration t's batch depends on (SEED, t) only
+        return infinite_batches(dataset, f.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED, start)
+
     run_training(
         wrap_ddp(model, model.device),
         optimizer,

@@ -9,7 +9,7 @@ initialisation head h equals a classifier trained alone with ``lrs[h]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -105,10 +105,14 @@ def train_linear_heads(
     seed: int = 0,
     device: torch.device | str = "cpu",
     desc: str = "linear",
+    log: Callable[[int, dict[str, float]], None] | None = None,
+    log_period: int = 20,
 ) -> list[nn.Linear]:
     """One ``nn.Linear(D, num_classes)`` per learning rate, trained with SGD on ``features``,
     identically initialised (:func:`linear_head`); ``schedule`` multiplies every base lr
-    (default cosine from 1 to 0 over ``iters``)."""
+    (default cosine from 1 to 0 over ``iters``). ``log(iteration, scalars)`` receives
+    ``total_loss`` (summed over the heads) and ``lr`` (the first head's) every ``log_period``
+    iterations and at the last (the loss read from the device only then)."""
     if features.ndim != 2 or features.shape[0] != labels.shape[0]:
         raise ValueError(f"features {tuple(features.shape)} and labels {tuple(labels.shape)}")
     if iters < 1 or batch_size < 1 or not lrs:
@@ -142,6 +146,8 @@ def train_linear_heads(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if log is not None and ((it + 1) % log_period == 0 or it + 1 == iters):
+            log(it, {"total_loss": loss.item(), "lr": lrs[0] * mult})
     return [h.eval() for h in heads]
 
 

@@ -6,6 +6,7 @@ top-1 / top-5 on centre crops; recipes in ``configs/eval/``. Only the linear lay
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -88,12 +89,17 @@ def run_linear_probe(
     device: torch.device | str,
     resume: bool = False,
     sets: tuple[Dataset, Dataset, int] | None = None,
+    log_to: Sequence[str] = (),
 ) -> ProbeResult:
-    """Train and evaluate the probe; ``sets``: :func:`build_classification_sets` already read."""
+    """Train and evaluate the probe; ``sets``: :func:`build_classification_sets` already read;
+    ``resume``: continue ``OUTPUT_DIR``'s last checkpoint, exactly (:func:`.engine.run_training`);
+    ``log_to``: the optional writers (:func:`pretrain.engine.writers.build_writers`)."""
     train_base, val_base, num_classes = sets or build_classification_sets(cfg, data_root)
     train_set, val_set, max_iter = supervised_sets(cfg, train_base, val_base)
     s = cfg.SOLVER
-    model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device)
+    # the head drawn from SEED, not from whatever the global generator holds
+    head = linear_head(backbone.feature_dim, num_classes, torch.Generator().manual_seed(cfg.SEED))
+    model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device, head)
     optimizer = torch.optim.SGD(
         model.classifier.parameters(),
         lr=s.BASE_LR,
@@ -134,6 +140,7 @@ def run_linear_probe(
         eval_fn,
         checkpoint_model=model.classifier,
         resume=resume,
+        log_to=log_to,
     )
     return ProbeResult(
         res["top1"], res["top5"], max_iter, num_classes, len(train_set), len(val_set)

@@ -11,20 +11,24 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import yaml
+from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
 
 from pretrain.data.datasets import IMAGEFOLDER, TransformedDataset
 from pretrain.data.splits import per_class_split
+from pretrain.engine.writers import write_scalars
 from pretrain.utils.errors import DatasetError
 
 from .backbone import EvalBackbone
 from .datasets import labelled_sets, read_subset_file, subset_indices
-from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
+from .engine import evaluate_topk, run_stage, supervised_sets, train_supervised, wrap_ddp
 from .linear import best_index, classification_loss, linear_head, log_spaced
 
 __all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
@@ -36,12 +40,18 @@ class FineTuneClassifier(nn.Module):
     """Backbone + linear layer, all trained; ``forward((images, labels))`` -> loss dict."""
 
     def __init__(
-        self, backbone: nn.Module, feature_dim: int, num_classes: int, device: torch.device | str
+        self,
+        backbone: nn.Module,
+        feature_dim: int,
+        num_classes: int,
+        device: torch.device | str,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.device = torch.device(device)
         self.backbone = backbone
-        self.head = linear_head(feature_dim, num_classes)
+        # drawn from ``seed``: every lr's head starts the same, whichever ran before it
+        self.head = linear_head(feature_dim, num_classes, torch.Generator().manual_seed(seed))
         self.to(self.device)
 
     def logits(self, images: torch.Tensor) -> torch.Tensor:
@@ -98,15 +108,23 @@ def semi_data(cfg: CfgNode, data_root: str) -> SemiData:
 
 
 def _fine_tune(
-    cfg: CfgNode, backbone: EvalBackbone, data: SemiData, lr: float, device: torch.device | str
+    cfg: CfgNode,
+    backbone: EvalBackbone,
+    data: SemiData,
+    lr: float,
+    device: torch.device | str,
+    out_dir: str,
+    resume: bool,
+    log_to: Sequence[str],
 ) -> dict[str, float]:
     """Fine-tune a fresh copy of the backbone with classifier lr ``lr`` (the backbone's is
-    ``lr / HEAD_LR_MULT``); its held-out top-1 and val top-1 / top-5 at the end."""
+    ``lr / HEAD_LR_MULT``) in ``out_dir`` (``resume``: from its last checkpoint); its held-out
+    top-1 and val top-1 / top-5 at the end."""
     s = cfg.SOLVER
     # A fresh copy per lr: every run starts from the pretrained weights, sharing no parameter
     # with a previous run's DDP wrapper.
     net = copy.deepcopy(backbone.model)
-    model = FineTuneClassifier(net, backbone.feature_dim, data.num_classes, device)
+    model = FineTuneClassifier(net, backbone.feature_dim, data.num_classes, device, cfg.SEED)
     optimizer = torch.optim.SGD(
         [
             {"params": model.backbone.parameters(), "lr": lr / s.HEAD_LR_MULT},
@@ -127,7 +145,6 @@ def _fine_tune(
             model.train()
         return {"heldout_top1": h["top1"], "top1": v["top1"], "top5": v["top5"]}
 
-    out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
     os.makedirs(out_dir, exist_ok=True)
     return train_supervised(
         wrap_ddp(model, model.device),
@@ -136,7 +153,10 @@ def _fine_tune(
         data.max_iter,
         cfg,
         eval_fn,
+        checkpoint_model=model,  # the whole network: a Ctrl-C saves it, --resume continues it
+        resume=resume,
         output_dir=out_dir,
+        log_to=log_to,
     )
 
 
@@ -146,9 +166,12 @@ def run_semi_supervised(
     data_root: str,
     device: torch.device | str,
     data: SemiData | None = None,
+    resume: bool = False,
+    log_to: Sequence[str] = (),
 ) -> SemiResult:
-    """Fine-tune once per classifier lr, select the lr on the held-out images and report its
-    ImageNet val top-1 / top-5."""
+    """Fine-tune once per classifier lr (in ``OUTPUT_DIR/lr_<lr>``), select the lr on the
+    held-out images and report its ImageNet val top-1 / top-5. ``resume``: the lrs finished
+    before are read back, the one interrupted continues from its last checkpoint, exactly."""
     data = data or semi_data(cfg, data_root)
     s = cfg.SOLVER
     lrs = list(s.LRS) or log_spaced(s.LR_RANGE[0], s.LR_RANGE[1], s.NUM_LRS)
@@ -164,7 +187,11 @@ def run_semi_supervised(
     )
     heldout, vals = [], []
     for lr in lrs:
-        res = _fine_tune(cfg, backbone, data, lr, device)
+        out_dir = os.path.join(cfg.OUTPUT_DIR, f"lr_{lr:.4g}")
+        res = run_stage(
+            out_dir,
+            lambda: _fine_tune(cfg, backbone, data, lr, device, out_dir, resume, log_to),  # noqa: B023
+        )
         heldout.append(res["heldout_top1"])
         vals.append({"top1": res["top1"], "top5": res["top5"]})
         logger.info(
@@ -175,6 +202,10 @@ def run_semi_supervised(
             100 * res["top5"],
         )
     best = best_index(heldout)
+    if comm.is_main_process():  # the selected lr's figures, as each lr_*/ logs its own
+        scalars = {"eval/top1": vals[best]["top1"], "eval/top5": vals[best]["top5"]}
+        scalars["eval/heldout_top1"] = heldout[best]
+        write_scalars(cfg.OUTPUT_DIR, scalars, log_to=log_to, config=yaml.safe_load(cfg.dump()))
     return SemiResult(
         cfg.DATA.LABEL_PERCENT,
         lrs,

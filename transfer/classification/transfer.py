@@ -20,15 +20,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+import yaml
+from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 from torch import nn
 
+from pretrain.engine.writers import write_scalars
 from pretrain.utils.atomic_io import atomic_write_bytes
 from transfer.tables import CLASH_HINT, RowOwner, check_row, data_source, update_table
 
 from .augmented import centre_crop_features, train_heads_augmented
 from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
+from .engine import run_stage, step_log
 from .features import FeatureCache, cached_features, check_index_labels, labels_digest
 from .finetune import SearchPoint, finetune_search, point_score, search_grid
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
@@ -52,6 +56,7 @@ __all__ = [
     "dataset_root",
     "finetune_dataset",
     "run_transfer",
+    "stage_dir",
     "table_file",
     "table_row_name",
     "table_sources",
@@ -128,12 +133,20 @@ TrainFn = Callable[[Sequence[str], Sequence[float], int, str], list[nn.Linear]]
 EvalFn = Callable[[str], tuple[torch.Tensor, torch.Tensor]]
 
 
+def stage_dir(cfg: CfgNode, key: str, splits: Sequence[str]) -> str:
+    """Where a search point (the sweep on ``train``, the final fit on ``train+val``) of dataset
+    ``key`` keeps its results (:func:`.engine.run_stage`) and, augmented, its checkpoints."""
+    return os.path.join(cfg.OUTPUT_DIR, cfg.TRANSFER.PROTOCOL, key, "+".join(splits))
+
+
 def _protocol(
     data: TransferData,
     backbone: EvalBackbone,
     cfg: CfgNode,
     cache: FeatureCache | None,
     device: torch.device | str,
+    resume: bool = False,
+    log_to: Sequence[str] = (),
 ) -> tuple[TrainFn, EvalFn]:
     """How classifiers are trained and which features they are scored on, per protocol."""
     t = cfg.TRANSFER
@@ -142,9 +155,11 @@ def _protocol(
         def train_augmented(
             splits: Sequence[str], lrs: Sequence[float], iters: int, desc: str
         ) -> list[nn.Linear]:
-            out = os.path.join(cfg.OUTPUT_DIR, "augmented", data.key, "+".join(splits))
+            out = stage_dir(cfg, data.key, splits)
             logger.info("%s (augmented images)", desc)
-            return train_heads_augmented(data, splits, backbone, cfg, lrs, iters, device, out)
+            return train_heads_augmented(
+                data, splits, backbone, cfg, lrs, iters, device, out, resume, log_to
+            )
 
         def centre_crops(split: str) -> tuple[torch.Tensor, torch.Tensor]:
             return centre_crop_features(data, split, backbone, cfg, device)
@@ -169,7 +184,11 @@ def _protocol(
         splits: Sequence[str], lrs: Sequence[float], iters: int, desc: str
     ) -> list[nn.Linear]:
         x, y = _gather(feats, [part for split in splits for part in data.splits[split]])
-        return train_linear_heads(x, y, data.num_classes, lrs, iters, **common, desc=desc)
+        with step_log(stage_dir(cfg, data.key, splits), iters, log_to, cfg) as log:
+            return train_linear_heads(
+                x, y, data.num_classes, lrs, iters, **common, desc=desc, log=log,
+                log_period=cfg.LOG_PERIOD,
+            )  # fmt: skip
 
     def cached(split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _gather(feats, data.splits[split])
@@ -184,26 +203,39 @@ def transfer_dataset(
     cache: FeatureCache | None,
     device: torch.device | str,
     resume: bool = False,
+    log_to: Sequence[str] = (),
 ) -> DatasetResult:
     """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
-    ``cached_features`` protocol's, ``None`` for the others; ``resume``: finished fine-tuning
-    points are read back)."""
+    ``cached_features`` protocol's, ``None`` for the others). Each search point is a stage
+    (:func:`.engine.run_stage`): one finished before is read back, the one interrupted runs
+    again (cached features: from its start, deterministic) or continues (augmented: from its
+    last checkpoint with ``resume``); ``finetune`` reads its finished points back."""
     t = cfg.TRANSFER
     if t.PROTOCOL == "finetune":
         return finetune_dataset(data, backbone, cfg, device, resume)
-    train, evaluate = _protocol(data, backbone, cfg, cache, device)
+    train, evaluate = _protocol(data, backbone, cfg, cache, device, resume, log_to)
     n_train, n_val = data.split_size("train"), data.split_size("val")
     budget = t.BUDGET[data.key.upper()]
     lrs = log_spaced(t.LR_RANGE[0], t.LR_RANGE[1], t.NUM_LRS)
     iters = iterations_for(budget.ITERS, budget.EPOCHS, n_train, t.BATCH_SIZE)
-    heads = train(["train"], lrs, iters, f"{data.key} sweep ({len(lrs)} lrs)")
-    x_va, y_va = evaluate("val")
-    val_scores = [score(data.metric, predict(h, x_va), y_va) for h in heads]
+
+    def sweep() -> dict[str, list[float]]:
+        heads = train(["train"], lrs, iters, f"{data.key} sweep ({len(lrs)} lrs)")
+        x_va, y_va = evaluate("val")
+        return {"val_scores": [score(data.metric, predict(h, x_va), y_va) for h in heads]}
+
+    val_scores = run_stage(stage_dir(cfg, data.key, ["train"]), sweep)["val_scores"]
     best_lr = lrs[best_index(val_scores)]
     iters_final = iterations_for(budget.ITERS, budget.EPOCHS, n_train + n_val, t.BATCH_SIZE)
-    (head,) = train(["train", "val"], [best_lr], iters_final, f"{data.key} final lr={best_lr:.3g}")
-    x_te, y_te = evaluate("test")
-    test = score(data.metric, predict(head, x_te), y_te)
+
+    def final() -> dict[str, float]:
+        desc = f"{data.key} final lr={best_lr:.3g}"
+        (head,) = train(["train", "val"], [best_lr], iters_final, desc)
+        x_te, y_te = evaluate("test")
+        return {"test_score": score(data.metric, predict(head, x_te), y_te), "n_test": len(y_te)}
+
+    tested = run_stage(stage_dir(cfg, data.key, ["train", "val"]), final)
+    test = tested["test_score"]
     val_txt = ", ".join(f"{lr:.3g}: {100 * v:.1f}" for lr, v in zip(lrs, val_scores, strict=True))
     logger.info(
         "%s (%s): val %s by lr {%s} -> lr %.4g; test %.2f%%",
@@ -223,7 +255,7 @@ def transfer_dataset(
         num_classes=data.num_classes,
         n_train=n_train,
         n_val=n_val,
-        n_test=len(y_te),
+        n_test=tested["n_test"],
         iters_sweep=iters,
         iters_final=iters_final,
         lrs=lrs,
@@ -320,11 +352,13 @@ def run_transfer(
     device: torch.device | str = "cpu",
     datas: list[TransferData] | None = None,
     resume: bool = False,
+    log_to: Sequence[str] = (),
 ) -> list[DatasetResult]:
     """Run every dataset of ``cfg.TRANSFER.DATASETS`` (``datas``: already built by
     :func:`build_transfer_datasets`); missing roots fail before any work. Each finished dataset
     is recorded in ``OUTPUT_DIR``; with ``resume`` (the run directory of the same config) those
-    an earlier run finished, and its finished fine-tuning points, are read back."""
+    an earlier run finished are read back and the interrupted one goes on
+    (:func:`transfer_dataset`); ``log_to``: the optional writers."""
     cache = None
     if cfg.TRANSFER.PROTOCOL == "cached_features":
         cache = FeatureCache(_cache_dir(cfg), cfg.FEATURES.DTYPE)
@@ -334,10 +368,14 @@ def run_transfer(
     for d in datas:
         result = _finished(cfg, d.key) if resume and cfg.OUTPUT_DIR else None
         if result is None:
-            result = transfer_dataset(d, backbone, cfg, cache, device, resume)
+            result = transfer_dataset(d, backbone, cfg, cache, device, resume, log_to)
             if cfg.OUTPUT_DIR:
                 _record(cfg, result)
         results.append(result)
+    if comm.is_main_process():
+        scalars = {f"eval/{r.key}/test": r.test_score for r in results}
+        scalars |= {f"eval/{r.key}/val": max(r.val_scores) for r in results}
+        write_scalars(cfg.OUTPUT_DIR, scalars, log_to=log_to, config=yaml.safe_load(cfg.dump()))
     return results
 
 

@@ -17,6 +17,7 @@ from pretrain.cli.arguments import ToolParser, int_at_least, positive_float
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.data.datasets import dataset_type
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
+from pretrain.engine.writers import log_to_names, write_scalars
 from pretrain.evaluation.knn import KNN_K, KNN_T
 from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_setup import dump_run_info
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     """The kNN evaluation of ``args`` (checks, features, results, table row)."""
     device = resolve_device(args.device)
+    log_to = log_to_names(args.log_to)
     workers = resolve_num_workers(args.num_workers, name="--num-workers")
     # everything a mistake can be found in is read before anything is written
     run_dir = RunDir(args.output_dir, "--output-dir")
@@ -132,6 +134,8 @@ def evaluate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         num_workers=workers,
     )
+    # the name the pretraining kNN monitor logs its accuracy under
+    write_scalars(args.output_dir, {"knn/top1": res.top1}, log_to=log_to, config=vars(args))
     run_dir.write_results(
         asdict(res), None, model=owner.name, weights_sha256=owner.weights, args=vars(args)
     )

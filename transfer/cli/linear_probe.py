@@ -72,7 +72,9 @@ def probe(args: argparse.Namespace) -> None:
     if start.done:
         return
     cfg, backbone = start.cfg, start.backbone
-    result = run_linear_probe(cfg, backbone, args.data_root, start.device, args.resume, start.data)
+    result = run_linear_probe(
+        cfg, backbone, args.data_root, start.device, args.resume, start.data, start.log_to
+    )
     if comm.is_main_process():
         start.run_dir.write_results(
             {"top1": result.top1, "top5": result.top5, "max_iter": result.max_iter},

@@ -74,7 +74,9 @@ def fine_tune(args: argparse.Namespace) -> None:
     if start.done:
         return
     cfg = start.cfg
-    res = run_semi_supervised(cfg, start.backbone, args.data_root, start.device, start.data)
+    res = run_semi_supervised(
+        cfg, start.backbone, args.data_root, start.device, start.data, args.resume, start.log_to
+    )
     if comm.is_main_process():
         owner = start.owner
         start.run_dir.write_results(

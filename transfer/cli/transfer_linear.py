@@ -28,7 +28,7 @@ from pretrain.cli.arguments import ToolParser, comma_separated
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
-from transfer.classification.config import transfer_defaults
+from transfer.classification.config import TRANSFER_PROTOCOLS, transfer_defaults
 from transfer.classification.transfer import (
     build_transfer_datasets,
     check_tables,
@@ -55,11 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="comma-separated keys (default: the paper's 12; voc2007 on request)",
     )
-    parser.add_argument(
-        "--resume", action="store_true", help="continue the unfinished run in --output-dir "
-        "(same config): finished datasets and fine-tuning points are kept",
-    )  # fmt: skip
     parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the unfinished run in --output-dir: "
+        "finished datasets and search points are read back, the interrupted one goes on",
+    )  # fmt: skip
     add_device_arg(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
     return parse_args_and_overrides(parser, argv)
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with exit_on_interrupt(RunDir(args.output_dir, "--output-dir").restart_hint):
+    with exit_on_interrupt(RunDir(args.output_dir, resumable=True).restart_hint):
         return evaluate(args)
 
 
@@ -83,7 +83,7 @@ def evaluate(args: argparse.Namespace) -> int:
         opts += ["FEATURES.CACHE_DIR", args.cache_dir]
     keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT}
     start = start_run(
-        transfer_defaults(), args, opts, own=("augmented", "finetune", "datasets"),
+        transfer_defaults(), args, opts, own=(*TRANSFER_PROTOCOLS, "datasets"),
         prepare=build_transfer_datasets,
         check=lambda s: check_tables(
             table_dir(args), s.owner, s.cfg.TRANSFER.PROTOCOL, **keyed, sources=table_sources(s.cfg)
@@ -92,7 +92,9 @@ def evaluate(args: argparse.Namespace) -> int:
     if start.done:
         return 0
     resume = start.action is RunAction.RESUME
-    results = run_transfer(start.cfg, start.backbone, start.device, start.data, resume)
+    results = run_transfer(
+        start.cfg, start.backbone, start.device, start.data, resume, start.log_to
+    )
     start.run_dir.write_results(
         {r.key: asdict(r) for r in results},
         start.cfg,

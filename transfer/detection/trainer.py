@@ -20,7 +20,6 @@ from detectron2.engine import (
     TrainerBase,
     create_ddp_model,
     default_argument_parser,
-    default_writers,
 )
 from detectron2.evaluation import COCOEvaluator
 from detectron2.utils import comm
@@ -28,7 +27,8 @@ from detectron2.utils.logger import setup_logger
 from torch import nn
 
 from pretrain.cli.arguments import ToolParser
-from pretrain.engine.hooks import MetricPrinter, StopOnSignal
+from pretrain.engine.hooks import StopOnSignal
+from pretrain.engine.writers import build_writers
 from pretrain.utils.run_setup import setup_run
 from pretrain.utils.signals import STOP
 from transfer.run_dir import RunAction, RunDir, add_run_dir_args
@@ -125,12 +125,8 @@ class DetectionTrainer(DefaultTrainer):
         return [*super().build_hooks(), stop]
 
     def build_writers(self) -> list:
-        """detectron2's writers with the console printer that prints an iteration once (a stop
-        soon after a resume made detectron2's ETA divide by zero)."""
-        return [
-            MetricPrinter(self.max_iter),
-            *default_writers(self.cfg.OUTPUT_DIR, self.max_iter)[1:],
-        ]
+        """The writers of every training tool (:func:`pretrain.engine.writers.build_writers`)."""
+        return build_writers(self.cfg.OUTPUT_DIR, self.max_iter)
 
     @property
     def last_results(self) -> dict:

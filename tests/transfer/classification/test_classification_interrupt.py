@@ -6,10 +6,11 @@
   process group as a terminal does (the data worker included);
 * the demo's pretraining does what ``tools/train_pretrain.py`` does (a checkpoint, the same
   command resumes);
-* a tool with nothing to resume (kNN, linear transfer, the semi-supervised sweep, the
-  nuclear-norm analysis) ends with one ``interrupted:`` line saying what its output directory
-  holds and how to start again, status 130, no traceback (in this process: the interrupt is
-  raised where the work is).
+* a tool stopped with nothing to resume (kNN and the nuclear-norm analysis always; linear
+  transfer and the semi-supervised sweep before their first stage or checkpoint, see
+  test_classification_resume.py for after) ends with one ``interrupted:`` line saying what its
+  output directory holds and how to start again, status 130, no traceback (in this process: the
+  interrupt is raised where the work is).
 """
 
 from __future__ import annotations
