@@ -131,7 +131,8 @@ _C.SOLVER.MOMENTUM = 0.9
 _C.SOLVER.WEIGHT_DECAY = 1e-6
 _C.SOLVER.LARS_ETA = 0.001  # trust coefficient
 _C.SOLVER.CHECKPOINT_PERIOD = 5000  # iterations
-_C.SOLVER.MAX_TO_KEEP = 2  # periodic checkpoints kept besides model_final
+# periodic checkpoints kept besides model_final, over the run and its resumes (0: all)
+_C.SOLVER.MAX_TO_KEEP = 2
 _C.SOLVER.LOG_PERIOD = 20
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False

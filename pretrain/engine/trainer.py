@@ -30,7 +30,11 @@ from pretrain.data.loader import (
     check_shared_memory,
 )
 from pretrain.data.prefetch import prefetch_to_device
-from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
+from pretrain.engine.checkpoint import (
+    AtomicCheckpointer,
+    KeepRecentCheckpoints,
+    check_last_checkpoint,
+)
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import (
     BetaSchedule,
@@ -177,11 +181,11 @@ class PretrainTrainer(SimpleTrainer):
         ret += self.extra_hooks()
         if comm.is_main_process():
             ret.append(
-                hooks.PeriodicCheckpointer(
+                KeepRecentCheckpoints(  # MAX_TO_KEEP over the run, resumes included
                     self.checkpointer,
                     cfg.SOLVER.CHECKPOINT_PERIOD,
                     self.max_iter,
-                    max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
+                    cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
             # detectron2's console printer first, as default_writers has it

@@ -1,15 +1,27 @@
 """A checkpoint that cannot be read is one error line naming it and how to go on: found before a
 resumed run writes anything (what ``last_checkpoint`` names: missing, or truncated as a full disk
-leaves it), and at load time for damage only a full read shows."""
+leaves it), and at load time for damage only a full read shows; SOLVER.MAX_TO_KEEP holds over
+resumes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from detectron2.engine import HookBase
 
-from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
+from pretrain.config.defaults import load_config
+from pretrain.engine.checkpoint import (
+    AtomicCheckpointer,
+    check_last_checkpoint,
+    periodic_checkpoints,
+)
+from pretrain.engine.run import run_pretraining
 from pretrain.utils.errors import CheckpointError
 from pretrain.utils.torch_files import incomplete_torch_file
+from tests.helpers import tiny_opts
+from transfer.classification.demo import DEMO_CONFIG
 
 
 def _save(path, cut: bool = False) -> None:
@@ -56,3 +68,38 @@ def test_a_file_torch_cannot_load_is_a_checkpoint_error(tmp_path):
     checkpointer = AtomicCheckpointer(torch.nn.Linear(1, 1), str(tmp_path))
     with pytest.raises(CheckpointError, match=r"model_0000002\.pth: not a readable checkpoint"):
         checkpointer.load(str(path))
+
+
+class _Crash(HookBase):
+    def before_step(self) -> None:
+        if self.trainer.iter == 3:
+            raise RuntimeError("simulated crash")
+
+
+def test_a_resumed_run_keeps_at_most_max_to_keep_periodic_checkpoints(tmp_path, image_folder):
+    """Checkpoints every iteration, MAX_TO_KEEP 2: the first process stops before iteration 3
+    (leaving model_1 and model_2), the resumed one saves 3, 4 and 5. fvcore alone would leave
+    model_1, 2, 4 and 5 (it counts only the files its own process wrote)."""
+    out = tmp_path / "run"
+    opts = tiny_opts(image_folder, out, **{"SOLVER.CHECKPOINT_PERIOD": 1, "SOLVER.MAX_TO_KEEP": 2})
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_pretraining(load_config(DEMO_CONFIG, opts), [_Crash()])
+    assert sorted(p.name for p in out.glob("model_*.pth")) == [
+        "model_0000001.pth",
+        "model_0000002.pth",
+    ]
+    run_pretraining(load_config(DEMO_CONFIG, opts))  # resumes from model_0000002
+    assert sorted(p.name for p in out.glob("model_*.pth")) == [
+        "model_0000004.pth",
+        "model_0000005.pth",
+        "model_final.pth",
+    ]
+
+
+def test_periodic_checkpoints_are_listed_by_iteration(tmp_path):
+    for name in ("model_0000010.pth", "model_0000002.pth", "model_final.pth", "x.pth"):
+        (tmp_path / name).write_bytes(b"")
+    assert [Path(p).name for p in periodic_checkpoints(str(tmp_path))] == [
+        "model_0000002.pth",
+        "model_0000010.pth",
+    ]
