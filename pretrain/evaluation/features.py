@@ -12,7 +12,8 @@ import torch
 from detectron2.utils import comm
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
+
+from pretrain.utils.progress import progress
 
 __all__ = [
     "FeatureFn",
@@ -35,7 +36,7 @@ def embed(
     batch of ``loader``, with a progress bar when ``desc`` is given. No batch is an error unless
     ``allow_empty`` (a process's share of a small set may be empty)."""
     feats, labels = [], []
-    batches = tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True, disable=desc is None)
+    batches = progress(loader, desc=desc, unit="batch", disable=desc is None)
     for images, targets in batches:
         feats.append(feature_fn(images).flatten(1).float().cpu())
         labels.append(torch.as_tensor(targets, dtype=torch.int64))

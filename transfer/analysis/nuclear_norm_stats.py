@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
 
 from pretrain.data.color import BatchColorAugment, ColorSpec
 from pretrain.data.datasets import (
@@ -36,6 +35,7 @@ from pretrain.evaluation.features import FeatureFn
 from pretrain.evaluation.knn import KNN_K
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
+from pretrain.utils.progress import progress
 from transfer.analysis import AnalysisError
 from transfer.analysis.runs import beta_label
 from transfer.classification.transforms import eval_transform
@@ -156,7 +156,7 @@ def augmented_nuclear_norms(
     )
     augment = BatchColorAugment(color)
     out = []
-    with tqdm(total=len(indices), desc=desc, unit="img", dynamic_ncols=True) as bar:
+    with progress(total=len(indices), desc=desc, unit="img") as bar:
         for views, idx in loader:
             b, v = views.shape[:2]
             batch = [

@@ -26,12 +26,12 @@ from fvcore.common.param_scheduler import (
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Subset
-from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset
 from pretrain.engine.hooks import MetricPrinter, StopOnSignal
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.progress import progress
 from pretrain.utils.signals import STOP, shield_data_worker
 from transfer.classification.metrics import topk_hits
 from transfer.classification.transforms import eval_transform, train_transform
@@ -144,7 +144,9 @@ def evaluate_topk(
     shard = Subset(dataset, range(rank, len(dataset), world))
     loader = DataLoader(shard, batch_size=batch_size, num_workers=num_workers)
     counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, n
-    for images, labels in tqdm(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
+    for images, labels in progress(
+        loader, desc=desc, unit="batch", disable=not comm.is_main_process()
+    ):
         logits = logits_fn(images.to(device, non_blocking=True))
         labels = labels.to(device)
         counts[:2] += topk_hits(logits, labels, (1, 5)).sum(dim=0)
