@@ -19,9 +19,10 @@ from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
-from pretrain.config.defaults import ConfigError, check_world_size
+from pretrain.config.defaults import ConfigError
 from pretrain.config.resume import RESUME_FLAG, check_resume_config
 from pretrain.config.step_policy import StepPolicy
+from pretrain.config.world_size import resolve_world_size
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -103,7 +104,8 @@ class PretrainTrainer(SimpleTrainer):
         source: Dataset | None = None,
     ) -> None:
         world = comm.get_world_size()
-        check_world_size(cfg, world)  # the rest was validated by load_config
+        # SOLVER.REFERENCE_WORLD_SIZE (a no-op on a config resolved already); checks the world size
+        cfg = resolve_world_size(cfg, world)  # the rest was validated by load_config
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
