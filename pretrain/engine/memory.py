@@ -4,10 +4,11 @@ GPUs").
 
 The tensors autograd saves for the backward are what grows with the batch. They are counted with
 ``torch.autograd.graph.saved_tensors_hooks`` on the model's real training forward (all views at
-their real sizes, the key encoder, the loss), on the CPU at a batch of 2 under the config's
-autocast (bfloat16 stores activations in 2 bytes, as on the GPU), each storage once; per image =
-that / 2. The model's state (both encoders, the optimizer's momentum and the gradients, the
-queues) is counted from its tensors. Left out: the CUDA context and cuDNN's workspaces (about
+their real sizes, the key encoder, the loss), on the CPU at batches of 2 and 4 under the config's
+autocast (bfloat16 stores activations in 2 bytes, as on the GPU), each storage once: the
+difference / 2 is the bytes per image, the rest is the step's fixed part (the copy of the queues
+the loss reads). The model's state (both encoders, the optimizer's momentum and the gradients,
+the queues) is counted from its tensors. Left out: the CUDA context and cuDNN's workspaces (about
 0.5-1 GiB), the caching allocator's slack, and the backward's transient buffers, so a real peak
 is higher; docs/performance.md's measured peaks of the IN-1K LORAC step (6.1 GiB at 32 images
 per GPU, 11.6 at 64 on an H200) are the check.
@@ -18,6 +19,7 @@ per GPU, 11.6 at 64 on an H200) are the check.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -35,19 +37,25 @@ GIB = 2**30
 class MemoryEstimate(NamedTuple):
     activation_bytes_per_image: float  # saved for the backward, per image of the batch
     state_bytes: int  # parameters, gradients, momentum buffers, queues
+    step_bytes: float = 0.0  # saved for the backward whatever the batch (the queues' copy)
 
     def per_process(self, images: int) -> float:
         """Estimated bytes one process holds at ``images`` images per process."""
-        return self.state_bytes + images * self.activation_bytes_per_image
+        return self.state_bytes + self.step_bytes + images * self.activation_bytes_per_image
 
 
-def saved_bytes(fn: object, *args: object) -> tuple[object, int]:
-    """``fn(*args)`` and the bytes of the distinct storages autograd saved for its backward."""
+def saved_bytes(
+    fn: object, *args: object, exclude: Iterable[torch.Tensor] = ()
+) -> tuple[object, int]:
+    """``fn(*args)`` and the bytes of the distinct storages autograd saved for its backward,
+    leaving out those of ``exclude`` (the parameters: held anyway)."""
     seen: dict[int, int] = {}
+    held = {t.untyped_storage().data_ptr() for t in exclude}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in held:
+            seen[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -55,8 +63,16 @@ def saved_bytes(fn: object, *args: object) -> tuple[object, int]:
     return out, sum(seen.values())
 
 
-def estimate_memory(cfg: CfgNode, batch: int = 2) -> MemoryEstimate:
+def estimate_memory(cfg: CfgNode) -> MemoryEstimate:
     """:class:`MemoryEstimate` of ``cfg``'s training step (one process, on the CPU)."""
+    two, state = _saved_in_step(cfg, 2)
+    four, _ = _saved_in_step(cfg, 4)
+    per_image = (four - two) / 2
+    return MemoryEstimate(per_image, state, two - 2 * per_image)
+
+
+def _saved_in_step(cfg: CfgNode, batch: int) -> tuple[int, int]:
+    """(bytes saved for the backward by a training forward of ``batch`` images, state bytes)."""
     cfg = cfg.clone()
     cfg.defrost()
     cfg.MODEL.DEVICE, cfg.SOLVER.IMS_PER_BATCH = "cpu", batch
@@ -71,13 +87,14 @@ def estimate_memory(cfg: CfgNode, batch: int = 2) -> MemoryEstimate:
     amp = cfg.SOLVER.AMP
     dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else torch.float32
     with torch.autocast("cpu", dtype=dtype, enabled=amp.ENABLED):
-        _, activations = saved_bytes(model, data)
+        held = [*model.parameters(), *model.buffers()]
+        _, activations = saved_bytes(model, data, exclude=held)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     trained = sum(
         p.numel() * p.element_size() for p in model.encoder_q.parameters() if p.requires_grad
     )
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())  # queues, BN stats
-    return MemoryEstimate(activations / batch, params + 2 * trained + buffers)
+    return activations, params + 2 * trained + buffers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     per = est.activation_bytes_per_image
     print(
         f"{argv[0]}: {per / 2**20:.0f} MiB of saved activations per image, "
-        f"{est.state_bytes / GIB:.2f} GiB of state; per process (estimate): "
+        f"{(est.state_bytes + est.step_bytes) / GIB:.2f} GiB of state and fixed step part; "
+        "per process (estimate): "
         + ", ".join(f"{b} images {est.per_process(b) / GIB:.1f} GiB" for b in (16, 32, 64, 128))
     )
     return 0

@@ -64,7 +64,7 @@ from pretrain.evaluation.features import (
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 from pretrain.utils.signals import shield_data_worker
 
-__all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources"]
+__all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources", "knn_transform"]
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +252,12 @@ def check_knn_root(cfg: CfgNode) -> None:
             )
 
 
+def knn_transform(size: int) -> T.Compose:
+    """The monitor's images: uint8 (3, size, size) centre crops (the model's own uint8 -> float
+    normalisation runs in ``backbone_features``)."""
+    return T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
+
+
 def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
     """The :class:`KNNHook` of ``model`` (DDP-wrapped or not) as ``cfg.TEST`` describes it, for
     this process's share; every process builds it."""
@@ -265,8 +271,7 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
     model = model.module if hasattr(model, "module") else model
     device = model.device
 
-    # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
-    crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
+    crop = knn_transform(size)
 
     subsets = [
         evenly_spaced(len(train_src), t.KNN_TRAIN_IMAGES),
