@@ -55,7 +55,8 @@ def make_run(
 
 def write_metrics(path: Path, beta: float, offset: float = 0.0, iters: int = 12) -> None:
     """JSONWriter-like lines; beta is inf (prior off) for the first half, as in the schedules;
-    kNN (and its collapse diagnostics) every 4 iterations. The trainer logs nuclear_norm 0 while the prior is off."""
+    kNN (and its collapse diagnostics) every 4 iterations. The trainer logs nuclear_norm 0
+    while the prior is off."""
     with open(path, "w") as f:
         for it in range(iters):
             b = math.inf if it < iters // 2 else beta

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 import re
 from html.parser import HTMLParser
@@ -315,9 +316,10 @@ def test_the_report_shows_each_runs_feature_picture_and_collapse_numbers(tmp_pat
 
     fm = make_fashion_mnist(tmp_path / "fm", n_train=20, n_test=12)
     run = make_run(tmp_path / "demo", fm, seed=0, **{"DATASETS.TYPE": "fashion_mnist"})
+    last = {"iteration": 12, "knn/top1": 0.5, "knn/effective_rank": 1.5, "knn/std": 0.01,
+            "knn/std_ratio": 0.2, "knn/alignment": 0.3, "knn/uniformity": -1.2}  # fmt: skip
     with (run / "metrics.json").open("a") as f:  # a collapsed last evaluation
-        f.write('{"iteration": 12, "knn/top1": 0.5, "knn/effective_rank": 1.5, "knn/std": 0.01, '
-                '"knn/std_ratio": 0.2, "knn/alignment": 0.3, "knn/uniformity": -1.2}\n')  # fmt: skip
+        f.write(json.dumps(last) + "\n")
     report = build_report([str(run)], str(tmp_path / "out"), embedding_images=12)
     png = run / "embedding_tsne.png"
     assert png.stat().st_size > 0
