@@ -93,7 +93,7 @@ def _collapse(runs: Sequence[RunData]) -> Section:
     keys = ("knn/top1", "knn/effective_rank", "knn/std", "knn/std_ratio", "knn/alignment",
             "knn/uniformity")  # fmt: skip
     table = Table(
-        "At each run's last kNN evaluation",
+        "At the last kNN evaluation of each run",
         [
             "run",
             "iteration",

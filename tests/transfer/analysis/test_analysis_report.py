@@ -259,7 +259,7 @@ def test_cli_writes_both_files(experiment, tmp_path, capsys):
         ]
     )
     assert rc == 0
-    assert "10 figures" in capsys.readouterr().out
+    assert "14 figures" in capsys.readouterr().out
     assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
     assert exit_status(report_main, ["--out", str(tmp_path)]) == 2
 
@@ -329,5 +329,5 @@ def test_the_report_shows_each_runs_feature_picture_and_collapse_numbers(tmp_pat
     html = (tmp_path / "out" / "report.html").read_text()
     assert base64.b64encode(Path(fig.path).read_bytes()).decode() in html
     assert "figures/embedding_demo.png" in (tmp_path / "out" / "report.md").read_text()
-    [table] = [t for t in report.tables if t.title == "At each run's last kNN evaluation"]
+    [table] = [t for t in report.tables if t.title == "At the last kNN evaluation of each run"]
     assert table.rows == [["demo", "12", "50.00", "1.5", "0.01", "0.2", "0.3", "-1.2", "yes"]]
