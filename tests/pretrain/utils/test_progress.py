@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 
 import torch
 
@@ -10,12 +11,15 @@ from pretrain.evaluation.features import embed
 from pretrain.utils.progress import MAX_LINE, LineProgress, progress
 
 
-def test_a_non_terminal_gets_a_line_per_tenth_and_no_carriage_returns(capsys):
-    # the monitor's and the probes' loop, with stderr captured (not a terminal), as in a log
-    batches = [(torch.zeros(2, 3), torch.zeros(2)) for _ in range(1000)]
-    feats, _ = embed(lambda x: x, batches, desc="x" * 300)  # a description too long for a line
+def test_a_non_terminal_gets_a_line_per_tenth_and_no_carriage_returns(tmp_path, monkeypatch):
+    # the evaluations' feature loop with stderr redirected to a file, as `tool 2> log.txt` does
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:
+        monkeypatch.setattr(sys, "stderr", f)
+        batches = [(torch.zeros(2, 3), torch.zeros(2)) for _ in range(1000)]
+        feats, _ = embed(lambda x: x, batches, desc="x" * 300)  # too long a description
     assert feats.shape == (2000, 3)
-    err = capsys.readouterr().err
+    err = log.read_text()
     lines = err.splitlines()
     assert "\r" not in err
     assert 10 <= len(lines) <= 11, lines  # 10 %, 20 %, ..., 90 %, and the end
