@@ -8,6 +8,7 @@ how to go on, found by :func:`check_last_checkpoint` before a resumed run writes
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -17,6 +18,7 @@ import torch
 from detectron2.engine import hooks
 from fvcore.common.checkpoint import Checkpointer
 
+from pretrain.engine.config_changes import CHANGES_FILE
 from pretrain.utils.atomic_io import atomic_replace, atomic_write_bytes
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import CheckpointError
@@ -108,10 +110,24 @@ class AtomicCheckpointer(StrictShapes, Checkpointer):
 
 def periodic_checkpoints(directory: str) -> list[str]:
     """Paths of the ``model_<iteration>.pth`` files in ``directory``, oldest iteration first
-    (the periodic checkpoints and those a stop on a signal saved; not ``model_final``)."""
+    (the periodic checkpoints and those a stop on a signal saved); not ``model_final``, nor a
+    finished run's final checkpoint kept under such a name when the run was extended
+    (``previous_final`` in ``config_changes.json``, :mod:`pretrain.engine.config_changes`)."""
     if not os.path.isdir(directory):
         return []
-    found = sorted((int(m[1]), f) for f in os.listdir(directory) if (m := _PERIODIC.fullmatch(f)))
+    kept = set()
+    changes = os.path.join(directory, CHANGES_FILE)
+    if os.path.isfile(changes):
+        with open(changes, encoding="utf-8") as f:
+            records = json.load(f)
+        kept = {
+            r["previous_final"] for r in records if isinstance(r, dict) and "previous_final" in r
+        }
+    found = sorted(
+        (int(m[1]), f)
+        for f in os.listdir(directory)
+        if (m := _PERIODIC.fullmatch(f)) and f not in kept
+    )
     return [os.path.join(directory, f) for _, f in found]
 
 

@@ -96,9 +96,18 @@ def test_a_resumed_run_keeps_at_most_max_to_keep_periodic_checkpoints(tmp_path, 
     ]
 
 
-def test_periodic_checkpoints_are_listed_by_iteration(tmp_path):
-    for name in ("model_0000010.pth", "model_0000002.pth", "model_final.pth", "x.pth"):
+def test_periodic_checkpoints_are_listed_by_iteration_without_a_kept_final(tmp_path):
+    names = (
+        "model_0000010.pth",
+        "model_0000002.pth",
+        "model_final.pth",
+        "x.pth",
+        "model_0000005.pth",
+    )
+    for name in names:
         (tmp_path / name).write_bytes(b"")
+    # an extended finished run keeps its final checkpoint as model_0000005.pth
+    (tmp_path / "config_changes.json").write_text('[{"previous_final": "model_0000005.pth"}]')
     assert [Path(p).name for p in periodic_checkpoints(str(tmp_path))] == [
         "model_0000002.pth",
         "model_0000010.pth",
