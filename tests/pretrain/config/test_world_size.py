@@ -17,12 +17,14 @@ from transfer.classification.demo import DEMO_CONFIG
 
 PRETRAIN = ROOT / "configs" / "pretrain"
 SHIPPED = sorted([*PRETRAIN.glob("in1k_*.yaml"), *PRETRAIN.glob("in100_*.yaml")])
+ALL = sorted(p for p in PRETRAIN.rglob("*.yaml") if not p.name.startswith("Base-"))
 DOCS = (ROOT / "docs" / "cluster.md").read_text()
 
 
 @functools.cache
 def _cfg(path, reference: int = 0):
-    return load_config(str(path), ["SOLVER.REFERENCE_WORLD_SIZE", str(reference)])
+    opts = ["SOLVER.REFERENCE_WORLD_SIZE", str(reference), "DATASETS.ROOT", "x"]
+    return load_config(str(path), opts)
 
 
 def test_the_shipped_imagenet_configs_are_all_covered():
@@ -36,8 +38,8 @@ def test_the_docs_table_is_the_resolution_of_every_shipped_config(reference):
     assert all(f"`{p.name}`" in table for p in SHIPPED)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_as_shipped_the_global_batch_and_lr_are_the_papers_at_any_world_size(path):
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(PRETRAIN)))
+def test_as_shipped_the_global_batch_and_lr_are_the_configs_at_any_world_size(path):
     cfg = _cfg(path)
     for w in WORLD_SIZES:
         r = recipe(cfg, w)
