@@ -72,26 +72,27 @@ def test_a_file_torch_cannot_load_is_a_checkpoint_error(tmp_path):
 
 class _Crash(HookBase):
     def before_step(self) -> None:
-        if self.trainer.iter == 3:
+        if self.trainer.iter == 2:
             raise RuntimeError("simulated crash")
 
 
 def test_a_resumed_run_keeps_at_most_max_to_keep_periodic_checkpoints(tmp_path, image_folder):
-    """Checkpoints every iteration, MAX_TO_KEEP 2: the first process stops before iteration 3
-    (leaving model_1 and model_2), the resumed one saves 3, 4 and 5. fvcore alone would leave
-    model_1, 2, 4 and 5 (it counts only the files its own process wrote)."""
+    """Checkpoints every iteration, MAX_TO_KEEP 2, 4 iterations: the first process stops before
+    iteration 2 (leaving model_0 and model_1), the resumed one saves 2 and 3. fvcore alone would
+    leave model_0, 1, 2 and 3 (it counts only the files its own process wrote)."""
     out = tmp_path / "run"
-    opts = tiny_opts(image_folder, out, **{"SOLVER.CHECKPOINT_PERIOD": 1, "SOLVER.MAX_TO_KEEP": 2})
+    keys = {"SOLVER.CHECKPOINT_PERIOD": 1, "SOLVER.MAX_TO_KEEP": 2, "SOLVER.MAX_ITER": 4}
+    opts = tiny_opts(image_folder, out, **keys)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_pretraining(load_config(DEMO_CONFIG, opts), [_Crash()])
     assert sorted(p.name for p in out.glob("model_*.pth")) == [
+        "model_0000000.pth",
         "model_0000001.pth",
-        "model_0000002.pth",
     ]
-    run_pretraining(load_config(DEMO_CONFIG, opts))  # resumes from model_0000002
+    run_pretraining(load_config(DEMO_CONFIG, opts))  # resumes from model_0000001
     assert sorted(p.name for p in out.glob("model_*.pth")) == [
-        "model_0000004.pth",
-        "model_0000005.pth",
+        "model_0000002.pth",
+        "model_0000003.pth",
         "model_final.pth",
     ]
 
