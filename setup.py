@@ -19,6 +19,7 @@ TOOLS = {
     "knn_eval": "transfer.cli.knn_eval",
     "analyze_nuclear_norm": "transfer.cli.analyze_nuclear_norm",
     "make_report": "transfer.cli.make_report",
+    "plot_embedding": "transfer.cli.plot_embedding",
 }
 
 setup(

@@ -113,6 +113,17 @@ ROWS = {
                               "SOLVER.BASE_LR = -0.02: must be > 0"),
     "linear-no-processes": ([*LINEAR, "--output-dir", "{tmp}/run", "--num-gpus", "0"],
                             "argument --num-gpus: must be >= 1, got 0"),
+    "embedding-too-few-images": (["plot_embedding", "{run}", "--images", "2"],
+                                 "--images 2: t-SNE needs at least 4 images"),
+    "report-too-few-embedding-images": (
+        ["make_report", "{run}", "--out", "{tmp}/report", "--embedding-images", "3"],
+        "--embedding-images 3: 0 (no picture) or at least 4 (t-SNE)"),
+    # a recipe that cannot work on this number of processes (pretrain/config/world_size.py)
+    "pretrain-batch-not-shared-by-the-reference-world-size": (
+        [*PRETRAIN, "OUTPUT_DIR", "{tmp}/o", "SOLVER.REFERENCE_WORLD_SIZE", "3"],
+        "SOLVER.IMS_PER_BATCH = 8 is not divisible by SOLVER.REFERENCE_WORLD_SIZE = 3"),
+    "embedding-no-run": (["plot_embedding", "{tmp}/nowhere"],
+                         "{tmp}/nowhere: no such run directory or checkpoint file"),
     # a mistyped option: named with the closest one, wherever it stands
     "knn-mistyped-required-option": (
         [*KNN, "--outptu-dir", "{tmp}/knn"],

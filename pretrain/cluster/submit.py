@@ -154,6 +154,7 @@ def resolve_pretrain_config(req: JobRequest) -> tuple[CfgNode, list[str]]:
     ``--gpus-per-node 0`` adds ``MODEL.DEVICE cpu``; GPUs with ``MODEL.DEVICE cpu`` is refused.
     """
     from pretrain.config.defaults import ConfigError, load_config, validate_cfg
+    from pretrain.config.world_size import resolve_world_size
     from pretrain.engine.launch import _normalise_opts  # the job's own setup() does the same
 
     opts = _normalise_opts(list(req.args))
@@ -162,6 +163,7 @@ def resolve_pretrain_config(req: JobRequest) -> tuple[CfgNode, list[str]]:
         if req.gpus_per_node == 0 and cfg.MODEL.DEVICE != "cpu":
             opts += ["MODEL.DEVICE", "cpu"]
             cfg = load_config(req.config_file, opts)
+        cfg = resolve_world_size(cfg, req.world_size)  # SOLVER.REFERENCE_WORLD_SIZE
         validate_cfg(cfg, req.world_size)
     except ConfigError as e:
         raise SubmitError(f"config: {e}") from None

@@ -123,6 +123,9 @@ _C.DATALOADER.NUM_WORKERS = -1
 _C.SOLVER = CN()
 _C.SOLVER.OPTIMIZER = "LARS"  # "LARS" (LORAC, MoCo-M) or "SGD" (MoCo-v2)
 _C.SOLVER.IMS_PER_BATCH = 256  # global batch, all processes together
+# Processes IMS_PER_BATCH and the lrs were written for; on another number the batch and lrs scale
+# with it, per-process batch kept (detectron2's rule; pretrain.config.world_size). 0: as written
+_C.SOLVER.REFERENCE_WORLD_SIZE = 0
 _C.SOLVER.EPOCHS = 200.0
 _C.SOLVER.MAX_ITER = 0  # 0: derived from EPOCHS and the dataset size
 _C.SOLVER.BASE_LR = 1.8
@@ -132,7 +135,8 @@ _C.SOLVER.MOMENTUM = 0.9
 _C.SOLVER.WEIGHT_DECAY = 1e-6
 _C.SOLVER.LARS_ETA = 0.001  # trust coefficient
 _C.SOLVER.CHECKPOINT_PERIOD = 5000  # iterations
-_C.SOLVER.MAX_TO_KEEP = 2  # periodic checkpoints kept besides model_final
+# periodic checkpoints kept besides model_final, over the run and its resumes (0: all)
+_C.SOLVER.MAX_TO_KEEP = 2
 _C.SOLVER.LOG_PERIOD = 20
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False
@@ -250,6 +254,8 @@ def _check_solver(sol: CN, queue_size: int, world_size: int) -> None:
     _need(queue_size % batch == 0, "MODEL.QUEUE_SIZE", queue_size,
           f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {batch}")  # fmt: skip
     _one_of(sol, "OPTIMIZER", "SOLVER", OPTIMIZERS)
+    _need(sol.REFERENCE_WORLD_SIZE >= 0, "SOLVER.REFERENCE_WORLD_SIZE", sol.REFERENCE_WORLD_SIZE,
+          "must be >= 0 (0: the config as written at any number of processes)")  # fmt: skip
     _need(math.isfinite(sol.BASE_LR) and sol.BASE_LR > 0, "SOLVER.BASE_LR", sol.BASE_LR,
           "must be > 0")  # fmt: skip
     _need(math.isfinite(sol.FINAL_LR) and sol.FINAL_LR >= 0, "SOLVER.FINAL_LR", sol.FINAL_LR,
@@ -281,6 +287,9 @@ def check_world_size(cfg: CN, world_size: int) -> None:
     _check_batch_split(batch, world_size)
     _need(splits >= 1, "MODEL.KEY_BN_SPLITS", splits, "must be >= 1")
     shuffled = cfg.MODEL.SHUFFLE_BN and splits * world_size > 1  # ShuffleBN's groups
+    _need(batch // world_size >= 2, "SOLVER.IMS_PER_BATCH", batch,
+          f"gives {batch // world_size} image per process over {world_size} processes: each "
+          "process's BatchNorm needs 2 or more (a larger batch or fewer processes)")  # fmt: skip
     _need(not shuffled or batch // world_size >= splits, "MODEL.KEY_BN_SPLITS", splits,
           f"leaves empty BN groups of the {batch // world_size} images per process "
           f"(SOLVER.IMS_PER_BATCH {batch} over {world_size} processes)")  # fmt: skip

@@ -8,21 +8,31 @@ how to go on, found by :func:`check_last_checkpoint` before a resumed run writes
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 from typing import Any
 
 import torch
+from detectron2.engine import hooks
 from fvcore.common.checkpoint import Checkpointer
 
+from pretrain.engine.config_changes import CHANGES_FILE
 from pretrain.utils.atomic_io import atomic_replace, atomic_write_bytes
 from pretrain.utils.checkpoint_fit import StrictShapes
 from pretrain.utils.errors import CheckpointError
 from pretrain.utils.torch_files import incomplete_torch_file
 
-__all__ = ["AtomicCheckpointer", "check_last_checkpoint"]
+__all__ = [
+    "AtomicCheckpointer",
+    "KeepRecentCheckpoints",
+    "check_last_checkpoint",
+    "periodic_checkpoints",
+]
 
 LAST_CHECKPOINT = "last_checkpoint"  # fvcore's pointer file: the name of the checkpoint to resume
+_PERIODIC = re.compile(r"model_(\d{7})\.pth")  # fvcore's periodic names (and a stop's)
 
 
 def _what_to_do(directory: str, unreadable: str) -> str:
@@ -96,3 +106,63 @@ class AtomicCheckpointer(StrictShapes, Checkpointer):
                 f"{f}: not a readable checkpoint ({why}): "
                 f"{_what_to_do(os.path.dirname(f) or '.', f)}"
             ) from None
+
+
+def periodic_checkpoints(directory: str) -> list[str]:
+    """Paths of the ``model_<iteration>.pth`` files in ``directory``, oldest iteration first
+    (the periodic checkpoints and those a stop on a signal saved); not ``model_final``, nor a
+    finished run's final checkpoint kept under such a name when the run was extended
+    (``previous_final`` in ``config_changes.json``, :mod:`pretrain.engine.config_changes`)."""
+    if not os.path.isdir(directory):
+        return []
+    kept = set()
+    changes = os.path.join(directory, CHANGES_FILE)
+    if os.path.isfile(changes):
+        with open(changes, encoding="utf-8") as f:
+            records = json.load(f)
+        kept = {
+            r["previous_final"] for r in records if isinstance(r, dict) and "previous_final" in r
+        }
+    found = sorted(
+        (int(m[1]), f)
+        for f in os.listdir(directory)
+        if (m := _PERIODIC.fullmatch(f)) and f not in kept
+    )
+    return [os.path.join(directory, f) for _, f in found]
+
+
+class KeepRecentCheckpoints(hooks.PeriodicCheckpointer):
+    """detectron2's periodic checkpointer hook keeping at most ``max_to_keep`` periodic
+    checkpoints over the whole run, resumes included (0: keep them all).
+
+    fvcore counts only the files its own process saved, so each resume would leave up to
+    ``max_to_keep`` more behind; here the count starts from the files on disk. The checkpoint
+    ``last_checkpoint`` names is never deleted.
+    """
+
+    def __init__(
+        self, checkpointer: Checkpointer, period: int, max_iter: int, max_to_keep: int
+    ) -> None:
+        super().__init__(checkpointer, period, max_iter, max_to_keep=max_to_keep or None)
+
+    def before_train(self) -> None:
+        super().before_train()
+        if self.max_to_keep:
+            self.recent_checkpoints = periodic_checkpoints(self.checkpointer.save_dir)
+            self._prune()
+
+    def step(self, iteration: int, **kwargs: Any) -> None:
+        super().step(iteration, **kwargs)
+        if self.max_to_keep:
+            self._prune()
+
+    def _prune(self) -> None:
+        pointer = os.path.join(self.checkpointer.save_dir, LAST_CHECKPOINT)
+        keep = ""
+        if os.path.isfile(pointer):
+            with open(pointer) as f:
+                keep = os.path.join(self.checkpointer.save_dir, f.read().strip())
+        while len(self.recent_checkpoints) > self.max_to_keep:
+            path = self.recent_checkpoints.pop(0)
+            if path != keep and os.path.isfile(path):
+                os.unlink(path)

@@ -10,6 +10,7 @@ exits (:class:`Preempted`). The signals' meanings are in :mod:`pretrain.utils.si
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -234,14 +235,47 @@ class StopOnSignal(HookBase):
         raise Preempted(message, 128 + signal.SIGINT if self._interrupted else 0)
 
 
+class _AppendSignals(logging.LoggerAdapter):
+    """Ends each message with the printer's :meth:`MetricPrinter.signals` (one line stays one)."""
+
+    def process(self, msg: object, kwargs: dict) -> tuple[object, dict]:
+        signals = self.extra["printer"].signals()
+        return (f"{msg}  {signals}" if signals else msg), kwargs
+
+
 class MetricPrinter(CommonMetricPrinter):
     """detectron2's console printer, printing each iteration once: after a stop, ``after_train``
     writes the iteration just printed again, and detectron2's ETA (without a "time" history: a
-    resumed run stopped within IterationTimer's warm-up) then divides by zero."""
+    resumed run stopped within IterationTimer's warm-up) then divides by zero.
+
+    Its line also shows the pretraining signals that are logged (detectron2's shows only keys
+    with "loss" in them): the instance-discrimination accuracy (median of the window), the mean
+    ||Q||_* while the prior is on (beta finite), and the last kNN top-1 with its iteration.
+    """
 
     def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
         super().__init__(max_iter, window_size)
         self._printed: int | None = None
+        self.logger = _AppendSignals(self.logger, {"printer": self})
+
+    def signals(self) -> str:
+        """``inst_acc: 93.1%  ||Q||_*: 3.214  knn/top1: 45.20% (iter 9889)``, for the keys the
+        current event storage holds."""
+        storage = get_event_storage()
+        histories, latest, parts = storage.histories(), storage.latest(), []
+
+        def median(key: str) -> float:
+            return histories[key].median(storage.count_samples(key, self._window_size))
+
+        if "inst_acc" in histories:
+            parts.append(f"inst_acc: {100 * median('inst_acc'):.1f}%")
+        beta = latest.get("beta", (math.inf, 0))[0]
+        if "nuclear_norm" in histories and math.isfinite(beta):
+            parts.append(f"||Q||_*: {median('nuclear_norm'):.4g}")
+        if "knn/top1" in latest:
+            top1, at = latest["knn/top1"]
+            parts.append(f"knn/top1: {100 * top1:.2f}% (iter {at})")
+        return "  ".join(parts)
 
     def write(self) -> None:
         iteration = get_event_storage().iter

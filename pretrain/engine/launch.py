@@ -13,11 +13,12 @@ from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.config.resume import check_resume_config
+from pretrain.config.world_size import resolve_world_size
 from pretrain.data.datasets import FASHION_MNIST, read_class_list
 from pretrain.engine.checkpoint import check_last_checkpoint
 from pretrain.evaluation.knn_monitor import check_knn_root
 from pretrain.modeling.encoder import strided_convs_on_1px_maps
-from pretrain.utils.distributed import maybe_init_distributed
+from pretrain.utils.distributed import dist_env_from_environ, maybe_init_distributed
 from pretrain.utils.errors import DatasetError
 from pretrain.utils.locks import DirLock
 from pretrain.utils.output_dir import check_output_dir
@@ -174,11 +175,23 @@ def check_cpu_bfloat16(cfg: CfgNode) -> None:
         )
 
 
+def launch_world_size(args: argparse.Namespace) -> int:
+    """The number of processes the run has: the process group's once joined (detectron2's
+    ``launch`` workers), torchrun's or srun's variables, else ``--num-gpus x --num-machines``."""
+    if comm.get_world_size() > 1:
+        return comm.get_world_size()
+    env = dist_env_from_environ()
+    if env is not None:
+        return env.world_size
+    return getattr(args, "num_gpus", 1) * getattr(args, "num_machines", 1)
+
+
 def checked_config(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
     """The validated config of ``args`` after every check that only reads (OUTPUT_DIR, a
     resume's config and checkpoint, the device, the data), so that a mistake leaves nothing a
     corrected command must clear."""
-    cfg = load_args_config(args)
+    # the config this run's number of processes uses (SOLVER.REFERENCE_WORLD_SIZE)
+    cfg = resolve_world_size(load_args_config(args), launch_world_size(args))
     check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
     check_resume_config(cfg, resume_with_changes)
     check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated one, before a resume writes anything

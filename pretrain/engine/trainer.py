@@ -18,9 +18,10 @@ from fvcore.common.config import CfgNode
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
-from pretrain.config.defaults import ConfigError, check_world_size
+from pretrain.config.defaults import ConfigError
 from pretrain.config.resume import RESUME_FLAG, check_resume_config
 from pretrain.config.step_policy import StepPolicy
+from pretrain.config.world_size import resolve_world_size
 from pretrain.data.datasets import build_source
 from pretrain.data.loader import (
     augment_views_on_device,
@@ -29,7 +30,11 @@ from pretrain.data.loader import (
     check_shared_memory,
 )
 from pretrain.data.prefetch import prefetch_to_device
-from pretrain.engine.checkpoint import AtomicCheckpointer, check_last_checkpoint
+from pretrain.engine.checkpoint import (
+    AtomicCheckpointer,
+    KeepRecentCheckpoints,
+    check_last_checkpoint,
+)
 from pretrain.engine.config_changes import apply_config_changes, check_changed_schedule
 from pretrain.engine.hooks import (
     BetaSchedule,
@@ -101,7 +106,8 @@ class PretrainTrainer(SimpleTrainer):
     ) -> None:
         self.log_to = tuple(log_to)
         world = comm.get_world_size()
-        check_world_size(cfg, world)  # the rest was validated by load_config
+        # SOLVER.REFERENCE_WORLD_SIZE (a no-op on a config resolved already); checks the world size
+        cfg = resolve_world_size(cfg, world)  # the rest was validated by load_config
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
@@ -179,11 +185,11 @@ class PretrainTrainer(SimpleTrainer):
         ret += self.extra_hooks()
         if comm.is_main_process():
             ret.append(
-                hooks.PeriodicCheckpointer(
+                KeepRecentCheckpoints(  # MAX_TO_KEEP over the run, resumes included
                     self.checkpointer,
                     cfg.SOLVER.CHECKPOINT_PERIOD,
                     self.max_iter,
-                    max_to_keep=cfg.SOLVER.MAX_TO_KEEP,
+                    cfg.SOLVER.MAX_TO_KEEP,
                 )
             )
             config = yaml.safe_load(cfg.dump())

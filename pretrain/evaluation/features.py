@@ -13,9 +13,9 @@ import torch
 from detectron2.utils import comm
 from torch import nn
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
 from pretrain.data.datasets import readable_loader, skipped_note
+from pretrain.utils.progress import progress
 
 __all__ = [
     "FeatureFn",
@@ -41,7 +41,7 @@ def embed(
     ``allow_empty`` (a process's share of a small set may be empty). The images a
     :func:`~pretrain.data.datasets.readable_loader` left out are counted in one warning."""
     feats, labels = [], []
-    batches = tqdm(loader, desc=desc, unit="batch", dynamic_ncols=True, disable=desc is None)
+    batches = progress(loader, desc=desc, unit="batch", disable=desc is None)
     for batch in batches:
         if batch is None:  # every image of the batch unreadable (readable_loader)
             continue

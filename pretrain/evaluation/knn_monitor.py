@@ -3,8 +3,13 @@
 Every ``TEST.KNN_PERIOD`` iterations and after the last one, the query encoder's backbone embeds
 ``TEST.KNN_TRAIN_IMAGES`` labelled references and ``TEST.KNN_TEST_IMAGES`` queries (centre crops
 at INPUT.LARGE_SIZE, evenly spaced so that a class-sorted folder keeps every class), and the
-weighted kNN top-1 goes to metrics.json as ``knn/top1``. Register the hook before
-``PeriodicWriter`` so the value is written in the same step.
+weighted kNN top-1 goes to metrics.json as ``knn/top1``, with the collapse diagnostics of the
+same features (:mod:`pretrain.evaluation.collapse`, no extra forward pass): ``knn/effective_rank``,
+``knn/std``, ``knn/std_ratio``, ``knn/alignment`` (positive pairs: two references or queries of
+one class, since the monitor embeds one view per image) and ``knn/uniformity``, computed on the
+references and the queries together. One warning line when the embedding collapses
+(:func:`~pretrain.evaluation.collapse.is_collapsed`). Register the hook before ``PeriodicWriter``
+so the values are written in the same step.
 
 Every process embeds its share, and the features reach the main process in one gather after all
 the work, so a process waits there only for the slowest process's extra share; a warning names
@@ -45,6 +50,13 @@ from pretrain.data.datasets import (
 )
 from pretrain.data.loader import resolve_num_workers
 from pretrain.data.splits import evenly_spaced, labelled_splits
+from pretrain.evaluation.collapse import (
+    MIN_EFFECTIVE_RANK,
+    MIN_STD_RATIO,
+    CollapseStats,
+    collapse_stats,
+    is_collapsed,
+)
 from pretrain.evaluation.features import (
     FeatureFn,
     GatheredEmbeddings,
@@ -54,7 +66,7 @@ from pretrain.evaluation.features import (
 from pretrain.evaluation.knn import KNN_K, KNN_T, knn_accuracy
 from pretrain.utils.signals import shield_data_worker
 
-__all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources"]
+__all__ = ["KNNHook", "build_knn_hook", "check_knn_root", "knn_sources", "knn_transform"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +114,7 @@ class KNNHook(HookBase):
         self._timeout_minutes = timeout_minutes
         self._device = torch.device(device)
         self.last_top1: float | None = None  # main process only
+        self.last_collapse: CollapseStats | None = None  # main process only
         # main process only: each process's seconds embedding its shares, and the set sizes
         self.last_seconds: list[float] = []
         self.last_counts: tuple[int, int] = (0, 0)
@@ -121,6 +134,9 @@ class KNNHook(HookBase):
         self.last_seconds = gathered.seconds
         self.last_counts = (len(train_y), len(test_y))
         dev = self._device
+        self.last_collapse = collapse_stats(
+            torch.cat([train_x, test_x]).to(dev), torch.cat([train_y, test_y]).to(dev)
+        )
         return knn_accuracy(
             train_x.to(dev),
             train_y,
@@ -137,7 +153,11 @@ class KNNHook(HookBase):
         if top1 is None:  # not the main process: its share is delivered, training goes on
             return
         self.last_top1 = top1
-        self.trainer.storage.put_scalar("knn/top1", top1, smoothing_hint=False)
+        storage = self.trainer.storage
+        storage.put_scalar("knn/top1", top1, smoothing_hint=False)
+        stats = self.last_collapse
+        if stats is not None:
+            storage.put_scalars(**stats.scalars(), smoothing_hint=False)
         seconds, (refs, queries) = self.last_seconds, self.last_counts
         wait = max(seconds) - min(seconds)
         logger.info(
@@ -152,6 +172,8 @@ class KNNHook(HookBase):
             (refs + queries) / max(sum(seconds), 1e-9),
             wait,
         )
+        if stats is not None:
+            self._report_collapse(stats)
         limit = self._timeout_minutes
         if len(seconds) > 1 and limit is not None and wait > _WAIT_WARN_FRACTION * 60 * limit:
             logger.warning(
@@ -164,6 +186,30 @@ class KNNHook(HookBase):
                 limit,
                 min(seconds),
                 max(seconds),
+            )
+
+    def _report_collapse(self, stats: CollapseStats) -> None:
+        logger.info(
+            "iter %d: kNN features: effective rank %.1f of %d, per-dimension std %.3g (x sqrt(d) "
+            "= %.2f), alignment %.3f, uniformity %.3f",
+            self.trainer.storage.iter,
+            stats.effective_rank,
+            stats.dim,
+            stats.std,
+            stats.std_ratio,
+            stats.alignment,
+            stats.uniformity,
+        )
+        if is_collapsed(stats):
+            logger.warning(
+                "the embedding has collapsed at iteration %d: effective rank %.2f (warns under "
+                "%g), per-dimension std x sqrt(d) %.3f (warns under %g); see docs/pretraining.md, "
+                '"Collapse diagnostics"',
+                self.trainer.storage.iter,
+                stats.effective_rank,
+                MIN_EFFECTIVE_RANK,
+                stats.std_ratio,
+                MIN_STD_RATIO,
             )
 
     def after_step(self) -> None:
@@ -211,6 +257,12 @@ def check_knn_root(cfg: CfgNode) -> None:
             )
 
 
+def knn_transform(size: int) -> T.Compose:
+    """The monitor's images: uint8 (3, size, size) centre crops (the model's own uint8 -> float
+    normalisation runs in ``backbone_features``)."""
+    return T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
+
+
 def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
     """The :class:`KNNHook` of ``model`` (DDP-wrapped or not) as ``cfg.TEST`` describes it, for
     this process's share; every process builds it."""
@@ -224,8 +276,7 @@ def build_knn_hook(cfg: CfgNode, model: nn.Module) -> KNNHook:
     model = model.module if hasattr(model, "module") else model
     device = model.device
 
-    # uint8 (3, s, s) centre crops: the model's own uint8 -> float normalisation runs in feature_fn
-    crop = T.Compose([T.PILToTensor(), T.Resize(size), T.CenterCrop(size)])
+    crop = knn_transform(size)
 
     subsets = [
         evenly_spaced(len(train_src), t.KNN_TRAIN_IMAGES),

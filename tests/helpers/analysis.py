@@ -55,7 +55,8 @@ def make_run(
 
 def write_metrics(path: Path, beta: float, offset: float = 0.0, iters: int = 12) -> None:
     """JSONWriter-like lines; beta is inf (prior off) for the first half, as in the schedules;
-    kNN every 4 iterations. The trainer logs nuclear_norm 0 while the prior is off."""
+    kNN (and its collapse diagnostics) every 4 iterations. The trainer logs nuclear_norm 0
+    while the prior is off."""
     with open(path, "w") as f:
         for it in range(iters):
             b = math.inf if it < iters // 2 else beta
@@ -69,8 +70,10 @@ def write_metrics(path: Path, beta: float, offset: float = 0.0, iters: int = 12)
                 "images_per_sec": 50.0 + offset,
                 "data_time": 0.01,
             }
-            if it % 4 == 3:
+            if it % 4 == 3:  # with the monitor's collapse diagnostics
                 rec["knn/top1"] = 0.3 + 0.02 * it
+                rec.update({"knn/effective_rank": 20.0 + it, "knn/std": 0.01, "knn/std_ratio": 0.4,
+                            "knn/alignment": 0.5, "knn/uniformity": -2.0})  # fmt: skip
             f.write(json.dumps(rec) + "\n")  # json writes inf as Infinity, like the trainer
 
 

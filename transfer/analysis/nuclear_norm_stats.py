@@ -20,7 +20,6 @@ import torch
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
-from tqdm import tqdm
 
 from pretrain.data.color import BatchColorAugment, ColorSpec
 from pretrain.data.datasets import (
@@ -41,6 +40,7 @@ from pretrain.evaluation.features import FeatureFn
 from pretrain.evaluation.knn import KNN_K
 from pretrain.evaluation.knn import knn_top1 as _knn_top1
 from pretrain.losses.lorac import nuclear_norm
+from pretrain.utils.progress import progress
 from transfer.analysis import AnalysisError
 from transfer.analysis.runs import beta_label
 from transfer.classification.transforms import eval_transform
@@ -116,7 +116,7 @@ def open_split(
     if kind != FASHION_MNIST:
         # each image's values are kept by its index: an unreadable one is left out here, before
         # any model runs, rather than from a batch (as the kNN does)
-        paths = tqdm([source.describe(i) for i in indices], desc="checking images", unit="img")
+        paths = progress([source.describe(i) for i in indices], desc="checking images", unit="img")
         readable = [i for i, path in zip(indices, paths, strict=True) if _decodes_or_warns(path)]
         note = skipped_note(f"{folder} ({split})", len(indices), len(readable))
         if note:
@@ -181,7 +181,7 @@ def augmented_nuclear_norms(
     )
     augment = BatchColorAugment(color)
     out = []
-    with tqdm(total=len(indices), desc=desc, unit="img", dynamic_ncols=True) as bar:
+    with progress(total=len(indices), desc=desc, unit="img") as bar:
         for views, idx in loader:
             b, v = views.shape[:2]
             batch = [

@@ -27,6 +27,7 @@ __all__ = [
     "beta_text",
     "plot_accuracy_vs_nuclear",
     "plot_curves",
+    "plot_embeddings",
     "plot_histograms",
     "plot_seed_spread",
     "plot_vs_beta",
@@ -300,3 +301,36 @@ def plot_scatter_means(
     ax.legend(fontsize="small")
     ax.set_title(title, fontsize="medium")
     _save(fig, path)
+
+
+def plot_embeddings(
+    panels: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    path: str,
+    *,
+    class_names: Sequence[str] = (),
+    title: str = "",
+) -> int:
+    """2-D embeddings side by side, one panel per ``(title, xy (N, 2), labels (N,))``, points
+    coloured by class (one colour per class across panels, the legend naming them). Returns the
+    points drawn."""
+    labels_all = sorted({int(c) for _, _, labels in panels for c in labels})
+    cmap = plt.get_cmap("tab10" if len(labels_all) <= 10 else "tab20")
+    colour = {c: cmap(i % cmap.N) for i, c in enumerate(labels_all)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    drawn = 0
+    for ax, (name, xy, labels) in zip(axes[0], panels, strict=True):
+        for c in labels_all:
+            pts = xy[np.asarray(labels) == c]
+            text = class_names[c] if c < len(class_names) else str(c)
+            ax.scatter(pts[:, 0], pts[:, 1], s=9, color=colour[c], label=text, alpha=0.85)
+            drawn += len(pts)
+        ax.set_title(name)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if len(labels_all) <= 20:
+        axes[0][-1].legend(fontsize="x-small", markerscale=1.5, loc="center left",
+                           bbox_to_anchor=(1.0, 0.5))  # fmt: skip
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    _save(fig, path)
+    return drawn

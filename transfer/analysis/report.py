@@ -15,7 +15,9 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pretrain.evaluation.collapse import MIN_EFFECTIVE_RANK, MIN_STD_RATIO
 from transfer.analysis import AnalysisError, plots
+from transfer.analysis.embedding import draw_embedding
 from transfer.analysis.nuclear_norm_outputs import FIGURES as NUCLEAR_FIGURES
 from transfer.analysis.paper_tables import PAPER_TABLES
 from transfer.analysis.report_html import render_html
@@ -84,6 +86,67 @@ def _curves(runs: Sequence[RunData], fig_dir: str) -> Section:
     return sec
 
 
+def _collapse(runs: Sequence[RunData]) -> Section:
+    """The collapse diagnostics of each run's last kNN evaluation (pretrain/evaluation/
+    collapse.py)."""
+    sec = Section("Collapse diagnostics (the kNN monitor's features)")
+    keys = ("knn/top1", "knn/effective_rank", "knn/std", "knn/std_ratio", "knn/alignment",
+            "knn/uniformity")  # fmt: skip
+    table = Table(
+        "At the last kNN evaluation of each run",
+        [
+            "run",
+            "iteration",
+            "kNN top-1 (%)",
+            "effective rank",
+            "std",
+            "std x sqrt(d)",
+            "alignment",
+            "uniformity",
+            "collapsed",
+        ],  # fmt: skip
+    )
+    for r in runs:
+        xs, _ = r.series("knn/effective_rank")
+        if not xs:
+            continue
+        v = {k: r.last(k) for k in keys}
+        bad = v["knn/effective_rank"] < MIN_EFFECTIVE_RANK or v["knn/std_ratio"] < MIN_STD_RATIO
+        cells = [f"{100 * v['knn/top1']:.2f}" if v["knn/top1"] is not None else "-"]
+        cells += [f"{v[k]:.4g}" if v[k] is not None else "-" for k in keys[1:]]
+        table.add([r.label, f"{xs[-1]:g}", *cells, "yes" if bad else "no"])
+    if table.rows:
+        table.notes.append(
+            f"collapsed: effective rank under {MIN_EFFECTIVE_RANK:g} or std x sqrt(d) under "
+            f'{MIN_STD_RATIO:g} (docs/pretraining.md, "Collapse diagnostics"); alignment is '
+            "over pairs of one class, uniformity over all pairs (Wang & Isola 2020)."
+        )
+        sec.tables.append(table)
+    else:
+        sec.text.append("not logged: no run's metrics.json has knn/effective_rank.")
+    return sec
+
+
+def _embeddings(runs: Sequence[RunData], fig_dir: str, images: int) -> Section:
+    """The t-SNE picture of each run with a checkpoint (transfer/analysis/embedding.py), written
+    into the run directory and copied here; a run that cannot be drawn says why."""
+    sec = Section("Features: t-SNE of the kNN features, coloured by class")
+    if images <= 0:
+        sec.text.append("not drawn: --embedding-images 0.")
+        return sec
+    for r in runs:
+        try:
+            pic = draw_embedding(r.directory, images=images)
+        except AnalysisError as e:
+            sec.text.append(f"{r.label}: not drawn ({e}).")
+            continue
+        dst = os.path.join(fig_dir, f"embedding_{re.sub(r'[^A-Za-z0-9]+', '_', r.label)}.png")
+        shutil.copyfile(pic.path, dst)
+        caption = f"{pic.images} test images of {pic.classes} classes; {pic.path}"
+        sec.figures.append(Figure(f"{r.label} beside random init", dst, caption, pic.points))
+    return sec
+
+
 def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
     sec = Section("Nuclear norm of augmented test views (paper Fig. 3b, 3c, 4c)")
     if not nuclear_dir:
@@ -138,6 +201,7 @@ def build_report(
     nuclear_dir: str = "",
     study_records: Sequence[str] = (),
     title: str = "LORAC experiment report",
+    embedding_images: int = 300,
 ) -> Report:
     """Read everything first (so a bad file fails before anything is written), then write."""
     studies = []
@@ -157,7 +221,9 @@ def build_report(
     overview = Section("Pretraining runs", tables=[runs_table(runs)])
     if not runs:
         overview.text.append("not run: no pretraining run directories given.")
-    sections = [overview, _curves(runs, fig_dir)]
+    sections = [overview, _curves(runs, fig_dir), _collapse(runs)]
+    if runs:
+        sections.append(_embeddings(runs, fig_dir, embedding_images))
     tables = Section("The paper's tables with this run's numbers")
     tables.text.append(
         "Rows 'paper' are transcribed from the paper's LaTeX; rows 'this run' come "

@@ -32,6 +32,7 @@ from pretrain.utils.errors import ConfigError, DatasetError
 from pretrain.utils.output_dir import check_output_dir
 from transfer.checkpoint.reader import build_torchvision_backbone, load_backbone
 from transfer.classification.datasets import labelled_sets
+from transfer.run_dir import RunDir
 from transfer.shipped_configs import config_path
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "method_label",
     "raw_pixel_top1",
     "run_demo",
+    "save_knn_table",
 ]
 
 DEMO_CONFIG = config_path("pretrain/demo_fashion_mnist_r18.yaml")
@@ -94,6 +96,20 @@ def format_knn_report(res: DemoResult) -> str:
     rows = [("raw pixels", res.knn_raw_pixels), ("random init", res.knn_random)]
     rows.append((res.method, res.knn_pretrained))
     return "\n".join([res.header] + [f"  {name:<15}{100 * acc:.2f} %" for name, acc in rows])
+
+
+def save_knn_table(res: DemoResult, output_dir: str, cfg: CfgNode | None = None) -> str:
+    """The kNN table kept with the run: ``results.json`` (each row's top-1, k, T, the header
+    saying which images) and its lines in ``log.txt``; returns the results file's path."""
+    rows = {"raw pixels": res.knn_raw_pixels, "random init": res.knn_random}
+    rows[res.method] = res.knn_pretrained
+    results = {"knn_top1": rows, "k": KNN_K, "T": KNN_T, "header": res.header}
+    path = RunDir(output_dir).write_results(
+        results, cfg, checkpoint=res.checkpoint, method=res.method, iterations=res.iterations
+    )
+    for line in format_knn_report(res).splitlines():
+        logger.info(line)
+    return path
 
 
 SPLIT_ROOT, CLASS_ROOT = "train/ and val/", "class folders"  # demo_folder_layout's answers
@@ -253,6 +269,8 @@ def run_demo(
     os.makedirs(output_dir, exist_ok=True)
     setup_logger(output_dir, name="pretrain")
     setup_logger(output_dir, name="detectron2")
+    # this module's lines (the kNN table) into log.txt only: the tool prints the table itself
+    setup_logger(output_dir, name=__name__, abbrev_name="demo", configure_stdout=False)
     start = time.perf_counter()
     trainer = run_pretraining(cfg, stop_on_interrupt=True)
     seconds = time.perf_counter() - start
@@ -261,7 +279,7 @@ def run_demo(
     pretrained = build_torchvision_backbone(weights)
     random_init = build_model(cfg).encoder_q.backbone  # same seed: the run's starting point
     raw_size = 28 if kind == FASHION_MNIST else size
-    return DemoResult(
+    res = DemoResult(
         checkpoint=ckpt,
         knn_pretrained=knn_top1(pretrained, train, test),
         knn_random=knn_top1(random_init, train, test),
@@ -273,3 +291,5 @@ def run_demo(
         start_iteration=trainer.start_iter,
         header=_header(kind, root, len(train), len(test)),
     )
+    save_knn_table(res, output_dir, cfg)
+    return res

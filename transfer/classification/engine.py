@@ -35,7 +35,6 @@ from fvcore.common.param_scheduler import (
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, Subset
-from tqdm import tqdm
 
 from pretrain.data.datasets import TransformedDataset, readable_loader, skipped_note
 from pretrain.data.sampler import IterationBatchSampler
@@ -43,6 +42,7 @@ from pretrain.engine.checkpoint import AtomicCheckpointer
 from pretrain.engine.hooks import Preempted, StopOnSignal
 from pretrain.engine.writers import build_writers
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.progress import progress
 from pretrain.utils.rng_states import RngStates
 from pretrain.utils.signals import STOP, shield_data_worker
 from transfer.classification.metrics import topk_hits
@@ -173,7 +173,7 @@ def evaluate_topk(
     shard = Subset(dataset, range(rank, len(dataset), world))
     loader = readable_loader(shard, batch_size=batch_size, num_workers=num_workers)
     counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, n
-    for batch in tqdm(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
+    for batch in progress(loader, desc=desc, unit="batch", disable=not comm.is_main_process()):
         if batch is None:  # every image of the batch unreadable
             continue
         images, labels = batch

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from fvcore.common.param_scheduler import CosineParamScheduler, ParamScheduler
 from torch import nn
-from tqdm import tqdm
+
+from pretrain.utils.progress import progress
 
 __all__ = [
     "best_index",
@@ -136,7 +137,7 @@ def train_linear_heads(
     )
     x_all, y_all = features.to(device), labels.to(device)
     batches = _batches(features.shape[0], batch_size, iters, gen)
-    for it, idx in enumerate(tqdm(batches, total=iters, desc=desc, unit="it", dynamic_ncols=True)):
+    for it, idx in enumerate(progress(batches, total=iters, desc=desc, unit="it")):
         mult = schedule(it / iters)
         for group, lr in zip(opt.param_groups, lrs, strict=True):
             group["lr"] = lr * mult

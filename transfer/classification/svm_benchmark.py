@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from fvcore.common.config import CfgNode
 from torchvision import transforms as T
-from tqdm import tqdm
 
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.errors import DatasetError
+from pretrain.utils.progress import progress
 from transfer.tables import RowOwner, update_table
 
 from .backbone import EvalBackbone
@@ -155,7 +155,7 @@ def _full(cfg: CfgNode, feats: Features, resume: bool) -> dict:
     s = cfg.SVM
     (xtr, ytr), (xte, yte) = feats["trainval"], feats["test"]
     total = ytr.shape[1] * len(s.COSTS)
-    with tqdm(total=total, desc="VOC07 SVMs (class x cost, 3-fold CV)", unit="svm") as bar:
+    with progress(total=total, desc="VOC07 SVMs (class x cost, 3-fold CV)", unit="svm") as bar:
         result = train_test_svms(
             xtr, ytr, xte, yte, s.COSTS, s.FOLDS, s.MAX_ITER, s.POSITIVE_WEIGHT, bar.update
         )
@@ -169,7 +169,7 @@ def _low_shot(cfg: CfgNode, feats: Features, ids: list[str], resume: bool) -> di
     (xtr, ytr), (xte, yte) = feats["trainval"], feats["test"]
     out = {}
     units = [(k, d) for k in s.LOW_SHOT_K for d in range(s.LOW_SHOT_DRAWS)]
-    with tqdm(total=len(units), desc="VOC07 low-shot SVMs (k x draw)", unit="draw") as bar:
+    with progress(total=len(units), desc="VOC07 low-shot SVMs (k x draw)", unit="draw") as bar:
         for k in s.LOW_SHOT_K:
             per_draw = []
             for d in range(s.LOW_SHOT_DRAWS):

@@ -23,11 +23,11 @@ import numpy as np
 from fvcore.common.registry import Registry
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
-from tqdm import tqdm
 
 from pretrain.data.datasets import ImageFolderSource, decodes
 from pretrain.data.splits import per_class_split
 from pretrain.utils.errors import DatasetError
+from pretrain.utils.progress import progress
 
 from .metrics import METRICS
 from .voc07 import VOC_CLASSES, VOC_LAYOUT, VOCImages
@@ -324,7 +324,7 @@ def _decodable(paths: list[str], cache_dir: str) -> list[bool]:
         with open(memo) as f:
             return json.load(f)
     desc = "birdsnap: checking images decode"
-    ok = [decodes(p) for p in tqdm(paths, desc=desc, unit="img", dynamic_ncols=True)]
+    ok = [decodes(p) for p in progress(paths, desc=desc, unit="img")]
     if memo:
         os.makedirs(cache_dir, exist_ok=True)
         with open(memo, "w") as f:

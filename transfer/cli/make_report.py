@@ -12,7 +12,9 @@ RUN_DIR is a pretraining OUTPUT_DIR (metrics.json, config.yaml), optionally LABE
 folders (results.json) or collect_detection_results.py CSVs (Table 4); --ablation-dir: linear
 probes of the ImageNet-100 prior ablation (Table 5); --study-records: folders of study run
 records (tools/study.py --records: make study, study-beta, study-views), each shown as on its
-docs/results*.md page (LORAC vs MoCo-M paired by seed, the sweep against the paper). Writes
+docs/results*.md page (LORAC vs MoCo-M paired by seed, the sweep against the paper). Each run
+with a checkpoint also gets a t-SNE picture of its kNN features beside random init
+(RUN_DIR/embedding_tsne.png; --embedding-images, 0 for none). Writes
 OUT/report.html (self-contained) and OUT/report.md with its PNGs in OUT/figures/. See
 docs/analysis.md.
 """
@@ -47,6 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="tools/study.py --records folders, e.g. docs/results_runs/beta",
     )
     p.add_argument("--title", default="LORAC experiment report")
+    p.add_argument(
+        "--embedding-images",
+        type=int,
+        default=300,
+        metavar="N",
+        help="labelled test images in each run's t-SNE picture (0: none; default 300)",
+    )
     return p.parse_args(argv)
 
 
@@ -62,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         or args.study_records
     ):
         raise AnalysisError("nothing to report: give run folders or result folders")
+    if args.embedding_images < 0 or 0 < args.embedding_images < 4:
+        raise AnalysisError(
+            f"--embedding-images {args.embedding_images}: 0 (no picture) or at least 4 (t-SNE)"
+        )
     check_output_dir(args.out, "--out", AnalysisError)
     report = build_report(
         args.runs,
@@ -72,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         nuclear_dir=args.nuclear_dir,
         study_records=args.study_records,
         title=args.title,
+        embedding_images=args.embedding_images,
     )
     print(
         f"wrote {report.html_path} and {report.markdown_path} "

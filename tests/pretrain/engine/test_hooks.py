@@ -1,8 +1,11 @@
 """The stop-on-signal hook on a fake trainer: the signal is recorded, the stop happens at the
-next step boundary; the console printer survives the stop's second write of one iteration."""
+next step boundary; the console printer survives the stop's second write of one iteration and
+shows the pretraining signals."""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import signal
 
@@ -101,3 +104,21 @@ def test_a_resumed_run_stopped_in_the_timer_warm_up_prints_each_iteration_once(
             return
         writer.write()  # after_train's write of the same iteration
     assert len(printed) == 2
+
+
+@pytest.mark.parametrize("beta", [4.0, math.inf])
+def test_the_console_line_shows_instance_accuracy_nuclear_norm_with_the_prior_and_last_knn(
+    beta, caplog
+):
+    writer = MetricPrinter(max_iter=100, window_size=3)
+    with EventStorage(start_iter=0) as storage, caplog.at_level(logging.INFO):
+        for it, acc in enumerate((0.5, 0.9, 0.8)):
+            storage.iter = it
+            storage.put_scalars(total_loss=1.0, inst_acc=acc, nuclear_norm=3.25, beta=beta)
+            if it == 1:
+                storage.put_scalar("knn/top1", 0.4567, smoothing_hint=False)
+        writer.write()
+    [line] = [r.getMessage() for r in caplog.records if "iter: 2" in r.getMessage()]
+    assert "total_loss: 1" in line and "inst_acc: 80.0%" in line  # median of the window
+    assert "knn/top1: 45.67% (iter 1)" in line
+    assert ("||Q||_*: 3.25" in line) == math.isfinite(beta)  # only while the prior is on

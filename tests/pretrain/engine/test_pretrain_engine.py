@@ -245,6 +245,16 @@ def test_demo_runs_on_an_image_folder(tmp_path):
     assert 0.0 <= res.knn_pretrained <= 1.0 and 0.0 <= res.knn_random <= 1.0
     assert 0.0 <= res.knn_raw_pixels <= 1.0 and res.method == "LORAC"
     assert res.header.startswith("kNN top-1 on 8 held-out images of ")
+    # the kNN table stays with the run: results.json and log.txt
+    saved = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert saved["results"]["knn_top1"] == {
+        "raw pixels": res.knn_raw_pixels,
+        "random init": res.knn_random,
+        "LORAC": res.knn_pretrained,
+    }
+    assert saved["results"]["header"] == res.header and saved["config"]["SOLVER"]["MAX_ITER"] == 2
+    log = (tmp_path / "demo" / "log.txt").read_text()
+    assert res.header in log and f"LORAC          {100 * res.knn_pretrained:.2f} %" in log
 
 
 def test_bf16_autocast_and_channels_last_train(tmp_path, image_folder):

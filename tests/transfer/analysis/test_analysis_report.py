@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 import re
 from html.parser import HTMLParser
@@ -130,9 +131,10 @@ def test_report_has_every_figure_and_table(experiment):
         ablation_dirs=[str(e["abl"])],
         nuclear_dir=str(e["nuclear"]),
     )
-    # 7 training metrics + histogram, nuclear norm vs beta, accuracy vs nuclear norm
+    # 7 training metrics, 4 collapse diagnostics + histogram, nuclear norm vs beta, accuracy vs
+    # nuclear norm (no feature picture: these runs have no labelled kNN root)
     titles = [f.title for f in report.figures]
-    assert len(titles) == 10 and len(set(titles)) == 10, titles
+    assert len(titles) == 14 and len(set(titles)) == 14, titles
     for fig in report.figures:
         assert_png_not_blank(fig.path)
         if fig.points is not None:  # curves: the plotted points are the CSV's rows
@@ -257,7 +259,7 @@ def test_cli_writes_both_files(experiment, tmp_path, capsys):
         ]
     )
     assert rc == 0
-    assert "10 figures" in capsys.readouterr().out
+    assert "14 figures" in capsys.readouterr().out
     assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
     assert exit_status(report_main, ["--out", str(tmp_path)]) == 2
 
@@ -304,3 +306,28 @@ def test_a_run_whose_prior_never_turned_on_is_labelled_so_in_the_analysis_and_re
     assert f"| quick | laplace | {never} |" in md and "| on | laplace | 2.00 |" in md
     assert "| LORAC (prior never on: β = ∞ throughout) | 2 |" in md
     assert "LORAC and MoCo-M trained the same objective" in md
+
+
+def test_the_report_shows_each_runs_feature_picture_and_collapse_numbers(tmp_path):
+    """A finished Fashion-MNIST run (the demo's dataset): its t-SNE picture beside random init
+    is written into the run directory and shown in report.html and report.md; the collapse
+    diagnostics of its last kNN evaluation are a table."""
+    from tests.helpers.analysis import make_fashion_mnist
+
+    fm = make_fashion_mnist(tmp_path / "fm", n_train=20, n_test=12)
+    run = make_run(tmp_path / "demo", fm, seed=0, **{"DATASETS.TYPE": "fashion_mnist"})
+    last = {"iteration": 12, "knn/top1": 0.5, "knn/effective_rank": 1.5, "knn/std": 0.01,
+            "knn/std_ratio": 0.2, "knn/alignment": 0.3, "knn/uniformity": -1.2}  # fmt: skip
+    with (run / "metrics.json").open("a") as f:  # a collapsed last evaluation
+        f.write(json.dumps(last) + "\n")
+    report = build_report([str(run)], str(tmp_path / "out"), embedding_images=12)
+    png = run / "embedding_tsne.png"
+    assert png.stat().st_size > 0
+    assert_png_not_blank(png)
+    [fig] = [f for f in report.figures if "random init" in f.title]
+    assert fig.points == 2 * 12  # both panels, every image
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert base64.b64encode(Path(fig.path).read_bytes()).decode() in html
+    assert "figures/embedding_demo.png" in (tmp_path / "out" / "report.md").read_text()
+    [table] = [t for t in report.tables if t.title == "At the last kNN evaluation of each run"]
+    assert table.rows == [["demo", "12", "50.00", "1.5", "0.01", "0.2", "0.3", "-1.2", "yes"]]
