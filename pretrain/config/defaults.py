@@ -287,9 +287,6 @@ def check_world_size(cfg: CN, world_size: int) -> None:
     _check_batch_split(batch, world_size)
     _need(splits >= 1, "MODEL.KEY_BN_SPLITS", splits, "must be >= 1")
     shuffled = cfg.MODEL.SHUFFLE_BN and splits * world_size > 1  # ShuffleBN's groups
-    _need(batch // world_size >= 2, "SOLVER.IMS_PER_BATCH", batch,
-          f"gives {batch // world_size} image per process over {world_size} processes: each "
-          "process's BatchNorm needs 2 or more (a larger batch or fewer processes)")  # fmt: skip
     _need(not shuffled or batch // world_size >= splits, "MODEL.KEY_BN_SPLITS", splits,
           f"leaves empty BN groups of the {batch // world_size} images per process "
           f"(SOLVER.IMS_PER_BATCH {batch} over {world_size} processes)")  # fmt: skip

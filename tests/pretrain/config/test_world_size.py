@@ -84,7 +84,9 @@ def test_combinations_that_cannot_work_are_one_line_errors():
     )
     with pytest.raises(ConfigError, match=r"QUEUE_SIZE.*rescaled the config to 8 processes"):
         resolve_world_size(queue, 8)
-    with pytest.raises(ConfigError, match=r"gives 1 image per process over 8 processes"):
+    with pytest.raises(
+        ConfigError, match=r"IMS_PER_BATCH = 8: must be at least 16 \(2 images x 8 proc"
+    ):
         resolve_world_size(load_config(DEMO_CONFIG, ["SOLVER.IMS_PER_BATCH", "8",
                                                      "MODEL.QUEUE_SIZE", "64"]), 8)  # fmt: skip
     with pytest.raises(ConfigError, match=r"REFERENCE_WORLD_SIZE = -1: must be >= 0"):
