@@ -21,6 +21,7 @@ from pretrain.utils.distributed import maybe_init_distributed
 from pretrain.utils.errors import DatasetError
 from pretrain.utils.locks import DirLock
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import PRETRAINING
 from pretrain.utils.run_setup import setup_run
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "check_data",
     "check_data_root",
     "check_device",
+    "check_run_dir",
     "load_args_config",
     "setup",
 ]
@@ -174,12 +176,18 @@ def check_cpu_bfloat16(cfg: CfgNode) -> None:
         )
 
 
+def check_run_dir(output_dir: str) -> None:
+    """``OUTPUT_DIR`` is a directory this run can write (or create) and holds no other tool's
+    run (:mod:`pretrain.utils.run_owner`); reads only."""
+    check_output_dir(output_dir, "OUTPUT_DIR", owner=PRETRAINING)
+
+
 def checked_config(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
     """The validated config of ``args`` after every check that only reads (OUTPUT_DIR, a
     resume's config and checkpoint, the device, the data), so that a mistake leaves nothing a
     corrected command must clear."""
     cfg = load_args_config(args)
-    check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
+    check_run_dir(cfg.OUTPUT_DIR)  # a file, read-only, another tool's: before anything runs
     check_resume_config(cfg, resume_with_changes)
     check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated one, before a resume writes anything
     check_device(cfg.MODEL.DEVICE)

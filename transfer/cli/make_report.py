@@ -24,6 +24,7 @@ import argparse
 from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import record_owner
 from transfer.analysis import AnalysisError
 from transfer.analysis.report import build_report
 
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         or args.study_records
     ):
         raise AnalysisError("nothing to report: give run folders or result folders")
-    check_output_dir(args.out, "--out", AnalysisError)
+    check_output_dir(args.out, "--out", AnalysisError, owner="make_report")
     report = build_report(
         args.runs,
         args.out,
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         study_records=args.study_records,
         title=args.title,
     )
+    record_owner(args.out, "make_report")
     print(
         f"wrote {report.html_path} and {report.markdown_path} "
         f"({len(report.figures)} figures, {len(report.tables)} tables)"

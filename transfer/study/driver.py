@@ -18,10 +18,11 @@ from types import FrameType
 from fvcore.common.config import CfgNode
 
 from pretrain.utils.locks import exclusive_dir_lock
+from pretrain.utils.run_owner import record_owner
 from transfer.analysis.study_records import read_json, write_json
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
-from .config import load_method_configs, prior_never_on
+from .config import check_same_settings, load_method_configs, prior_never_on
 from .records import threads_per_run
 from .report import write_report
 from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
@@ -199,8 +200,10 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
 
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
+    check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
     os.makedirs(opt.output_dir, exist_ok=True)
     with _one_study_at_a_time(opt.output_dir):
+        record_owner(opt.output_dir, "study")
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
@@ -221,15 +224,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
                 if record and not os.path.isfile(record):
                     os.makedirs(opt.records, exist_ok=True)
                     write_json(record, result)
-                if result.get("eval_settings") != settings:
-                    logger.warning(
-                        "%s: %s was evaluated with other settings (%s, now %s); kept as it is: "
-                        "delete it to evaluate again",
-                        head,
-                        run.study_json,
-                        result.get("eval_settings"),
-                        settings,
-                    )
                 logger.info("%s: skipped, %s exists", head, run.study_json)
                 outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
                 continue
