@@ -15,7 +15,6 @@ from .experiments import Experiment
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
-    "check_same_settings",
     "load_experiment_configs",
     "load_method_configs",
     "prior_never_on",
@@ -79,71 +78,6 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
             "the study compares methods at equal epochs"
         )
     return cfgs
-
-
-def _pairs(overrides: object) -> dict[str, str]:
-    items = [str(o) for o in overrides] if isinstance(overrides, list) else []
-    return dict(zip(items[::2], items[1::2], strict=False))
-
-
-def _differences(old: dict, new: dict) -> list[str]:
-    """``KEY old (now new)`` for each key whose value differs between ``old`` and ``new``."""
-    return [
-        f"{k} {old.get(k, '(not set)')} (now {new.get(k, 'not set')})"
-        for k in sorted(old.keys() | new.keys())
-        if old.get(k) != new.get(k)
-    ]
-
-
-def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, seed: int) -> list:
-    """How the run ``(method, seed)`` already in ``opt.output_dir`` (or ``opt.records``) was made
-    differently from what ``opt`` asks: its overrides and evaluation settings (a finished run's
-    study.json or record), or its config (an unfinished run's config.yaml)."""
-    from pretrain.config.resume import RESUME_MAY_CHANGE, changed_values, read_saved_config
-    from transfer.analysis.study_records import read_json
-
-    from .run import RunPaths
-
-    run = RunPaths.of(opt.output_dir, method, seed)
-    record = os.path.join(opt.records, f"{method}_seed{seed}.json") if opt.records else ""
-    done = next((p for p in (run.study_json, record) if p and os.path.isfile(p)), "")
-    if done:
-        result = read_json(done)
-        found = _differences(_pairs(result.get("overrides")), _pairs(opt.overrides(method)))
-        if "eval_settings" in result:
-            found += _differences(result["eval_settings"], opt.eval_settings())
-        return found
-    saved = read_saved_config(run.dir)  # None: nothing trained yet
-    if saved is None:
-        return []
-    cfg = cfgs[method].clone()
-    cfg.defrost()
-    cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
-    changes = changed_values(saved, cfg, RESUME_MAY_CHANGE)
-    return [f"{k} {old} (now {new})" for k, (old, new) in changes.items()]
-
-
-def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
-    """:class:`StudyError` when a run the study would skip or resume was made with other
-    overrides or evaluation settings than ``opt``'s (``cfgs``: :func:`load_method_configs`):
-    its results would be reused as if made with these, and the page would mix the two. One line
-    naming each difference once; reads only."""
-    differ: dict[str, None] = {}
-    runs = 0
-    for method in opt.methods:
-        for seed in opt.seeds:
-            found = _run_differences(opt, cfgs, method, seed)
-            runs += bool(found)
-            differ.update(dict.fromkeys(found))
-    if differ:
-        where = f"--output-dir {opt.output_dir}" + (
-            f" (or --records {opt.records})" if opt.records else ""
-        )
-        raise StudyError(
-            f"{where} holds {runs} run(s) of this study made with other settings: "
-            f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
-            "the same settings resume the study, and more --seeds or --methods with them add runs"
-        )
 
 
 def prior_on_iter(cfg: CfgNode, images: int) -> int | None:

@@ -22,7 +22,7 @@ from tests.helpers.analysis import make_fashion_mnist
 from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
 from transfer.cli.study import main as study_main
 from transfer.study import StudyError, StudyOptions
-from transfer.study.config import check_same_settings
+from transfer.study.driver import check_same_settings
 
 # (what the user got wrong, arguments after the data overrides' options, a piece of the error)
 MISTAKES = [
