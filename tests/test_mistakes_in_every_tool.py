@@ -213,6 +213,13 @@ ROWS = {
         ["train_net", "--config-file", DEMO_CONFIG],
         "is a config of a pretraining run (tools/train_pretrain.py), not of a detection run: "
         "tools/train_net.py takes configs/coco_*.yaml"),
+    "detection-linear-probe-config": (
+        ["train_net", "--config-file", f"{QUICK}/linear_instant.yaml"],
+        "is a config of a linear-probe run (tools/linear_probe.py), not of a detection run"),
+    "pretrain-detection-config": (
+        ["train_pretrain", "--config-file", str(ROOT / "configs" / "coco_faster_rcnn_lorac.yaml")],
+        "is a config of a detection run (tools/train_net.py), not of a pretraining run: "
+        "tools/train_pretrain.py takes configs/pretrain/*.yaml"),
     # a report's RUN_DIR that is no pretraining run
     "report-linear-probe-as-pretraining-run": (
         ["make_report", "{linrun}", "--out", "{tmp}/report"],

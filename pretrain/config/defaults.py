@@ -215,6 +215,8 @@ def _check_loss(loss: CN) -> None:
     # asked of the registry now, so that a prior registered by a user's module is accepted too
     _one_of(loss, "PRIOR", "LOSS", prior_names())
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
+    for key in ("C", "C0"):  # the constant and gaussian priors' (pretrain.losses.priors)
+        _need(math.isfinite(loss[key]), f"LOSS.{key}", loss[key], "must be a finite number")
     _one_of(loss, "LOWRANK_VIEWS", "LOSS", LOWRANK_VIEW_SETS)
     _one_of(loss, "Q_CONSTRUCTION", "LOSS", Q_CONSTRUCTIONS)
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
