@@ -16,18 +16,29 @@ read-only (the tests run as root, for whom a mode bit does not make a directory 
 run, ``{fm}`` Fashion-MNIST idx files, ``{coco_json}`` and ``{coco_images}`` a COCO set;
 checkpoints: ``{cut}`` a MoCo checkpoint cut off half-way, ``{detector}`` a fine-tuned
 detectron2 detector (its ResNet's stride placement unknown).
+
+Other tools' runs, copied into the row's directory (so that every one of their files must stay
+byte-identical): ``{prun}`` a finished pretraining run made before runs recorded their owner
+(config.yaml, model_final.pth, last_checkpoint, metrics.json), ``{knnrun}`` a kNN evaluation
+(its owner recorded), ``{linrun}`` a finished linear probe made before owners were recorded,
+``{tabrun}`` and ``{tablin}`` an unfinished pretraining run and linear probe whose config.yaml
+was hand-edited with a tab. Configs: ``{loop}`` a config whose ``_BASE_`` chain loops,
+``{latin}`` one saved as Latin-1, ``{long}`` a folder name of 300 characters.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import torchvision
 
+from pretrain.config.defaults import load_config
+from pretrain.utils.run_owner import OWNER_FILE
 from tests.helpers import ROOT, make_image_folder, tiny_opts
 from tests.helpers.analysis import make_fashion_mnist, make_run
 from tests.helpers.checkpoints import bb, d2_names, pre
@@ -40,6 +51,7 @@ from tests.helpers.classification import (  # noqa: F401 (no_md5: a fixture)
 )
 from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
 from tests.transfer.detection.test_detection_train import make_coco
+from transfer.classification.config import linear_probe_defaults
 from transfer.classification.demo import DEMO_CONFIG
 
 PRETRAIN = ["train_pretrain", "--config-file", DEMO_CONFIG, "{tiny}", "MODEL.DEVICE", "cpu"]
@@ -68,6 +80,13 @@ DETECTION = ["train_net", "--config-file", str(ROOT / "configs" / "coco_faster_r
 A_FILE = "is a file, not a directory"
 UNDER_A_FILE = "cannot be created: {file} is not a directory"
 BASE = "badbase.yaml: _BASE_ 'nowhere.yaml': no such config file"
+OWNED = "{prun} holds a pretraining run (tools/train_pretrain.py; config.yaml"
+NOT_YOURS = "with or without --overwrite"
+LOOP = "makes a loop of bases"
+LATIN = "latin.yaml:2:6: not UTF-8 text: byte 0xe9 (as Latin-1 it reads 'é'); save the file"
+CKPT_AS_CONFIG = "model_final.pth is not a YAML config: it looks like a checkpoint"
+TAB = "config.yaml:3:1: invalid YAML: found character '\\t' that cannot start any token"
+LONG = "is 300 bytes long, over this filesystem's limit of 255"
 
 ROWS = {
     # an output directory that is a file (FileExistsError / NotADirectoryError tracebacks)
@@ -83,7 +102,8 @@ ROWS = {
     "demo-output-dir-a-file": ([*DEMO[:1], "--output-dir", "{file}", *DEMO[1:]], A_FILE),
     "study-output-dir-a-file": ([*STUDY[:1], "--output-dir", "{file}", *STUDY[1:]], A_FILE),
     "report-out-a-file": (["make_report", "--eval-dir", "{tmp}", "--out", "{file}"], A_FILE),
-    "submit-output-dir-a-file": ([*SUBMIT, "OUTPUT_DIR", "{file}"], UNDER_A_FILE),
+    "submit-output-dir-a-file": ([*SUBMIT, "OUTPUT_DIR", "{file}"],
+                                 f"OUTPUT_DIR {{file}} {A_FILE}"),
     "detection-output-dir-a-file": ([*DETECTION, "OUTPUT_DIR", "{file}"], A_FILE),
     # an output directory that is not writable, or under one
     "pretrain-output-dir-read-only": ([*PRETRAIN, "OUTPUT_DIR", "{ro}"], "{ro} is not writable"),
@@ -145,7 +165,83 @@ ROWS = {
                                      "--output-dir", "{tmp}/run"], "incomplete checkpoint"),
     "knn-detector-checkpoint": (["knn_eval", "--checkpoint", "{detector}", *KNN[3:],
                                  "--output-dir", "{tmp}/knn"], "__author__ None"),
+    # another tool's run, with --overwrite (or --resume): refused, every file left as it was
+    # (it deleted the pretraining run's checkpoints, config, metrics and events)
+    "knn-overwrite-pretraining-run": ([*KNN, "--output-dir", "{prun}", "--overwrite"], OWNED),
+    "knn-into-pretraining-run": ([*KNN, "--output-dir", "{prun}"], NOT_YOURS),
+    "linear-overwrite-pretraining-run": ([*LINEAR, "--output-dir", "{prun}", "--overwrite"],
+                                         OWNED),
+    "linear-resume-pretraining-run": ([*LINEAR, "--output-dir", "{prun}", "--resume"], OWNED),
+    "semi-overwrite-pretraining-run": ([*SEMI, "--output-dir", "{prun}", "--overwrite"], OWNED),
+    "transfer-overwrite-pretraining-run": ([*TRANSFER, "--output-dir", "{prun}", "--overwrite"],
+                                           OWNED),
+    "analyze-overwrite-pretraining-run": ([*ANALYZE, "--out", "{prun}", "--overwrite"], OWNED),
+    "detection-overwrite-pretraining-run": ([*DETECTION, "OUTPUT_DIR", "{prun}", "--overwrite"],
+                                            OWNED),
+    "detection-resume-pretraining-run": ([*DETECTION, "OUTPUT_DIR", "{prun}", "--resume"], OWNED),
+    "study-into-pretraining-run": ([*STUDY[:1], "--output-dir", "{prun}", *STUDY[1:]], OWNED),
+    "report-into-pretraining-run": (["make_report", "{run}", "--out", "{prun}"], OWNED),
+    "knn-overwrite-linear-probe": ([*KNN, "--output-dir", "{linrun}", "--overwrite"],
+                                   "holds a linear-probe run (tools/linear_probe.py"),
+    "pretrain-into-knn-run": ([*PRETRAIN, "OUTPUT_DIR", "{knnrun}"],
+                              "holds a kNN evaluation (tools/knn_eval.py"),
+    "demo-into-knn-run": ([*DEMO[:1], "--output-dir", "{knnrun}", *DEMO[1:]],
+                          "holds a kNN evaluation"),
+    "submit-into-knn-run": ([*SUBMIT, "OUTPUT_DIR", "{knnrun}"], "holds a kNN evaluation"),
+    "linear-overwrite-knn-run": ([*LINEAR, "--output-dir", "{knnrun}", "--overwrite"],
+                                 "tools/linear_probe.py writes only into its own runs"),
+    # an output path that is empty, or a folder name longer than the filesystem allows
+    "pretrain-output-dir-empty": ([*PRETRAIN, "OUTPUT_DIR", ""], "OUTPUT_DIR is empty"),
+    "knn-output-dir-empty": ([*KNN, "--output-dir", ""], "--output-dir is empty"),
+    "demo-output-dir-empty": ([*DEMO[:1], "--output-dir", "", *DEMO[1:]], "--output-dir is empty"),
+    "linear-output-dir-empty": ([*LINEAR, "--output-dir", ""], "--output-dir is empty"),
+    "analyze-out-empty": ([*ANALYZE, "--out", ""], "--out is empty"),
+    "study-output-dir-empty": ([*STUDY[:1], "--output-dir", "", *STUDY[1:]],
+                               "--output-dir is empty"),
+    "report-out-empty": (["make_report", "{run}", "--out", ""], "--out is empty"),
+    "detection-output-dir-empty": ([*DETECTION, "OUTPUT_DIR", ""], "OUTPUT_DIR is empty"),
+    "pretrain-output-dir-name-too-long": ([*PRETRAIN, "OUTPUT_DIR", "{tmp}/{long}"], LONG),
+    "knn-output-dir-name-too-long": ([*KNN, "--output-dir", "{tmp}/{long}/knn"], LONG),
+    "demo-output-dir-name-too-long": ([*DEMO[:1], "--output-dir", "{tmp}/{long}", *DEMO[1:]],
+                                      LONG),
+    # configs the one YAML reader refuses: bases that loop, Latin-1, a checkpoint, a tab
+    "pretrain-base-loop": (["train_pretrain", "--config-file", "{loop}"], LOOP),
+    "linear-base-loop": ([*LINEAR, "--output-dir", "{tmp}/run", "--config-file", "{loop}"], LOOP),
+    "detection-base-loop": (["train_net", "--config-file", "{loop}"], LOOP),
+    "pretrain-latin1-config": (["train_pretrain", "--config-file", "{latin}"], LATIN),
+    "linear-latin1-config": ([*LINEAR, "--output-dir", "{tmp}/run", "--config-file", "{latin}"],
+                             LATIN),
+    "detection-latin1-config": (["train_net", "--config-file", "{latin}"], LATIN),
+    "pretrain-checkpoint-as-config": (["train_pretrain", "--config-file",
+                                       "{prun}/model_final.pth"], CKPT_AS_CONFIG),
+    "linear-checkpoint-as-config": ([*LINEAR, "--output-dir", "{tmp}/run", "--config-file",
+                                     "{prun}/model_final.pth"], CKPT_AS_CONFIG),
+    "detection-checkpoint-as-config": (["train_net", "--config-file", "{prun}/model_final.pth"],
+                                       CKPT_AS_CONFIG),
+    "pretrain-resume-tab-in-saved-config": ([*PRETRAIN, "OUTPUT_DIR", "{tabrun}"], TAB),
+    "linear-resume-tab-in-saved-config": ([*LINEAR, "--output-dir", "{tablin}", "--resume"],
+                                          TAB),
+    # a config of another tool: said before detectron2's "has no VERSION" warning
+    "detection-pretraining-config": (
+        ["train_net", "--config-file", DEMO_CONFIG],
+        "is a config of a pretraining run (tools/train_pretrain.py), not of a detection run: "
+        "tools/train_net.py takes configs/coco_*.yaml"),
+    "detection-linear-probe-config": (
+        ["train_net", "--config-file", f"{QUICK}/linear_instant.yaml"],
+        "is a config of a linear-probe run (tools/linear_probe.py), not of a detection run"),
+    "pretrain-detection-config": (
+        ["train_pretrain", "--config-file", str(ROOT / "configs" / "coco_faster_rcnn_lorac.yaml")],
+        "is a config of a detection run (tools/train_net.py), not of a pretraining run: "
+        "tools/train_pretrain.py takes configs/pretrain/*.yaml"),
+    # a report's RUN_DIR that is no pretraining run
+    "report-linear-probe-as-pretraining-run": (
+        ["make_report", "{linrun}", "--out", "{tmp}/report"],
+        "{linrun} holds a linear-probe run (tools/linear_probe.py), not a pretraining run"),
 }  # fmt: skip
+# Every tool that writes a run directory, with a row giving it another tool's run.
+TOOLS_WITH_RUN_DIRS = {"train_pretrain", "submit_pretrain", "demo", "knn_eval", "linear_probe",
+                       "semi_supervised", "transfer_linear", "analyze_nuclear_norm", "train_net",
+                       "study", "make_report"}  # fmt: skip
 # a row also run in a real process, as a shell runs it
 IN_A_PROCESS = ["pretrain-output-dir-a-file"]
 
@@ -166,7 +262,9 @@ def data(tmp_path_factory) -> dict[str, str]:
     detector = {k: torch.as_tensor(v) for k, v in d2_names(bb(net), "backbone.bottom_up.").items()}
     detector |= {"roi_heads.box_predictor.cls_score.weight": torch.zeros(3, 8)}
     torch.save({"model": detector, "iteration": 90000}, root / "detector.pth")
+    _other_tools_runs(root / "runs", images)
     return {
+        "{runs}": str(root / "runs"),
         "{cut}": str(root / "cut.pth"),
         "{detector}": str(root / "detector.pth"),
         "{images}": str(images),
@@ -180,8 +278,45 @@ def data(tmp_path_factory) -> dict[str, str]:
     }
 
 
+def _other_tools_runs(root: Path, images: Path) -> None:
+    """The run folders of other tools (module docstring), made from files, not by training."""
+    prun = root / "prun"
+    prun.mkdir(parents=True)
+    (prun / "config.yaml").write_text(load_config(DEMO_CONFIG, tiny_opts(images, prun)).dump())
+    torch.save({"model": {"encoder_q.w": torch.zeros(4)}, "iteration": 6}, prun / "model_final.pth")
+    (prun / "last_checkpoint").write_text("model_final.pth")
+    (prun / "metrics.json").write_text('{"iteration": 5, "total_loss": 6.0}\n')
+    knn = root / "knnrun"
+    knn.mkdir()
+    (knn / OWNER_FILE).write_text('{"owner": "knn_eval"}\n')
+    (knn / "args.json").write_text('{"argv": ["tools/knn_eval.py"]}\n')
+    (knn / "results.json").write_text('{"results": {"top1": 0.5}}\n')
+    lin = root / "linrun"
+    lin.mkdir()
+    (lin / "config.yaml").write_text(linear_probe_defaults().dump())
+    (lin / "results.json").write_text('{"results": {"top1": 0.5}}\n')
+    # hand-edited with a tab (line 3 of each: an indented key), then resumed
+    shutil.copytree(prun, root / "tabrun")
+    tablin = root / "tablin"
+    tablin.mkdir()
+    (tablin / OWNER_FILE).write_text('{"owner": "linear_probe"}\n')
+    (tablin / "config.yaml").write_text(linear_probe_defaults().dump())
+    (tablin / "last_checkpoint").write_text("model_0000001.pth")
+    for run in (root / "tabrun", tablin):
+        lines = (run / "config.yaml").read_text().splitlines(keepends=True)
+        assert lines[2].startswith("  "), lines[:3]
+        lines[2] = "\t" + lines[2][2:]
+        (run / "config.yaml").write_text("".join(lines))
+
+
 def _fill(argv: list[str], tmp: Path, data: dict[str, str]) -> list[str]:
     """The row's arguments with its placeholders made real under ``tmp``."""
+    for name in ("prun", "knnrun", "linrun", "tabrun", "tablin"):
+        if any(f"{{{name}}}" in arg for arg in argv):
+            shutil.copytree(Path(data["{runs}"]) / name, tmp / name)
+    (tmp / "loop.yaml").write_text("_BASE_: loop2.yaml\nSEED: 1\n")
+    (tmp / "loop2.yaml").write_text("_BASE_: loop.yaml\n")
+    (tmp / "latin.yaml").write_bytes("SEED: 1\n# café\n".encode("latin-1"))
     (tmp / "file").write_text("a file where a directory should be\n")
     (tmp / "ro").mkdir()
     (tmp / "badbase.yaml").write_text("_BASE_: nowhere.yaml\nSEED: 1\n")
@@ -200,10 +335,12 @@ def _fill(argv: list[str], tmp: Path, data: dict[str, str]) -> list[str]:
 
 
 def fill_names(text: str, tmp: Path) -> str:
-    for name in ("file", "ro", "badbase", "mid"):
-        suffix = ".yaml" if name in ("badbase", "mid") else ""
+    for name in ("file", "ro", "badbase", "mid", "loop", "latin"):
+        suffix = ".yaml" if name in ("badbase", "mid", "loop", "latin") else ""
         text = text.replace(f"{{{name}}}", str(tmp / f"{name}{suffix}"))
-    return text.replace("{tmp}", str(tmp))
+    for name in ("prun", "knnrun", "linrun", "tabrun", "tablin"):
+        text = text.replace(f"{{{name}}}", str(tmp / name))
+    return text.replace("{long}", "x" * 300).replace("{tmp}", str(tmp))
 
 
 @pytest.fixture
@@ -244,3 +381,9 @@ def test_mistake_in_a_real_process(row, tmp_path, data):
     before = snapshot(tmp_path)
     result = run_tool([f"tools/{tool}.py", *argv], cwd=tmp_path, CUDA_VISIBLE_DEVICES="")
     assert_user_error(result, before, tmp_path, match=fill_names(match, tmp_path))
+
+
+def test_every_tool_with_a_run_directory_refuses_another_tools_run():
+    """Each tool that writes a run directory has a row pointing it at another tool's run."""
+    rows = [argv for row, (argv, _) in ROWS.items() if "-into-" in row or "-overwrite-" in row]
+    assert {argv[0] for argv in rows} == TOOLS_WITH_RUN_DIRS

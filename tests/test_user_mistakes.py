@@ -54,6 +54,20 @@ ROWS = {
     "pretrain-float-for-int": ([*PRETRAIN, "{tiny}", "SOLVER.MAX_ITER", "2.5"], "MAX_ITER"),
     "pretrain-odd-overrides": ([*PRETRAIN, "{tiny}", "SOLVER.BASE_LR"], "KEY VALUE pairs"),
     "pretrain-bad-value": ([*PRETRAIN, "{tiny}", "LOSS.TAU", "0.0"], "LOSS.TAU = 0.0"),
+    # values checked with the config, before the run directory is created (a ValueError
+    # traceback with config.yaml, env.txt and log.txt left behind; a constant head trained)
+    "pretrain-unknown-arch": (
+        [*PRETRAIN, "{tiny}", "MODEL.ARCH", "resnet-50"],
+        "MODEL.ARCH = 'resnet-50': must be one of ('resnet18', 'resnet34', 'resnet50'",
+    ),
+    "pretrain-zero-head-hidden-dim": (
+        [*PRETRAIN, "{tiny}", "MODEL.HEAD_HIDDEN_DIM", "0"],
+        "MODEL.HEAD_HIDDEN_DIM = 0: must be >= 1",
+    ),
+    "pretrain-zero-head-out-dim": (
+        [*PRETRAIN, "{tiny}", "MODEL.HEAD_OUT_DIM", "0"],
+        "MODEL.HEAD_OUT_DIM = 0: must be >= 1",
+    ),
     "pretrain-cuda-without-gpu": ([*PRETRAIN, "{tiny}", "MODEL.DEVICE", "cuda"], "CUDA"),
     "pretrain-missing-data-root": (
         [*PRETRAIN, "{tiny}", "DATASETS.ROOT", "{tmp}/nowhere"],

@@ -6,6 +6,11 @@ the run is *finished* when its results file is there. A later run leaves it as i
 (delete :data:`RUN_FILES` and the tool's own) asks; otherwise it is refused in one line naming the
 ways out. :meth:`RunDir.check` only reads; :meth:`RunDir.start` takes the directory's lock before
 deleting anything; results are written atomically with the config and model that produced them.
+
+A directory belongs to the tool that made it (:mod:`pretrain.utils.run_owner`): ``tool`` names
+the tool of this ``RunDir``, which :meth:`RunDir.start` records, and :meth:`RunDir.check`
+refuses a directory of another tool (a pretraining run given as a kNN's ``--output-dir``), with
+or without ``--overwrite``: ``--overwrite`` and ``--resume`` apply to the tool's own runs only.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import DirLock
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import record_owner
 from pretrain.utils.run_setup import ARGS_FILE, CONFIG_FILE, ENV_FILE
+from pretrain.utils.yaml_files import read_yaml
 
 __all__ = ["RESULTS_FILE", "RUN_FILES", "RunAction", "RunDir", "RunDirError", "add_run_dir_args"]
 
@@ -73,9 +80,10 @@ def add_run_dir_args(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class RunDir:
-    """The run directory ``path`` of one tool; ``what`` names it in messages, ``results`` is the
-    file a finished run leaves, ``own`` the tool's other globs ``--overwrite`` deletes,
-    ``may_change`` the keys a resume may change besides pretraining's."""
+    """The run directory ``path`` of the tool ``tool`` (a key of
+    :data:`pretrain.utils.run_owner.KINDS`; empty only for :meth:`restart_hint`); ``what`` names
+    it in messages, ``results`` is the file a finished run leaves, ``own`` the tool's other globs
+    ``--overwrite`` deletes, ``may_change`` the keys a resume may change besides pretraining's."""
 
     path: str
     what: str = "--output-dir"
@@ -83,6 +91,7 @@ class RunDir:
     own: tuple[str, ...] = ()
     may_change: tuple[str, ...] = ()
     resumable: bool = False
+    tool: str = ""
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -104,7 +113,9 @@ class RunDir:
         cannot be written, would touch another run unasked, or a resume changes ``cfg``."""
         if resume and overwrite:
             raise RunDirError("give --resume or --overwrite, not both")
-        check_output_dir(self.path, self.what, RunDirError)
+        if not self.tool:
+            raise TypeError("RunDir.check needs the tool whose run directory it is (tool=...)")
+        check_output_dir(self.path, self.what, RunDirError, owner=self.tool)
         if not self.holds_run():
             return RunAction.FRESH
         if overwrite:
@@ -154,8 +165,7 @@ class RunDir:
         saved_path = self._file(CONFIG_FILE)
         if not os.path.isfile(saved_path):
             return
-        with open(saved_path) as f:
-            saved = yaml.safe_load(f) or {}
+        saved = read_yaml(saved_path, "saved config", RunDirError) or {}
         changes = config_changes(saved, cfg, self.may_change)
         if changes:
             raise RunDirError(
@@ -169,6 +179,7 @@ class RunDir:
         """Take the directory's lock (held until the process ends) and, for
         :attr:`RunAction.OVERWRITE`, delete the previous run's files. Main process only."""
         lock = DirLock(self.path, self.what).acquire()
+        record_owner(self.path, self.tool)
         if action is RunAction.OVERWRITE:
             for pattern in (*RUN_FILES, *self.own):
                 for path in glob.glob(self._file(pattern)):

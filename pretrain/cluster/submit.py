@@ -331,9 +331,11 @@ def check_pretrain_data(req: JobRequest) -> None:
     file system, as the job's paths do."""
     if req.entry != "pretrain":
         return
-    from pretrain.engine.launch import check_data
+    from pretrain.engine.launch import check_data, check_run_dir
 
-    check_data(resolve_pretrain_config(req)[0])
+    cfg = resolve_pretrain_config(req)[0]
+    check_run_dir(cfg.OUTPUT_DIR)
+    check_data(cfg)
 
 
 # submitit's job folders: <folder>/<job id> (%j), <job id>_<task> for arrays

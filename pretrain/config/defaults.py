@@ -17,6 +17,7 @@ from pretrain.utils.errors import ConfigError  # noqa: F401 (re-exported)
 
 __all__ = [
     "AMP_PRECISIONS",
+    "ARCHS",
     "COMPILE_BACKENDS",
     "COMPILE_MODES",
     "DATASET_TYPES",
@@ -38,6 +39,7 @@ __all__ = [
 
 
 # The values a key may take, read by validate_cfg and by the code acting on them.
+ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # MODEL.ARCH
 STEMS = ("imagenet", "small")  # MODEL.STEM
 NORMS = ("auto", "SyncBN", "NaiveSyncBN", "BN")  # MODEL.NORM
 DEVICES = ("cpu", "cuda")  # MODEL.DEVICE
@@ -58,7 +60,7 @@ _C.MODEL = CN()
 _C.MODEL.META_ARCHITECTURE = "MultiViewMoCo"
 # "cpu" or "cuda" (which stops where no GPU is visible)
 _C.MODEL.DEVICE = "cuda"
-_C.MODEL.ARCH = "resnet50"  # any torchvision ResNet: resnet18/34/50/101/152
+_C.MODEL.ARCH = "resnet50"  # a torchvision ResNet of ARCHS: resnet18/34/50/101/152
 # "imagenet" (7x7/2 conv + max-pool) or "small" (3x3/1 conv, for 28-32 px; no detectron2 export)
 _C.MODEL.STEM = "imagenet"
 # Query encoder's norm when distributed: "SyncBN" (pretrain.modeling.norm), "NaiveSyncBN", "BN";
@@ -194,6 +196,7 @@ def _one_of(node: CN, key: str, prefix: str, choices: Sequence[str]) -> None:
 
 def validate_cfg(cfg: CN, world_size: int = 1) -> None:
     """Raise :class:`ConfigError` naming the first invalid key. Cheap; runs before training."""
+    _check_positive(cfg)
     _check_loss(cfg.LOSS)
     _check_input(cfg.INPUT)
     _check_model(cfg.MODEL)
@@ -217,6 +220,8 @@ def _check_loss(loss: CN) -> None:
     # asked of the registry now, so that a prior registered by a user's module is accepted too
     _one_of(loss, "PRIOR", "LOSS", prior_names())
     _need(loss.SIGMA2 > 0, "LOSS.SIGMA2", loss.SIGMA2, "must be > 0")
+    for key in ("C", "C0"):  # the constant and gaussian priors' (pretrain.losses.priors)
+        _need(math.isfinite(loss[key]), f"LOSS.{key}", loss[key], "must be a finite number")
     _one_of(loss, "LOWRANK_VIEWS", "LOSS", LOWRANK_VIEW_SETS)
     _one_of(loss, "Q_CONSTRUCTION", "LOSS", Q_CONSTRUCTIONS)
     _need(loss.PRIOR_M >= 0, "LOSS.PRIOR_M", loss.PRIOR_M, "must be >= 0")
@@ -239,17 +244,35 @@ def _check_input(inp: CN) -> None:
         _need(0 < lo <= hi, f"INPUT.{key}", inp[key], "must be (low, high) with 0 < low <= high")
 
 
+# Sizes and counts that must be >= 1: a 0 head dim trains a constant head without an error, a 0
+# image size fails deep in the data pipeline. Checked by validate_cfg before anything is written.
+POSITIVE_INTS = (
+    "MODEL.HEAD_HIDDEN_DIM",
+    "MODEL.HEAD_OUT_DIM",
+    "MODEL.QUEUE_SIZE",
+    "INPUT.LARGE_SIZE",
+    "INPUT.SMALL_SIZE",
+    "SOLVER.IMS_PER_BATCH",
+)
+
+
+def _check_positive(cfg: CN) -> None:
+    for key in POSITIVE_INTS:
+        section, name = key.split(".")
+        value = cfg[section][name]
+        _need(value >= 1, key, value, "must be >= 1")
+
+
 def _check_model(mod: CN) -> None:
+    _one_of(mod, "ARCH", "MODEL", ARCHS)
     _one_of(mod, "STEM", "MODEL", STEMS)
-    _need(mod.QUEUE_SIZE > 0, "MODEL.QUEUE_SIZE", mod.QUEUE_SIZE, "must be > 0")
     _need(0 <= mod.MOMENTUM < 1, "MODEL.MOMENTUM", mod.MOMENTUM, "must be in [0, 1)")
     _one_of(mod, "NORM", "MODEL", NORMS)
     _one_of(mod, "DEVICE", "MODEL", DEVICES)
 
 
 def _check_solver(sol: CN, queue_size: int, world_size: int) -> None:
-    batch = sol.IMS_PER_BATCH
-    _need(batch > 0, "SOLVER.IMS_PER_BATCH", batch, "must be > 0")
+    batch = sol.IMS_PER_BATCH  # >= 1: _check_positive
     _check_batch_split(batch, world_size)
     _need(queue_size % batch == 0, "MODEL.QUEUE_SIZE", queue_size,
           f"must be divisible by the global key batch SOLVER.IMS_PER_BATCH = {batch}")  # fmt: skip

@@ -17,6 +17,7 @@ from fvcore.common.config import CfgNode
 
 from pretrain.utils.errors import ConfigError
 from pretrain.utils.run_setup import CONFIG_FILE
+from pretrain.utils.yaml_files import read_yaml
 
 __all__ = [
     "RESUME_FLAG",
@@ -108,8 +109,10 @@ def read_saved_config(output_dir: str, config_file: str = CONFIG_FILE) -> dict |
         os.path.isfile(os.path.join(output_dir, "last_checkpoint")) and os.path.isfile(saved_path)
     ):
         return None
-    with open(saved_path) as f:
-        return yaml.safe_load(f) or {}
+    saved = read_yaml(saved_path, "saved config")  # a hand-edited tab: file, line and column
+    if saved is not None and not isinstance(saved, dict):
+        raise ConfigError(f"{saved_path}: expected a YAML mapping of config keys")
+    return saved or {}
 
 
 def check_resume_config(

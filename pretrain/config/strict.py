@@ -1,7 +1,10 @@
 """The one strict config loader: defaults, a YAML file (``_BASE_`` aware) and ``KEY VALUE`` opts.
 
-Every config of the project (pretraining, classification, detection) goes through
-:func:`load_strict`. The strictness is fvcore/yacs's; this module turns yacs's bare errors into
+Every config of the project (pretraining, classification, detection, the study's) goes through
+:func:`load_strict`, which reads the file and its ``_BASE_`` files with the one YAML reader first
+(:func:`read_config_chain`: encodings, binary files, syntax, loops of bases) and refuses a config
+of another kind of run (a pretraining config given to the detection trainer) before fvcore or
+detectron2 merge it. The strictness is fvcore/yacs's; this module turns yacs's bare errors into
 one :class:`~pretrain.utils.errors.ConfigError` line naming the file that sets the key (along the
 ``_BASE_`` chain), the key, its value and the closest known key. One relaxation, as detectron2
 users expect: an integer where the default is a float (``SOLVER.BASE_LR 1``) is taken as a float.
@@ -20,8 +23,10 @@ import yaml
 from fvcore.common.config import CfgNode
 
 from pretrain.utils.errors import ConfigError
+from pretrain.utils.run_owner import KINDS, config_kind
+from pretrain.utils.yaml_files import read_yaml, yaml_error_line
 
-__all__ = ["check_override_pairs", "load_strict"]
+__all__ = ["check_override_pairs", "load_strict", "read_config_chain"]
 
 # yacs/detectron2 messages end with the full key: "Non-existent config key: A.B",
 # "Non-existent key: A.B" (opts), "Type mismatch (...) for config key: A.B".
@@ -71,20 +76,6 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _yaml_syntax(path: str, e: yaml.YAMLError) -> str:
-    """``file:line:column: problem (context)`` of a YAML syntax error (1-based), naming the file
-    whose text failed (maybe a ``_BASE_`` file)."""
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    if mark is None:
-        return f"{path}: invalid YAML ({_one_line(e)})"
-    name = mark.name if os.path.isfile(str(mark.name)) else path
-    what = " ".join(str(getattr(e, "problem", "") or "invalid YAML").split())
-    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if context and at is not None and at is not mark:
-        what += f" ({' '.join(context.split())} at line {at.line + 1}, column {at.column + 1})"
-    return f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {what}"
-
-
 _yacs_check_type = yacs.config._check_and_coerce_cfg_value_type
 
 
@@ -105,80 +96,83 @@ def _ints_as_floats() -> Iterator[None]:
         yacs.config._check_and_coerce_cfg_value_type = _yacs_check_type
 
 
-def _read_base(file: str) -> str | None:
-    """The ``_BASE_`` that ``file`` names (None: none, or unreadable YAML)."""
-    try:
-        with open(file) as f:
-            data = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    base = data.get("_BASE_") if isinstance(data, dict) else None
-    return base if isinstance(base, str) else None
-
-
 def _resolve_base(file: str, base: str) -> str:
     """Where fvcore looks for ``file``'s ``_BASE_`` (relative to ``file``'s folder)."""
     base = os.path.expanduser(base)
     return base if os.path.isabs(base) else os.path.join(os.path.dirname(file), base)
 
 
-def _base_chain(path: str) -> list[str]:
-    """``path`` followed by its ``_BASE_`` files, nearest first (unreadable ones skipped)."""
-    chain, current = [], path
-    while current and os.path.isfile(current) and current not in chain:
-        chain.append(current)
-        base = _read_base(current)
-        if base is None:
-            break
-        current = _resolve_base(current, base)
-    return chain
+def read_config_chain(path: str) -> list[tuple[str, dict]]:
+    """``path`` and its ``_BASE_`` files, nearest first, each ``(file, its YAML mapping)``, read
+    by the one YAML reader (:func:`pretrain.utils.yaml_files.read_yaml`: binary files, other
+    encodings and syntax errors are one line each). :class:`ConfigError` for a file that is no
+    mapping, a missing base, or bases that loop (fvcore would recurse until ``RecursionError``).
+    """
+    chain: list[tuple[str, dict]] = []
+    seen: list[str] = []
+    current = path
+    while True:
+        data = read_yaml(current)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{current}: expected a YAML mapping of config keys")
+        chain.append((current, data))
+        seen.append(os.path.realpath(current))
+        base = data.get("_BASE_")
+        if base is None or (isinstance(base, str) and base.startswith(("http://", "https://"))):
+            return chain
+        if not isinstance(base, str) or not base:
+            raise ConfigError(f"{current}: _BASE_ {base!r}: expected the path of a config file")
+        resolved = _resolve_base(current, base)
+        if not os.path.isfile(resolved):
+            raise ConfigError(f"{current}: _BASE_ {base!r}: no such config file ({resolved})")
+        if os.path.realpath(resolved) in seen:
+            loop = " -> ".join([*(file for file, _ in chain), resolved])
+            raise ConfigError(
+                f"{current}: _BASE_ {base!r} makes a loop of bases ({loop}); a config may "
+                "not be its own base: remove the _BASE_ that points back"
+            )
+        current = resolved
 
 
-def _missing_base(path: str) -> str | None:
-    """The error naming the file of ``path``'s ``_BASE_`` chain whose base is missing, or None
-    (fvcore's own error is a bare ``FileNotFoundError``)."""
-    last = _base_chain(path)[-1]
-    base = _read_base(last)
-    if base is None or base.startswith(("http://", "https://")):
-        return None
-    resolved = _resolve_base(last, base)
-    if os.path.isfile(resolved):
-        return None  # a loop of bases; fvcore reports it
-    return f"{last}: _BASE_ {base!r}: no such config file ({resolved})"
+def _check_kind(defaults: CfgNode, chain: list[tuple[str, dict]]) -> None:
+    """Refuse, before anything merges it, a config of another kind of run than ``defaults``
+    (a pretraining config given to the detection trainer): one line naming what the file is,
+    the tool it is for, and the configs this tool takes. Only when the file has a section the
+    defaults lack, so that a config merging cleanly is never refused."""
+    path = chain[0][0]
+    datas = [data for _, data in chain]
+    found, expected = config_kind(*datas), config_kind(defaults)
+    if found is None or expected is None or found == expected:
+        return
+    foreign = {k for data in datas for k in data if k != "_BASE_" and k not in defaults}
+    for data in datas:
+        for name, section in data.items():
+            if isinstance(section, dict) and isinstance(defaults.get(name), CfgNode):
+                foreign |= {f"{name}.{k}" for k in section if k not in defaults[name]}
+    if not foreign:
+        return
+    have, want = KINDS[found], KINDS[expected]
+    takes = f"{want.tool} takes {want.configs or 'its own configs'}"
+    raise ConfigError(
+        f"{path} is a config of {have.what} ({have.tool}), not of {want.what}: {takes}"
+    )
+
+
+def _where(chain: list[tuple[str, dict]], full_key: str) -> tuple[str, object]:
+    """The file of the ``_BASE_`` chain that sets ``full_key`` and its value there
+    (the first file and no value if none does)."""
+    for file, node in chain:
+        for part in full_key.split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            return file, node
+    return chain[0][0], _MISSING
 
 
 def check_override_pairs(opts: Sequence[str]) -> None:
     """Raise :class:`ConfigError` unless ``opts`` are ``KEY VALUE`` pairs."""
     if len(opts) % 2:
         raise ConfigError(f"overrides must be KEY VALUE pairs, got {list(opts)}")
-
-
-def _not_a_mapping(path: str) -> str | None:
-    """The first file of the ``_BASE_`` chain whose YAML is not a mapping (e.g. empty)."""
-    for file in _base_chain(path):
-        try:
-            with open(file) as f:
-                if not isinstance(yaml.safe_load(f), dict):
-                    return file
-        except (OSError, yaml.YAMLError):
-            return file
-    return None
-
-
-def _where(path: str, full_key: str) -> tuple[str, object]:
-    """The file of the ``_BASE_`` chain that sets ``full_key`` and its value there
-    (``path`` and no value if none does)."""
-    for file in _base_chain(path):
-        try:
-            with open(file) as f:
-                node = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        for part in full_key.split("."):
-            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is not _MISSING:
-            return file, node
-    return path, _MISSING
 
 
 def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> CfgNode:
@@ -188,26 +182,17 @@ def load_strict(defaults: CfgNode, path: str = "", opts: Sequence[str] = ()) -> 
     """
     cfg = defaults.clone()
     if path:
-        if not os.path.isfile(path):
-            raise ConfigError(f"{path}: no such config file")
-        missing = _missing_base(path)
-        if missing:
-            raise ConfigError(missing)
+        chain = read_config_chain(path)  # every file of the chain readable, once
+        _check_kind(defaults, chain)
         try:
             with _ints_as_floats():
                 cfg.merge_from_file(path)
-        except yaml.YAMLError as e:
-            raise ConfigError(_yaml_syntax(path, e)) from None
-        except (TypeError, AttributeError):
-            # fvcore indexes the loaded YAML: an empty file or a list fails inside it
-            bad = _not_a_mapping(path)
-            if bad is None:
-                raise
-            raise ConfigError(f"{bad}: expected a YAML mapping of config keys") from None
+        except yaml.YAMLError as e:  # read_config_chain parsed the same text: not expected
+            raise ConfigError(yaml_error_line(path, e)) from None
         except (KeyError, ValueError, AssertionError, OSError) as e:
             msg = _one_line(e)
             m = _KEY_IN_MESSAGE.search(msg)
-            where, value = _where(path, m.group(1)) if m else (path, _MISSING)
+            where, value = _where(chain, m.group(1)) if m else (path, _MISSING)
             if value is not _MISSING and "Type mismatch" not in msg:  # that one shows the value
                 msg += f" (value {value!r})"
             raise ConfigError(

@@ -22,6 +22,7 @@ from pretrain.utils.distributed import dist_env_from_environ, maybe_init_distrib
 from pretrain.utils.errors import DatasetError
 from pretrain.utils.locks import DirLock
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import PRETRAINING
 from pretrain.utils.run_setup import setup_run
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "check_data",
     "check_data_root",
     "check_device",
+    "check_run_dir",
     "load_args_config",
     "setup",
 ]
@@ -186,13 +188,19 @@ def launch_world_size(args: argparse.Namespace) -> int:
     return getattr(args, "num_gpus", 1) * getattr(args, "num_machines", 1)
 
 
+def check_run_dir(output_dir: str) -> None:
+    """``OUTPUT_DIR`` is a directory this run can write (or create) and holds no other tool's
+    run (:mod:`pretrain.utils.run_owner`); reads only."""
+    check_output_dir(output_dir, "OUTPUT_DIR", owner=PRETRAINING)
+
+
 def checked_config(args: argparse.Namespace, resume_with_changes: bool = False) -> CfgNode:
     """The validated config of ``args`` after every check that only reads (OUTPUT_DIR, a
     resume's config and checkpoint, the device, the data), so that a mistake leaves nothing a
     corrected command must clear."""
     # the config this run's number of processes uses (SOLVER.REFERENCE_WORLD_SIZE)
     cfg = resolve_world_size(load_args_config(args), launch_world_size(args))
-    check_output_dir(cfg.OUTPUT_DIR)  # a file or read-only: refused before anything runs
+    check_run_dir(cfg.OUTPUT_DIR)  # a file, read-only, another tool's: before anything runs
     check_resume_config(cfg, resume_with_changes)
     check_last_checkpoint(cfg.OUTPUT_DIR)  # a truncated one, before a resume writes anything
     check_device(cfg.MODEL.DEVICE)

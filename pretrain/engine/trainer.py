@@ -42,7 +42,7 @@ from pretrain.engine.hooks import (
     StopOnSignal,
     unwrap,
 )
-from pretrain.engine.launch import check_cpu_bfloat16, check_device
+from pretrain.engine.launch import check_cpu_bfloat16, check_device, check_run_dir
 from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.engine.writers import build_writers
 from pretrain.evaluation.knn_monitor import build_knn_hook
@@ -51,6 +51,7 @@ from pretrain.solver.build import BetaParamScheduler, build_lr_scheduler, build_
 from pretrain.utils.errors import LoracError
 from pretrain.utils.locks import hold_for_lifetime
 from pretrain.utils.rng_states import RngStates
+from pretrain.utils.run_owner import PRETRAINING, record_owner
 from pretrain.utils.run_setup import dump_run_info
 from pretrain.utils.signals import default_stop_signals
 
@@ -111,6 +112,7 @@ class PretrainTrainer(SimpleTrainer):
         self.stop_on_interrupt = stop_on_interrupt  # Ctrl-C saves and stops (StopOnSignal)
         check_device(cfg.MODEL.DEVICE)
         check_cpu_bfloat16(cfg)
+        check_run_dir(cfg.OUTPUT_DIR)  # another tool's run is left alone (demo, study, a job)
         self.cfg = cfg
         self.policy = StepPolicy.from_config(cfg)  # how the one step runs (eager or graph-safe)
         # before anything is written: a resume with another config is refused (resume_with_changes
@@ -126,6 +128,7 @@ class PretrainTrainer(SimpleTrainer):
         if comm.is_main_process():
             # one live run per OUTPUT_DIR, before anything is written there (pretrain/utils/locks)
             self.output_lock = hold_for_lifetime(self, cfg.OUTPUT_DIR)
+            record_owner(cfg.OUTPUT_DIR, PRETRAINING)
             # with changes, config.yaml is replaced when they are recorded (resume())
             dump_run_info(cfg.OUTPUT_DIR, None if self.config_changes else cfg)
         if self.config_changes:  # before the hooks create their files

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from pretrain.utils.run_owner import KINDS, PRETRAINING, owner_of
+from pretrain.utils.yaml_files import read_yaml
 from transfer.analysis import AnalysisError
 from transfer.metrics_json import read_metrics_json
 
@@ -136,6 +136,14 @@ def load_run(spec: str) -> RunData:
     label, path = parse_run_spec(spec)
     if not os.path.isdir(path):
         raise AnalysisError(f"{path}: run directory not found")
+    owner = owner_of(path)
+    if owner not in (None, PRETRAINING):
+        kind = KINDS[owner]
+        raise AnalysisError(
+            f"{path} holds {kind.what} ({kind.tool}), not a pretraining run: RUN_DIR is a "
+            "pretraining OUTPUT_DIR (an evaluation's tables go to --eval-dir, a detection run "
+            "to --detection-dir)"
+        )
     run = RunData(label, path)
     metrics = os.path.join(path, "metrics.json")
     if os.path.isfile(metrics):
@@ -146,11 +154,7 @@ def load_run(spec: str) -> RunData:
         run.notes.append("no metrics.json (not started?)")
     config = os.path.join(path, "config.yaml")
     if os.path.isfile(config):
-        try:
-            with open(config, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise AnalysisError(f"{config}: not valid YAML ({' '.join(str(e).split())})") from None
+        loaded = read_yaml(config, "run config", AnalysisError)
         if not isinstance(loaded, dict):
             raise AnalysisError(f"{config}: expected a mapping of config keys")
         run.config = loaded

@@ -15,7 +15,8 @@ import os
 import re
 from collections.abc import Mapping
 
-import yaml
+from pretrain.utils.errors import LoracError
+from pretrain.utils.yaml_files import read_yaml
 
 __all__ = ["checkpoint_method", "method_of", "run_label"]
 
@@ -75,9 +76,10 @@ def checkpoint_method(path: str) -> str:
     ``""`` when there is none or it is not a readable pretraining config (a downloaded release,
     a classification or detection run)."""
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.yaml")
+    if not os.path.isfile(config):
+        return ""
     try:
-        with open(config, encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        cfg = read_yaml(config, "run config")
+    except LoracError:
         return ""
     return method_of(cfg) if isinstance(cfg, Mapping) else ""

@@ -14,6 +14,7 @@ from fvcore.common.config import CfgNode
 
 from pretrain.engine.writers import add_log_to_arg, log_to_names
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import config_kind
 from pretrain.utils.run_setup import setup_run
 from transfer.checkpoint.provenance import checkpoint_method, run_label
 from transfer.run_dir import RESULTS_FILE, RunAction, RunDir, RunDirError, add_run_dir_args
@@ -178,12 +179,15 @@ def start_run(
     results: str = RESULTS_FILE,
     prepare: Callable[[CfgNode], Any] | None = None,
     check: Callable[[RunStart], None] | None = None,
+    tool: str = "",
 ) -> RunStart:
     """The start every classification tool shares. The config (``--config-file``, then
     ``extra_opts``, ``OUTPUT_DIR`` and ``--device``), the run directory (``own``: the files
     ``--overwrite`` deletes), the data (``prepare(cfg)``) and the backbone are read and
     ``check(start)`` run before anything is written, so a mistake leaves no directory behind;
-    then the directory's lock and the run setup (nothing of it for a finished run)."""
+    then the directory's lock and the run setup (nothing of it for a finished run). ``tool``:
+    the tool whose run directory it is (:mod:`pretrain.utils.run_owner`; default: the kind of
+    run ``defaults`` configure)."""
     tool_opts = [*extra_opts, "OUTPUT_DIR", args.output_dir]
     if args.device:
         tool_opts += ["DEVICE", args.device]
@@ -192,10 +196,10 @@ def start_run(
     resume = bool(getattr(args, "resume", False))
     run_dir = RunDir(
         cfg.OUTPUT_DIR, "--output-dir", results, tuple(own), RESUME_MAY_CHANGE,
-        resumable=hasattr(args, "resume"),
+        resumable=hasattr(args, "resume"), tool=tool or config_kind(defaults) or "",
     )  # fmt: skip
     action = run_dir.check(resume, args.overwrite, cfg)
-    check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
+    check_output_dir(args.table_dir, "--table-dir", RunDirError, optional=True)  # "": output dir
     start = RunStart(cfg, device, run_dir, action, log_to=log_to_names(args.log_to))
     if start.done:
         if comm.is_main_process():

@@ -30,6 +30,7 @@ from pretrain.modeling import build_model
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.errors import ConfigError, DatasetError
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import PRETRAINING
 from transfer.checkpoint.reader import build_torchvision_backbone, load_backbone
 from transfer.classification.datasets import labelled_sets
 from transfer.run_dir import RunDir
@@ -262,7 +263,7 @@ def run_demo(
 
     if n_train < 1 or n_test < 1:
         raise ConfigError(f"--knn-train and --knn-test must be >= 1, got {n_train} and {n_test}")
-    check_output_dir(output_dir, "--output-dir")
+    check_output_dir(output_dir, "--output-dir", owner=PRETRAINING)  # another tool's: refused
     cfg, root = _demo_config(output_dir, list(opts or []))
     kind, size = cfg.DATASETS.TYPE, cfg.INPUT.LARGE_SIZE
     train, test = _knn_splits(kind, root, size, n_train, n_test)

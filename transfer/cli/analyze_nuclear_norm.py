@@ -89,7 +89,7 @@ def analyse(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise AnalysisError("--device cuda but no CUDA device is available")
     opt = options_from_args(AnalysisOptions, args, device=device)
-    run_dir = RunDir(args.out, "--out")
+    run_dir = RunDir(args.out, "--out", tool="analyze_nuclear_norm")
     action = run_dir.check(overwrite=args.overwrite)  # before the models are read and analysed
     results = analyze(args.models, opt)
     run_dir.start(action)

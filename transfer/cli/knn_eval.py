@@ -97,9 +97,9 @@ def evaluate(args: argparse.Namespace) -> int:
     log_to = log_to_names(args.log_to)
     workers = resolve_num_workers(args.num_workers, name="--num-workers")
     # everything a mistake can be found in is read before anything is written
-    run_dir = RunDir(args.output_dir, "--output-dir")
+    run_dir = RunDir(args.output_dir, "--output-dir", tool="knn_eval")
     action = run_dir.check(overwrite=args.overwrite)
-    check_output_dir(args.table_dir, "--table-dir", RunDirError)  # "": the output dir's
+    check_output_dir(args.table_dir, "--table-dir", RunDirError, optional=True)  # "": output dir
     fm = args.dataset == "fashion-mnist"
     resize = args.resize or (args.image_size if fm else 256)
     crop = args.crop or (args.image_size if fm else 224)

@@ -26,6 +26,7 @@ import argparse
 from pretrain.cli.arguments import ToolParser
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.utils.output_dir import check_output_dir
+from pretrain.utils.run_owner import record_owner
 from transfer.analysis import AnalysisError
 from transfer.analysis.report import build_report
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         raise AnalysisError(
             f"--embedding-images {args.embedding_images}: 0 (no picture) or at least 4 (t-SNE)"
         )
-    check_output_dir(args.out, "--out", AnalysisError)
+    check_output_dir(args.out, "--out", AnalysisError, owner="make_report")
     report = build_report(
         args.runs,
         args.out,
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         title=args.title,
         embedding_images=args.embedding_images,
     )
+    record_owner(args.out, "make_report")
     print(
         f"wrote {report.html_path} and {report.markdown_path} "
         f"({len(report.figures)} figures, {len(report.tables)} tables)"

@@ -116,7 +116,8 @@ def _experiment(args: argparse.Namespace) -> Experiment:
 
 def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> StudyOptions:
     """The study's options for the experiment, its defaults filled in from ``exp``."""
-    args.output_dir = args.output_dir or os.path.join("output", exp.name.replace("-", "_"))
+    if args.output_dir is None:
+        args.output_dir = os.path.join("output", exp.name.replace("-", "_"))
     args.results = args.results or os.path.join(args.output_dir, "results.md")
     args.seeds = args.seeds or list(exp.seeds)
     first = experiment_methods(exp, 0.0)[next(iter(experiment_methods(exp, 0.0)))]
@@ -162,10 +163,10 @@ def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_
 
 def _check_writable(opt: StudyOptions) -> None:
     """The folders the study writes, checked before anything runs (the page's is written last)."""
-    folders = {"--output-dir": opt.output_dir, "--records": opt.records}
-    folders["--results' folder"] = os.path.dirname(opt.results)
-    for what, path in folders.items():
-        check_output_dir(path, what, StudyError)
+    check_output_dir(opt.output_dir, "--output-dir", StudyError, owner="study")
+    check_output_dir(opt.records, "--records", StudyError, optional=True)  # "": none kept
+    # "": the working directory
+    check_output_dir(os.path.dirname(opt.results), "--results' folder", StudyError, optional=True)
 
 
 @exit_on_user_error

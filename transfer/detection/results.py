@@ -17,9 +17,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import yaml
-
 from pretrain.utils.errors import ResultsError  # noqa: F401 (re-exported)
+from pretrain.utils.yaml_files import read_yaml
 from transfer.checkpoint.provenance import run_label
 from transfer.metrics_json import read_metrics_json
 from transfer.tables import write_csv, write_markdown
@@ -198,8 +197,9 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
     config_path, metrics_path = (os.path.join(run_dir, n) for n in ("config.yaml", "metrics.json"))
     if not (os.path.isfile(config_path) and os.path.isfile(metrics_path)):
         raise ResultsError(f"{run_dir}: neither {RESULTS_FILE} nor config.yaml + metrics.json")
-    with open(config_path) as f:
-        cfg = yaml.safe_load(f)
+    cfg = read_yaml(config_path, "run config", ResultsError)
+    if not isinstance(cfg, dict):
+        raise ResultsError(f"{config_path}: expected a YAML mapping of config keys")
     pretraining, detector = describe_run(cfg)
     per_dataset = _from_metrics_json(metrics_path)
     if not per_dataset:

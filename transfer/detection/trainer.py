@@ -211,7 +211,7 @@ def detection_run_dir(cfg: CfgNode) -> RunDir:
     there; ``--overwrite`` also deletes the COCO evaluator's ``inference/``."""
     return RunDir(
         cfg.OUTPUT_DIR, "OUTPUT_DIR", own=("inference",), may_change=RESUME_MAY_CHANGE,
-        resumable=True,
+        resumable=True, tool="train_net",
     )  # fmt: skip
 
 

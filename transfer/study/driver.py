@@ -17,7 +17,9 @@ from types import FrameType
 
 from fvcore.common.config import CfgNode
 
+from pretrain.config.resume import RESUME_MAY_CHANGE, changed_values, read_saved_config
 from pretrain.utils.locks import exclusive_dir_lock
+from pretrain.utils.run_owner import record_owner
 from transfer.analysis.study_records import read_json, write_json
 from transfer.analysis.study_setup import StudyError, StudyOptions
 
@@ -29,6 +31,7 @@ from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
 __all__ = [
     "RunOutcome",
     "StudyInterrupted",
+    "check_same_settings",
     "collect_results",
     "evaluate_and_record",
     "run_study",
@@ -199,8 +202,10 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
 
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
+    check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
     os.makedirs(opt.output_dir, exist_ok=True)
     with _one_study_at_a_time(opt.output_dir):
+        record_owner(opt.output_dir, "study")
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
@@ -221,15 +226,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
                 if record and not os.path.isfile(record):
                     os.makedirs(opt.records, exist_ok=True)
                     write_json(record, result)
-                if result.get("eval_settings") != settings:
-                    logger.warning(
-                        "%s: %s was evaluated with other settings (%s, now %s); kept as it is: "
-                        "delete it to evaluate again",
-                        head,
-                        run.study_json,
-                        result.get("eval_settings"),
-                        settings,
-                    )
                 logger.info("%s: skipped, %s exists", head, run.study_json)
                 outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
                 continue
@@ -253,6 +249,68 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start, runs_done)
         logger.info("wrote %s and its plot", opt.results)
         return ordered
+
+
+def _pairs(overrides: object) -> dict[str, str]:
+    items = [str(o) for o in overrides] if isinstance(overrides, list) else []
+    return dict(zip(items[::2], items[1::2], strict=False))
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    """``KEY old (now new)`` for each key whose value differs between ``old`` and ``new``."""
+    return [
+        f"{k} {old.get(k, '(not set)')} (now {new.get(k, 'not set')})"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k)
+    ]
+
+
+def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, seed: int) -> list:
+    """How the run ``(method, seed)`` already in ``opt.output_dir`` (or ``opt.records``) was made
+    differently from what ``opt`` asks: its overrides and evaluation settings (a finished run's
+    study.json or record), or its config (an unfinished run's config.yaml)."""
+    run = RunPaths.of(opt.output_dir, method, seed)
+    record = os.path.join(opt.records, f"{method}_seed{seed}.json") if opt.records else ""
+    done = next((p for p in (run.study_json, record) if p and os.path.isfile(p)), "")
+    if done:
+        result = read_json(done)
+        found = []  # a record without them (written by hand, or a test's) is not compared
+        if "overrides" in result:
+            found += _differences(_pairs(result["overrides"]), _pairs(opt.overrides(method)))
+        if "eval_settings" in result:
+            found += _differences(result["eval_settings"], opt.eval_settings())
+        return found
+    saved = read_saved_config(run.dir)  # None: nothing trained yet
+    if saved is None:
+        return []
+    cfg = cfgs[method].clone()
+    cfg.defrost()
+    cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
+    changes = changed_values(saved, cfg, RESUME_MAY_CHANGE)
+    return [f"{k} {old} (now {new})" for k, (old, new) in changes.items()]
+
+
+def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
+    """:class:`StudyError` when a run the study would skip or resume was made with other
+    overrides or evaluation settings than ``opt``'s (``cfgs``: :func:`load_method_configs`):
+    its results would be reused as if made with these, and the page would mix the two. One line
+    naming each difference once; reads only."""
+    differ: dict[str, None] = {}
+    runs = 0
+    for method in opt.methods:
+        for seed in opt.seeds:
+            found = _run_differences(opt, cfgs, method, seed)
+            runs += bool(found)
+            differ.update(dict.fromkeys(found))
+    if differ:
+        where = f"--output-dir {opt.output_dir}" + (
+            f" (or --records {opt.records})" if opt.records else ""
+        )
+        raise StudyError(
+            f"{where} holds {runs} run(s) of this study made with other settings: "
+            f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
+            "the same settings resume the study, and more --seeds or --methods with them add runs"
+        )
 
 
 @contextmanager

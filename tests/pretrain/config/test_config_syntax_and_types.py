@@ -10,6 +10,7 @@ import re
 import pytest
 
 import pretrain.config
+import pretrain.config.defaults
 import transfer.detection.config as detection
 from pretrain.utils.errors import ConfigError
 from tests.helpers import ROOT
@@ -76,3 +77,13 @@ def test_an_integer_for_a_float_key_is_that_float(tmp_path, tool):
 def test_other_type_mismatches_stay_errors(opts, match):
     with pytest.raises(ConfigError, match=match):
         pretrain.config.load_config(DEMO_CONFIG, opts)
+
+
+@pytest.mark.parametrize("key", [*pretrain.config.defaults.POSITIVE_INTS, "MODEL.ARCH"])
+def test_every_size_that_must_be_positive_and_the_arch_are_checked_with_the_config(key):
+    """The config's own check (before any run directory exists) names each of these keys: a 0
+    head dim trained a constant head, MODEL.ARCH resnet-50 failed in the model after the run's
+    config.yaml, env.txt and log.txt were written."""
+    value = "resnet-50" if key == "MODEL.ARCH" else "0"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} = "):
+        pretrain.config.load_config(DEMO_CONFIG, [key, value])

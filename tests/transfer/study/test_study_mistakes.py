@@ -10,6 +10,9 @@ process, as a shell runs it.
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,8 @@ from tests.helpers import tiny_opts
 from tests.helpers.analysis import make_fashion_mnist
 from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
 from transfer.cli.study import main as study_main
+from transfer.study import StudyError, StudyOptions
+from transfer.study.driver import check_same_settings
 
 # (what the user got wrong, arguments after the data overrides' options, a piece of the error)
 MISTAKES = [
@@ -133,3 +138,44 @@ def test_slurm_down_says_what_slurm_says(tmp_path, data, monkeypatch):
     argv = ["--output-dir", str(out), "--results", str(results), "--executor", "slurm", *opts]
     result = run_main(study_main, argv)
     assert_user_error(result, before, tmp_path, match=f"squeue exited with status 1: {down}")
+
+
+def _finished_run(out: Path, method: str, seed: int, opt: StudyOptions) -> Path:
+    """A finished study run as a study with ``opt`` leaves it (its study.json), from files."""
+    run = out / f"{method}_seed{seed}"
+    run.mkdir(parents=True)
+    result = {"method": method, "seed": seed, "overrides": opt.overrides(method)}
+    (run / "study.json").write_text(json.dumps({**result, "eval_settings": opt.eval_settings()}))
+    return run
+
+
+def test_study_rerun_with_other_overrides_is_refused(tmp_path, data, monkeypatch):
+    """A study run again into its folder with another budget (SOLVER.MAX_ITER 3, not 2) is
+    refused, naming the difference; it reused the old runs and its page mixed the budgets."""
+    out, results = tmp_path / "out", tmp_path / "docs" / "results.md"
+    opts = tiny_opts(data, out, **{"DATASETS.TYPE": "fashion_mnist", "SOLVER.MAX_ITER": 2})
+    before_opts = tiny_opts(data, out, **{"DATASETS.TYPE": "fashion_mnist", "SOLVER.MAX_ITER": 3})
+    _finished_run(out, "lorac", 0, StudyOptions(opts=before_opts))
+    before = snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--output-dir", str(out), "--results", str(results), "--seeds", "0", "--methods",
+            "lorac", "--jobs", "1", "--", *opts]  # fmt: skip
+    result = run_main(study_main, argv)
+    assert_user_error(result, before, tmp_path, match="SOLVER.MAX_ITER 3 (now 2)")
+    assert "another --output-dir" in result.output
+
+
+def test_same_settings_resume_and_other_settings_are_named(tmp_path):
+    """The check the study makes before it runs: the settings a finished run was made with pass
+    (the study skips it, as before); another override or evaluation setting is named."""
+    opt = StudyOptions(output_dir=str(tmp_path), methods=("lorac",), seeds=(0,),
+                       opts=("SOLVER.MAX_ITER", "20"))  # fmt: skip
+    _finished_run(tmp_path, "lorac", 0, opt)
+    check_same_settings(opt, {})
+    for other, named in (
+        (replace(opt, opts=("SOLVER.MAX_ITER", "40")), "SOLVER.MAX_ITER 20 (now 40)"),
+        (replace(opt, knn_train=500), "knn_train 10000 (now 500)"),
+        (replace(opt, opts=()), "SOLVER.MAX_ITER 20 (now not set)"),
+    ):
+        with pytest.raises(StudyError, match=re.escape(named)):
+            check_same_settings(other, {})
