@@ -36,8 +36,14 @@ def _sinfo(tmp_path: Path, monkeypatch, output: str | None) -> Path:
 
 
 def _request(tmp_path: Path, workers: int = -1, **kw) -> JobRequest:
-    opts = tiny_opts(tmp_path / "data", tmp_path / "out", **{"DATALOADER.NUM_WORKERS": workers})
     kw.setdefault("gpus_per_node", 8)
+    # 2 images per GPU: a BatchNorm batch of one image is refused (check_batchnorm_batch)
+    batch = 2 * max(1, kw["gpus_per_node"]) * kw.get("nodes", 1)
+    opts = tiny_opts(
+        tmp_path / "data",
+        tmp_path / "out",
+        **{"DATALOADER.NUM_WORKERS": workers, "SOLVER.IMS_PER_BATCH": max(8, batch)},
+    )
     if kw["gpus_per_node"]:
         opts += ["MODEL.DEVICE", "cuda"]
     return JobRequest(config_file=DEMO_CONFIG, args=opts, **kw)
