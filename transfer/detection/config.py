@@ -13,12 +13,15 @@ from pretrain.config.strict import load_strict
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError, LoracError
 
+from . import modeling  # noqa: F401 - registers the heads the configs name
+
 __all__ = [
     "DetectionSetupError",
     "check_solver_numbers",
     "derive_basic_block_keys",
     "fit_precise_bn_to_cpu",
     "fit_workers_to_cores",
+    "ignore_amp_on_cpu",
     "load_config",
     "use_naive_syncbn_on_cpu",
 ]
@@ -141,4 +144,16 @@ def fit_precise_bn_to_cpu(cfg: CfgNode) -> str | None:
     return (
         f"TEST.PRECISE_BN.NUM_ITER {given} -> {fit} on the CPU: precise-BN re-estimates "
         f"BatchNorm statistics with no more forward passes than SOLVER.MAX_ITER ({max_iter})"
+    )
+
+
+def ignore_amp_on_cpu(cfg: CfgNode) -> str | None:
+    """On a CPU, turn ``SOLVER.AMP.ENABLED`` off (detectron2's ``AMPTrainer`` is float16
+    autocast with a CUDA grad scaler and asserts a GPU); returns the note to log, else None."""
+    if not cfg.SOLVER.AMP.ENABLED or cfg.MODEL.DEVICE != "cpu":
+        return None
+    cfg.SOLVER.AMP.ENABLED = False
+    return (
+        "SOLVER.AMP.ENABLED True -> False on the CPU: detectron2's AMPTrainer (float16 "
+        "autocast) needs a GPU; this run trains in float32"
     )

@@ -1,8 +1,9 @@
-"""Datasets: COCO 2017 from detectron2's builtin catalog (under ``$DETECTRON2_DATASETS``) and
-any COCO-format JSON registered with :func:`register_coco_dataset` (``--register-coco``): classes
-from its ``categories`` (by id), keypoints from ``categories[*].keypoints``, flip pairs from the
-``left_X``/``right_X`` convention. :func:`check_datasets` names, before training, any missing
-file, unregistered dataset or config value that does not fit the data.
+"""Datasets: detectron2's builtin catalog (COCO, LVIS, Pascal VOC, Cityscapes, ADE20K, found
+under ``$DETECTRON2_DATASETS``) and any COCO-format JSON registered with
+:func:`register_coco_dataset` (``--register-coco``): classes from its ``categories`` (by id),
+keypoints from ``categories[*].keypoints``, flip pairs from the ``left_X``/``right_X``
+convention. :func:`check_datasets` names, before training, any missing file or folder,
+unregistered dataset, test set without an evaluator, or config value that does not fit the data.
 """
 
 from __future__ import annotations
@@ -98,9 +99,43 @@ def _missing_file_hint(path: str) -> str:
     return ""
 
 
+# Metadata keys that name a dataset's files, as detectron2's registrations set them (COCO and
+# LVIS: json_file/image_root; Pascal VOC: dirname; Cityscapes: image_dir/gt_dir; ADE20K and other
+# semantic sets: sem_seg_root), with what must be there.
+_PATH_KEYS = (
+    ("json_file", "annotation file", os.path.isfile),
+    ("image_root", "image folder", os.path.isdir),
+    ("dirname", "folder", os.path.isdir),
+    ("image_dir", "image folder", os.path.isdir),
+    ("gt_dir", "annotation folder", os.path.isdir),
+    ("sem_seg_root", "annotation folder", os.path.isdir),
+)
+
+
+def _dataset_paths(meta: Metadata) -> list[tuple[str, str, object]]:
+    """``(path, what, exists)`` of every file or folder a registered dataset reads."""
+    paths = [(meta.get(k), what, exists) for k, what, exists in _PATH_KEYS]
+    if meta.get("evaluator_type") == "pascal_voc" and meta.get("dirname"):
+        # detectron2's load_voc_instances reads the split's list, then one XML and JPEG per id
+        root = meta.dirname
+        paths += [
+            (
+                os.path.join(root, "ImageSets", "Main", f"{meta.split}.txt"),
+                "split list",
+                os.path.isfile,
+            ),
+            (os.path.join(root, "Annotations"), "annotation folder", os.path.isdir),
+            (os.path.join(root, "JPEGImages"), "image folder", os.path.isdir),
+        ]
+    return [(p, what, exists) for p, what, exists in paths if p is not None]
+
+
 def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
     """Raise :class:`DetectionSetupError` unless each dataset of ``cfg`` (``test_only``: of
-    ``DATASETS.TEST``) is registered, has its files, and fits the classes and keypoints."""
+    ``DATASETS.TEST``) is registered, has its files, fits the classes and keypoints, and (test
+    sets) has an evaluator (:func:`~.evaluation.check_evaluator_type`)."""
+    from .evaluation import check_evaluator_type  # imports detectron2's evaluators
+
     names = [] if test_only else list(cfg.DATASETS.TRAIN)
     for name in names + list(cfg.DATASETS.TEST):
         if name not in DatasetCatalog.list():
@@ -109,23 +144,27 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
                 "or register a COCO-format file with --register-coco NAME JSON IMAGE_ROOT"
             )
         meta = MetadataCatalog.get(name)
-        for path, what, exists in (
-            (meta.get("json_file"), "annotation file", os.path.isfile),
-            (meta.get("image_root"), "image folder", os.path.isdir),
-        ):
-            if path is not None and not exists(path):
+        for path, what, exists in _dataset_paths(meta):
+            if not exists(path):
                 raise DetectionSetupError(
                     f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
                 )
-        classes = meta.get("thing_classes")
-        if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
-            raise DetectionSetupError(
-                f"dataset {name} has {len(classes)} classes but MODEL.ROI_HEADS.NUM_CLASSES is "
-                f"{cfg.MODEL.ROI_HEADS.NUM_CLASSES}; add MODEL.ROI_HEADS.NUM_CLASSES "
-                f"{len(classes)} to the options"
-            )
+        if name in cfg.DATASETS.TEST:
+            check_evaluator_type(name)
+        if cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN":
+            _check_classes(cfg, name, meta)
         if cfg.MODEL.KEYPOINT_ON:
             _check_keypoints(cfg, name, meta)
+
+
+def _check_classes(cfg: CfgNode, name: str, meta: Metadata) -> None:
+    classes = meta.get("thing_classes")
+    if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
+        raise DetectionSetupError(
+            f"dataset {name} has {len(classes)} classes but MODEL.ROI_HEADS.NUM_CLASSES is "
+            f"{cfg.MODEL.ROI_HEADS.NUM_CLASSES}; add MODEL.ROI_HEADS.NUM_CLASSES "
+            f"{len(classes)} to the options"
+        )
 
 
 def _check_keypoints(cfg: CfgNode, name: str, meta: Metadata) -> None:

@@ -1,0 +1,96 @@
+"""One evaluation path for every protocol: the evaluator follows the test set's
+``evaluator_type`` (set by detectron2's builtin registration, by ``--register-coco`` and by this
+project's registrations), as ``build_evaluator`` does in detectron2's ``tools/train_net.py``.
+
+=====================  ==============================  ==========================================
+``evaluator_type``     detectron2 evaluator            ``results.json`` (per test set)
+=====================  ==============================  ==========================================
+coco                   COCOEvaluator (pycocotools)     bbox / segm / keypoints: AP, AP50, AP75 ...
+lvis                   LVISEvaluator (lvis-api)        bbox / segm: AP, APr, APc, APf ...
+pascal_voc             PascalVOCDetectionEvaluator     bbox: AP, AP50, AP75 (VOC07 11-point for
+                                                       2007, as MoCo reports)
+cityscapes_instance    CityscapesInstanceEvaluator     segm: AP, AP50 (cityscapesScripts)
+cityscapes_sem_seg     CityscapesSemSegEvaluator       sem_seg: IoU, iIoU, IoU_sup, iIoU_sup
+sem_seg                SemSegEvaluator                 sem_seg: mIoU, fwIoU, mACC, pACC, IoU-*
+=====================  ==============================  ==========================================
+"""
+
+from __future__ import annotations
+
+from detectron2.config import CfgNode
+from detectron2.data import MetadataCatalog
+from detectron2.evaluation import (
+    CityscapesInstanceEvaluator,
+    CityscapesSemSegEvaluator,
+    COCOEvaluator,
+    DatasetEvaluator,
+    LVISEvaluator,
+    PascalVOCDetectionEvaluator,
+    SemSegEvaluator,
+)
+
+from .config import DetectionSetupError
+
+__all__ = ["EVALUATOR_TYPES", "build_evaluator", "check_evaluator_type"]
+
+EVALUATOR_TYPES = (
+    "coco",
+    "lvis",
+    "pascal_voc",
+    "cityscapes_instance",
+    "cityscapes_sem_seg",
+    "sem_seg",
+)
+
+
+def check_evaluator_type(dataset_name: str) -> str:
+    """The ``evaluator_type`` of a registered test set; :class:`DetectionSetupError` naming it
+    when no evaluator here reads it."""
+    kind = MetadataCatalog.get(dataset_name).get("evaluator_type")
+    if kind not in EVALUATOR_TYPES:
+        raise DetectionSetupError(
+            f"test set {dataset_name} has evaluator_type {kind!r}; tools/train_net.py evaluates "
+            f"{', '.join(EVALUATOR_TYPES)} (register a COCO-format copy with --register-coco, or "
+            "drop it from DATASETS.TEST)"
+        )
+    return kind
+
+
+def _instance_tasks(cfg: CfgNode) -> tuple[str, ...]:
+    tasks = ["bbox"]
+    if cfg.MODEL.MASK_ON:
+        tasks.append("segm")
+    if cfg.MODEL.KEYPOINT_ON:
+        tasks.append("keypoints")
+    return tuple(tasks)
+
+
+def build_evaluator(cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
+    """The evaluator of ``dataset_name``'s protocol (see the module's table)."""
+    kind = check_evaluator_type(dataset_name)
+    output_dir = f"{cfg.OUTPUT_DIR}/inference/{dataset_name}"
+    if kind == "coco":
+        return COCOEvaluator(
+            dataset_name,
+            tasks=_instance_tasks(cfg),
+            distributed=True,
+            output_dir=output_dir,
+            max_dets_per_image=cfg.TEST.DETECTIONS_PER_IMAGE,
+            use_fast_impl=False,  # the fast COCOeval is a compiled op; pycocotools is official
+            kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
+        )
+    if kind == "lvis":
+        return LVISEvaluator(
+            dataset_name,
+            tasks=_instance_tasks(cfg),
+            distributed=True,
+            output_dir=output_dir,
+            max_dets_per_image=cfg.TEST.DETECTIONS_PER_IMAGE,
+        )
+    if kind == "pascal_voc":
+        return PascalVOCDetectionEvaluator(dataset_name)
+    if kind == "cityscapes_instance":
+        return CityscapesInstanceEvaluator(dataset_name)
+    if kind == "cityscapes_sem_seg":
+        return CityscapesSemSegEvaluator(dataset_name)
+    return SemSegEvaluator(dataset_name, distributed=True, output_dir=output_dir)
