@@ -136,6 +136,24 @@ def required_backbone_keys(model_keys: list[str]) -> list[str]:
     ]
 
 
+def _missing_listing(missing: list[str], model_keys: list[str]) -> str:
+    """Missing keys for a message, by ResNet stage where the model's layout is known
+    (``roi_heads.res5.* (159 keys, e.g. ...)``), else the first few names."""
+    layout = model_layout(model_keys)
+    if layout is None:
+        return key_listing(missing, 6)
+    stages: dict[str, list[str]] = {}
+    others = []
+    for k in missing:
+        c = canonical_name(k, BACKBONE_LAYOUTS[layout])
+        if c is None:
+            others.append(k)
+        else:
+            stages.setdefault(k[: len(k) - len(c)] + c.split(".", 1)[0], []).append(k)
+    listed = [f"{g}.* ({len(ks)} keys, e.g. {ks[0]})" for g, ks in stages.items()]
+    return ", ".join(listed + ([key_listing(others, 6)] if others else []))
+
+
 def check_weights_fit(
     model: nn.Module, path: str, required_prefix: str | None = None, what: str = "MODEL.WEIGHTS"
 ) -> None:
@@ -171,7 +189,7 @@ def check_weights_fit(
             shapes = [f"{k} {found[k]} vs model {expected[k]}" for k in wrong]
             parts.append(f"shape mismatch {key_listing(shapes, 3)}")
         if missing:
-            parts.append(f"missing {key_listing(missing, 6)}")
+            parts.append(f"missing {_missing_listing(missing, list(expected))}")
         if unexpected:
             parts.append(f"not in the model {key_listing(unexpected, 6)}")
         depth, model_depth = weights_depth(sorted(found)), weights_depth(sorted(expected))
