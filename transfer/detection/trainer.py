@@ -13,6 +13,7 @@ import weakref
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
+from detectron2.data import MetadataCatalog
 from detectron2.engine import (
     AMPTrainer,
     DefaultTrainer,
@@ -280,7 +281,9 @@ def run(args: argparse.Namespace) -> dict:
         results = trainer.last_results
     if not comm.is_main_process():
         return {}
-    path = write_results(cfg.OUTPUT_DIR, cfg, results, list(cfg.DATASETS.TEST))
+    tests = list(cfg.DATASETS.TEST)
+    kind = MetadataCatalog.get(tests[0]).get("evaluator_type", "") if tests else ""
+    path = write_results(cfg.OUTPUT_DIR, cfg, results, tests, evaluator_type=kind)
     if not cfg.DATASETS.TEST:
         print(f"DATASETS.TEST is empty: no evaluation ran; the model is in {cfg.OUTPUT_DIR}")
         return {}
