@@ -8,6 +8,7 @@ unregistered dataset, test set without an evaluator, or config value that does n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -17,8 +18,15 @@ from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
 from .config import DetectionSetupError
+from .evaluation import check_evaluator_type
 
-__all__ = ["check_datasets", "infer_flip_pairs", "parse_flip_pairs", "register_coco_dataset"]
+__all__ = [
+    "check_datasets",
+    "has_shapely",
+    "infer_flip_pairs",
+    "parse_flip_pairs",
+    "register_coco_dataset",
+]
 
 _COCO_NUM_KEYPOINTS = 17  # pycocotools' default OKS sigmas cover COCO's 17 person keypoints
 
@@ -130,12 +138,15 @@ def _dataset_paths(meta: Metadata) -> list[tuple[str, str, object]]:
     return [(p, what, exists) for p, what, exists in paths if p is not None]
 
 
+def has_shapely() -> bool:
+    """Whether ``shapely`` (detectron2's Cityscapes instance loader) can be imported."""
+    return importlib.util.find_spec("shapely") is not None
+
+
 def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
     """Raise :class:`DetectionSetupError` unless each dataset of ``cfg`` (``test_only``: of
     ``DATASETS.TEST``) is registered, has its files, fits the classes and keypoints, and (test
     sets) has an evaluator (:func:`~.evaluation.check_evaluator_type`)."""
-    from .evaluation import check_evaluator_type  # imports detectron2's evaluators
-
     names = [] if test_only else list(cfg.DATASETS.TRAIN)
     for name in names + list(cfg.DATASETS.TEST):
         if name not in DatasetCatalog.list():
@@ -149,6 +160,12 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
                 raise DetectionSetupError(
                     f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
                 )
+        if meta.get("evaluator_type") == "cityscapes_instance" and not has_shapely():
+            raise DetectionSetupError(
+                f"dataset {name}: detectron2's Cityscapes instance loader reads "
+                "*_gtFine_polygons.json with shapely, which is not installed: pip install shapely "
+                "(the project's setup installs it)"
+            )
         if name in cfg.DATASETS.TEST:
             check_evaluator_type(name)
         if cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN":

@@ -17,6 +17,7 @@ sem_seg                SemSegEvaluator                 sem_seg: mIoU, fwIoU, mAC
 
 from __future__ import annotations
 
+import numpy as np
 from detectron2.config import CfgNode
 from detectron2.data import MetadataCatalog
 from detectron2.evaluation import (
@@ -56,6 +57,14 @@ def check_evaluator_type(dataset_name: str) -> str:
     return kind
 
 
+def _lvis_numpy_alias() -> None:
+    """Give numpy back the ``np.float`` alias (numpy 1.24 removed it) that ``lvis`` 0.5.3, the
+    latest release of the LVIS API on PyPI, still casts with in ``LVISEval.accumulate``; without
+    it every LVIS evaluation fails after inference. ``np.float`` was ``float``."""
+    if "float" not in np.__dict__:
+        np.float = float  # type: ignore[attr-defined]
+
+
 def _instance_tasks(cfg: CfgNode) -> tuple[str, ...]:
     tasks = ["bbox"]
     if cfg.MODEL.MASK_ON:
@@ -80,6 +89,7 @@ def build_evaluator(cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
             kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
         )
     if kind == "lvis":
+        _lvis_numpy_alias()
         return LVISEvaluator(
             dataset_name,
             tasks=_instance_tasks(cfg),

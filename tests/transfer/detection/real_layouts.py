@@ -220,7 +220,9 @@ def write_lvis(root: Path, num_images: int = 3) -> None:
             for c in LVIS_CATEGORIES
         ]
         path = root / "lvis" / f"lvis_v1_{split.removesuffix('2017')}.json"
-        path.write_text(json.dumps({"images": images, "annotations": anns, "categories": categories}))
+        path.write_text(
+            json.dumps({"images": images, "annotations": anns, "categories": categories})
+        )
 
 
 # ---------------------------------------------------------------------------------------------
