@@ -137,7 +137,7 @@ def test_voc_c4_ctrl_c_resume_and_eval_only(tmp_path):
 
     # --eval-only --resume, in this process (a third tool process would add its start-up)
     with builtin_datasets_under(tmp_path / "datasets"):
-        results = run(build_argument_parser().parse_args([*argv, "--eval-only", "--resume"]))
+        results = run(build_argument_parser().parse_args(["--eval-only", "--resume", *argv]))
     assert math.isfinite(results["voc_2007_test"]["bbox"]["AP50"])
     written = json.loads((out / "results.json").read_text())["results"]
     assert written["voc_2007_test"]["bbox"]["AP50"] == results["voc_2007_test"]["bbox"]["AP50"]
