@@ -423,12 +423,12 @@ def build_tables(runs: Sequence[RunResult]) -> list[ProtocolTable]:
         headers = _headers(columns)
         labels += [label for label, _, _ in refs]
         rows += [[values.get(h) for h in headers] for _, values, _ in refs]
-        sources = [""] * len(group_labels(group)) + [source for _, _, source in refs]
+        sources = [""] * len(_row_labels(group)) + [source for _, _, source in refs]
         tables.append(ProtocolTable(title, headers, labels, rows, sources))
     return tables
 
 
-def group_labels(runs: Sequence[RunResult]) -> list[str]:
+def _row_labels(runs: Sequence[RunResult]) -> list[str]:
     """The row labels of ``runs``, in order of appearance."""
     return list(dict.fromkeys(run.pretraining for run in runs))
 

@@ -30,6 +30,7 @@ from tests.transfer.detection.real_layouts import (
     write_voc,
 )
 from transfer.detection.convert import convert_checkpoint
+from transfer.detection.results import read_run, write_table
 from transfer.detection.trainer import build_argument_parser, run
 
 pytestmark = pytest.mark.protocols  # make test-protocols
@@ -88,8 +89,14 @@ def assert_finite(results: dict, dataset: str, expected: dict[str, tuple[str, ..
 
 def test_voc07_12_faster_rcnn_c4_reports_voc_ap(datasets_root, r50_weights, tmp_path):
     """VOC07+12 trainval -> VOC07 test with the C4 model: Pascal VOC's evaluator."""
-    results = train_shipped("voc_faster_rcnn_c4_lorac.yaml", datasets_root, r50_weights, tmp_path)
+    out = tmp_path / "run"
+    results = train_shipped("voc_faster_rcnn_c4_lorac.yaml", datasets_root, r50_weights, out)
     assert_finite(results, "voc_2007_test", {"bbox": ("AP", "AP50", "AP75")})
+    # the collector files the run under its protocol with VOC's columns
+    md, _ = write_table([read_run(str(out))], str(tmp_path / "table"))
+    text = Path(md).read_text()
+    assert text.startswith("### Pascal VOC, R50-C4, 2 iterations of 2\n")
+    assert "| pretraining | box AP50 | box AP | box AP75 |" in text and "| lorac |" in text
 
 
 COCO_TASKS = {
