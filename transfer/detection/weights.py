@@ -24,6 +24,7 @@ from .config import DetectionSetupError
 from .convert import key_listing
 from .layouts import (
     BACKBONE_LAYOUTS,
+    STAGES,
     canonical_name,
     is_resnet_weight,
     model_layout,
@@ -154,6 +155,19 @@ def _missing_listing(missing: list[str], model_keys: list[str]) -> str:
     return ", ".join(listed + ([key_listing(others, 6)] if others else []))
 
 
+def _absent_stages(found: dict, required: list[str]) -> list[str]:
+    """The ResNet stages (``res5 (torchvision's layer4)``) of which the file holds no weight
+    although the model requires some."""
+    names = [canonical_name(k) for k in found]
+    absent = []
+    for stage in STAGES:
+        needed = any((c := canonical_name(k)) and c.startswith(stage + ".") for k in required)
+        if needed and not any(c and c.startswith(stage + ".") for c in names):
+            layer = "conv1/bn1" if stage == "stem" else f"layer{int(stage[3]) - 1}"
+            absent.append(f"{stage} (torchvision's {layer})")
+    return absent
+
+
 def check_weights_fit(
     model: nn.Module, path: str, required_prefix: str | None = None, what: str = "MODEL.WEIGHTS"
 ) -> None:
@@ -193,12 +207,15 @@ def check_weights_fit(
         if unexpected:
             parts.append(f"not in the model {key_listing(unexpected, 6)}")
         depth, model_depth = weights_depth(sorted(found)), weights_depth(sorted(expected))
+        absent = _absent_stages(found, required)
         hint = (
             "its run used another config"
             if what == "checkpoint"
             else f"the weights are a ResNet-{depth}, the model a ResNet-{model_depth}: add "
             f"MODEL.RESNETS.DEPTH {depth}"
             if depth and model_depth and depth != model_depth
+            else f"the weights have no {', '.join(absent)}: convert the whole backbone"
+            if absent
             else "check MODEL.RESNETS.DEPTH and the converter's arch"
         )
         raise DetectionSetupError(

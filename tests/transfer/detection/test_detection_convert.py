@@ -168,6 +168,7 @@ def test_a_file_without_res5_is_refused_by_a_c4_model_naming_roi_heads_res5(r50_
         with pytest.raises(DetectionSetupError) as e:
             check_weights_fit(build_model(cfg), str(no_res5))
         assert named in str(e.value) and str(no_res5) in str(e.value)
+        assert "the weights have no res5 (torchvision's layer4)" in str(e.value)
 
 
 @pytest.mark.parametrize(("layout", "suffix"), [("moco", ".pth"), ("lorac", ".pkl")])
