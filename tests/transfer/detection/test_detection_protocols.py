@@ -69,9 +69,9 @@ def r50_weights(tmp_path_factory) -> str:
 
 
 def train_shipped(config: str, root: Path, weights: str, output_dir: Path, *extra: str) -> dict:
-    """``tools/train_net.py``'s run of the shipped ``config`` at tiny sizes with the builtin
-    datasets under ``root``; returns ``results.json``'s results."""
-    argv = ["--config-file", str(ROOT / "configs" / config), *extra, *TINY]
+    """``tools/train_net.py``'s run of the shipped ``config`` at tiny sizes (and the ``extra``
+    overrides) with the builtin datasets under ``root``; returns ``results.json``'s results."""
+    argv = ["--config-file", str(ROOT / "configs" / config), *TINY, *extra]
     argv += ["MODEL.WEIGHTS", weights, "OUTPUT_DIR", str(output_dir)]
     with builtin_datasets_under(root):
         run(build_argument_parser().parse_args(argv))
@@ -126,3 +126,25 @@ def test_cityscapes_mask_rcnn_reports_cityscapes_ap(datasets_root, r50_weights, 
     pytest.importorskip("shapely", reason="detectron2's Cityscapes instance loader needs shapely")
     results = train_shipped("cityscapes_mask_rcnn_lorac.yaml", datasets_root, r50_weights, tmp_path)
     assert_finite(results, "cityscapes_fine_instance_seg_val", {"segm": ("AP", "AP50")})
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("config", "dataset", "task"),
+    [
+        ("voc_faster_rcnn_c4_lorac.yaml", "voc_2007_test", "bbox"),
+        ("coco_mask_rcnn_c4_lorac.yaml", "coco_2017_val", "segm"),
+        ("lvis_mask_rcnn_lorac.yaml", "lvis_v1_val", "segm"),
+    ],
+)
+def test_amp_trains_the_c4_and_fpn_configs_on_a_gpu(
+    config, dataset, task, datasets_root, r50_weights, tmp_path
+):
+    """SOLVER.AMP.ENABLED on a GPU: detectron2's AMPTrainer (float16 autocast, grad scaler)
+    runs the shipped configs, C4 and FPN, to finite numbers."""
+    amp = ("MODEL.DEVICE", "cuda", "SOLVER.AMP.ENABLED", "True")
+    results = train_shipped(config, datasets_root, r50_weights, tmp_path, *amp)
+    assert math.isfinite(results[dataset][task]["AP"])
+    run_config = json.loads((tmp_path / "results.json").read_text())["config"]
+    assert run_config["SOLVER"]["AMP"]["ENABLED"] is True  # kept on a GPU: AMPTrainer ran
