@@ -5,6 +5,8 @@ line naming it and the variable), a test set's evaluator picked by its ``evaluat
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.evaluation import (
@@ -82,8 +84,6 @@ def test_a_missing_dataset_file_names_it_and_the_variable(
 ):
     """Each protocol's data is found where detectron2's builtin registration looks; with one
     file or folder gone the check names it and $DETECTRON2_DATASETS."""
-    import shutil
-
     monkeypatch.setattr(datasets, "has_shapely", lambda: True)
     copy = tmp_path / "datasets"
     shutil.copytree(root, copy)
