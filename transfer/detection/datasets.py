@@ -16,6 +16,7 @@ from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
 from .config import DetectionSetupError
+from .semantic import check_sem_seg_classes, is_semantic
 
 __all__ = ["check_datasets", "infer_flip_pairs", "parse_flip_pairs", "register_coco_dataset"]
 
@@ -112,11 +113,18 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
         for path, what, exists in (
             (meta.get("json_file"), "annotation file", os.path.isfile),
             (meta.get("image_root"), "image folder", os.path.isdir),
+            (meta.get("image_dir"), "image folder", os.path.isdir),  # Cityscapes
+            (meta.get("gt_dir"), "label folder", os.path.isdir),  # Cityscapes
+            (meta.get("sem_seg_root"), "label folder", os.path.isdir),  # ADE20K, VOC12-aug
+            (meta.get("split_file"), "split file", os.path.isfile),  # VOC12-aug
         ):
             if path is not None and not exists(path):
                 raise DetectionSetupError(
                     f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
                 )
+        if is_semantic(cfg):
+            check_sem_seg_classes(cfg, name, meta)
+            continue
         classes = meta.get("thing_classes")
         if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
             raise DetectionSetupError(

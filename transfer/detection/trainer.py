@@ -22,7 +22,9 @@ from detectron2.engine import (
     default_argument_parser,
     default_writers,
 )
-from detectron2.evaluation import COCOEvaluator
+from detectron2.data import MetadataCatalog
+from detectron2.evaluation import COCOEvaluator, DatasetEvaluator
+from detectron2.projects.deeplab import build_lr_scheduler as build_deeplab_lr_scheduler
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
@@ -42,7 +44,13 @@ from .config import (
 )
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
 from .results import RESULTS_FILE, read_results, write_results
-from .weights import check_weights_fit
+from .semantic import (
+    SEM_SEG_EVALUATOR_TYPES,
+    build_sem_seg_evaluator,
+    build_sem_seg_train_loader,
+    is_semantic,
+)
+from .weights import FittingCheckpointer, check_weights_fit
 
 __all__ = [
     "DetectionTrainer",
@@ -75,6 +83,11 @@ class DetectionTrainer(DefaultTrainer):
     def __init__(self, cfg: CfgNode) -> None:
         if cfg.MODEL.DEVICE != "cpu" or comm.get_world_size() == 1:
             super().__init__(cfg)
+            # loads MODEL.WEIGHTS under the model's names (one converted file for FPN and
+            # DeepLab); the PeriodicCheckpointer hook keeps DefaultTrainer's, which saves alike
+            self.checkpointer = FittingCheckpointer(
+                self._trainer.model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self)
+            )
             return
         TrainerBase.__init__(self)
         if not logging.getLogger("detectron2").isEnabledFor(logging.INFO):
@@ -87,16 +100,17 @@ class DetectionTrainer(DefaultTrainer):
         loop = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
         self._trainer = loop(model, data_loader, optimizer)
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)
-        self.checkpointer = DetectionCheckpointer(
-            model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self)
-        )
+        self.checkpointer = FittingCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
         self.start_iter = 0
         self.max_iter = cfg.SOLVER.MAX_ITER
         self.cfg = cfg
         self.register_hooks(self.build_hooks())
 
     @classmethod
-    def build_evaluator(cls, cfg: CfgNode, dataset_name: str) -> COCOEvaluator:
+    def build_evaluator(cls, cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
+        output_dir = f"{cfg.OUTPUT_DIR}/inference/{dataset_name}"
+        if MetadataCatalog.get(dataset_name).get("evaluator_type") in SEM_SEG_EVALUATOR_TYPES:
+            return build_sem_seg_evaluator(cfg, dataset_name, output_dir)
         tasks = ["bbox"]
         if cfg.MODEL.MASK_ON:
             tasks.append("segm")
@@ -106,11 +120,24 @@ class DetectionTrainer(DefaultTrainer):
             dataset_name,
             tasks=tuple(tasks),
             distributed=True,
-            output_dir=f"{cfg.OUTPUT_DIR}/inference/{dataset_name}",
+            output_dir=output_dir,
             max_dets_per_image=cfg.TEST.DETECTIONS_PER_IMAGE,
             use_fast_impl=False,  # the fast COCOeval is a compiled op; pycocotools is official
             kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
         )
+
+    @classmethod
+    def build_train_loader(cls, cfg: CfgNode):
+        """detectron2's loader; semantic segmentation crops and pads as DeepLab does
+        (:func:`~transfer.detection.semantic.build_sem_seg_train_augmentations`)."""
+        if is_semantic(cfg):
+            return build_sem_seg_train_loader(cfg)
+        return super().build_train_loader(cfg)
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg: CfgNode, optimizer: torch.optim.Optimizer):
+        """detectron2's schedulers plus DeepLab's ``WarmupPolyLR`` (``SOLVER.LR_SCHEDULER_NAME``)."""
+        return build_deeplab_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self) -> list[HookBase]:
         """``DefaultTrainer``'s hooks, then :class:`~pretrain.engine.hooks.StopOnSignal` for
@@ -258,7 +285,7 @@ def setup(args: argparse.Namespace) -> tuple[CfgNode, RunAction]:
 
 def _evaluate(args: argparse.Namespace, cfg: CfgNode) -> dict:
     model = DetectionTrainer.build_model(cfg)
-    checkpointer = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
+    checkpointer = FittingCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
     path = (last_checkpoint(cfg.OUTPUT_DIR) if args.resume else "") or cfg.MODEL.WEIGHTS
     checkpointer.load(path, checkpointables=[])
     return DetectionTrainer.test(cfg, model)

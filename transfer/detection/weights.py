@@ -10,6 +10,7 @@ import os
 import re
 
 import torch
+from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils.file_io import PathManager
 from torch import nn
 
@@ -18,8 +19,16 @@ from transfer.checkpoint.safe_pickle import load_safe_pickle
 
 from .config import DetectionSetupError
 from .convert import key_listing
+from .semantic import is_deeplab_model, to_deeplab_names
 
-__all__ = ["UnsafePickleError", "check_weights_fit", "load_d2_pickle", "read_model_weights"]
+__all__ = [
+    "FittingCheckpointer",
+    "UnsafePickleError",
+    "check_weights_fit",
+    "fit_names_to_model",
+    "load_d2_pickle",
+    "read_model_weights",
+]
 
 # Buffers that detectron2 rebuilds from the config and ignores when loading (see
 # DetectionCheckpointer): never required in, nor an error in, a weights file.
@@ -103,6 +112,28 @@ def read_model_weights(path: str, what: str = "MODEL.WEIGHTS") -> dict[str, tupl
     return {k: tuple(getattr(v, "shape", ())) for k, v in weights.items() if hasattr(v, "shape")}
 
 
+def fit_names_to_model(weights: dict, model_keys) -> dict:
+    """``weights`` (a converted file's names) under the names ``model_keys`` use for the same
+    tensors: DeepLab's ResNet under ``backbone.`` (:func:`~.semantic.to_deeplab_names`); FPN
+    models take the converted names as they are."""
+    if is_deeplab_model(model_keys):
+        return to_deeplab_names(weights)
+    return dict(weights)
+
+
+class FittingCheckpointer(DetectionCheckpointer):
+    """``DetectionCheckpointer`` that reads a weights file under the names of its model's layout
+    (:func:`fit_names_to_model`), so one converted file serves FPN and DeepLab models. The
+    renaming is in ``_load_file``, the method fvcore's ``Checkpointer`` names for subclasses
+    that read other formats."""
+
+    def _load_file(self, filename: str) -> dict:
+        loaded = super()._load_file(filename)
+        if isinstance(loaded.get("model"), dict):
+            loaded["model"] = fit_names_to_model(loaded["model"], self.model.state_dict())
+        return loaded
+
+
 def check_weights_fit(
     model: nn.Module, path: str, required_prefix: str | None = None, what: str = "MODEL.WEIGHTS"
 ) -> None:
@@ -116,7 +147,7 @@ def check_weights_fit(
         for k, v in model.state_dict().items()
         if not any(token in k for token in _IGNORED)
     }
-    found = read_model_weights(path, what)
+    found = fit_names_to_model(read_model_weights(path, what), expected)
     if required_prefix is None:
         fpn = any(k.startswith("backbone.bottom_up.") for k in expected)
         required_prefix = "backbone.bottom_up." if fpn else "backbone."
