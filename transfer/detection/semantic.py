@@ -11,7 +11,7 @@ imported) and :class:`DeepLabV3PlusImagePoolHead` in ``SEM_SEG_HEADS_REGISTRY``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TypeVar
 
 from detectron2.config import CfgNode
@@ -26,6 +26,7 @@ from detectron2.projects.deeplab import DeepLabV3PlusHead
 from pretrain.utils.errors import ConfigError
 
 from .config import DetectionSetupError
+from .convert import FPN_PREFIX
 
 __all__ = [
     "DEEPLAB_RESNET_PREFIX",
@@ -50,7 +51,6 @@ V = TypeVar("V")
 # ``backbone.`` with the same stem/resN names (its dilation changes strides, not parameters).
 # Semantic FPN uses build_resnet_fpn_backbone: the converted names fit it as they are.
 # ---------------------------------------------------------------------------------------------
-CONVERTED_RESNET_PREFIX = "backbone.bottom_up."
 DEEPLAB_RESNET_PREFIX = "backbone."
 
 
@@ -58,17 +58,21 @@ def to_deeplab_names(weights: Mapping[str, V]) -> dict[str, V]:
     """The converted file's ``backbone.bottom_up.{stem,res2..res5}.*`` names as DeepLab's
     ``backbone.{stem,res2..res5}.*`` (other names, e.g. a DeepLab run's own checkpoint, are kept);
     the entry the per-layout name table uses for ``build_resnet_deeplab_backbone`` models."""
-    n = len(CONVERTED_RESNET_PREFIX)
+    n = len(FPN_PREFIX)
     return {
-        DEEPLAB_RESNET_PREFIX + k[n:] if k.startswith(CONVERTED_RESNET_PREFIX) else k: v
+        DEEPLAB_RESNET_PREFIX + k[n:] if k.startswith(FPN_PREFIX) else k: v
         for k, v in weights.items()
     }
 
 
-def is_deeplab_model(model_keys: Mapping[str, object] | set[str]) -> bool:
-    """Whether a model's state-dict keys are those of a DeepLab backbone (a ResNet directly
-    under ``backbone.``), not of an FPN (``backbone.bottom_up.``)."""
-    return f"{DEEPLAB_RESNET_PREFIX}stem.conv1.weight" in model_keys
+def is_deeplab_model(model_keys: Collection[str]) -> bool:
+    """Whether a model's state-dict keys hold a whole ResNet directly under ``backbone.`` (stem
+    to res5, as ``build_resnet_deeplab_backbone`` builds it), not in an FPN
+    (``backbone.bottom_up.``) nor split as in C4 models (res5 under ``roi_heads.res5``)."""
+    return all(f"{DEEPLAB_RESNET_PREFIX}{k}" in model_keys for k in _RESNET_ENDS)
+
+
+_RESNET_ENDS = ("stem.conv1.weight", "res5.0.conv1.weight")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +118,7 @@ def build_sem_seg_train_augmentations(cfg: CfgNode) -> list[T.Augmentation]:
     return augs
 
 
-def build_sem_seg_train_loader(cfg: CfgNode):
+def build_sem_seg_train_loader(cfg: CfgNode) -> Iterable[list[dict]]:
     """detectron2's training loader with :func:`build_sem_seg_train_augmentations`."""
     mapper = DatasetMapper(cfg, is_train=True, augmentations=build_sem_seg_train_augmentations(cfg))
     return build_detection_train_loader(cfg, mapper=mapper)
@@ -213,7 +217,10 @@ def register_voc12_aug(root: str) -> None:
     ``VOC2012/ImageSets/Segmentation``. Nothing is read until the dataset is used; registering
     again (another root) replaces the earlier registration."""
     voc = os.path.join(root, "VOC2012")
-    image_dir, label_dir = os.path.join(voc, "JPEGImages"), os.path.join(voc, "SegmentationClassAug")
+    image_dir, label_dir = (
+        os.path.join(voc, "JPEGImages"),
+        os.path.join(voc, "SegmentationClassAug"),
+    )
     for name, split in VOC_AUG_SPLITS.items():
         split_file = os.path.join(voc, "ImageSets", "Segmentation", split)
         if name in DatasetCatalog.list():

@@ -8,10 +8,12 @@ import argparse
 import logging
 import signal
 import weakref
+from collections.abc import Iterable
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
+from detectron2.data import MetadataCatalog
 from detectron2.engine import (
     AMPTrainer,
     DefaultTrainer,
@@ -22,7 +24,6 @@ from detectron2.engine import (
     default_argument_parser,
     default_writers,
 )
-from detectron2.data import MetadataCatalog
 from detectron2.evaluation import COCOEvaluator, DatasetEvaluator
 from detectron2.projects.deeplab import build_lr_scheduler as build_deeplab_lr_scheduler
 from detectron2.utils import comm
@@ -127,7 +128,7 @@ class DetectionTrainer(DefaultTrainer):
         )
 
     @classmethod
-    def build_train_loader(cls, cfg: CfgNode):
+    def build_train_loader(cls, cfg: CfgNode) -> Iterable[list[dict]]:
         """detectron2's loader; semantic segmentation crops and pads as DeepLab does
         (:func:`~transfer.detection.semantic.build_sem_seg_train_augmentations`)."""
         if is_semantic(cfg):
@@ -135,8 +136,11 @@ class DetectionTrainer(DefaultTrainer):
         return super().build_train_loader(cfg)
 
     @classmethod
-    def build_lr_scheduler(cls, cfg: CfgNode, optimizer: torch.optim.Optimizer):
-        """detectron2's schedulers plus DeepLab's ``WarmupPolyLR`` (``SOLVER.LR_SCHEDULER_NAME``)."""
+    def build_lr_scheduler(
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """detectron2's schedulers, and DeepLab's ``WarmupPolyLR`` for
+        ``SOLVER.LR_SCHEDULER_NAME WarmupPolyLR``."""
         return build_deeplab_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self) -> list[HookBase]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
@@ -112,7 +113,7 @@ def read_model_weights(path: str, what: str = "MODEL.WEIGHTS") -> dict[str, tupl
     return {k: tuple(getattr(v, "shape", ())) for k, v in weights.items() if hasattr(v, "shape")}
 
 
-def fit_names_to_model(weights: dict, model_keys) -> dict:
+def fit_names_to_model(weights: dict, model_keys: Collection[str]) -> dict:
     """``weights`` (a converted file's names) under the names ``model_keys`` use for the same
     tensors: DeepLab's ResNet under ``backbone.`` (:func:`~.semantic.to_deeplab_names`); FPN
     models take the converted names as they are."""

@@ -90,10 +90,8 @@ def _resnet_features(model: torch.nn.Module, image: np.ndarray) -> list:
     resnet = getattr(model.backbone, "bottom_up", model.backbone)
     chw = torch.as_tensor(np.ascontiguousarray(image.transpose(2, 0, 1))).float()
     with torch.no_grad():
-        x = model.preprocess_image([{"image": chw}]).tensor if hasattr(
-            model, "preprocess_image"
-        ) else ((chw - model.pixel_mean) / model.pixel_std)[None]
-        x = resnet.stem(x)
+        # SemanticSegmentor.forward's normalisation (detectron2 input: RGB, 0-255)
+        x = resnet.stem(((chw - model.pixel_mean) / model.pixel_std)[None])
         feats = []
         for stage in resnet.stages:
             x = stage(x)
