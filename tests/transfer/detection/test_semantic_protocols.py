@@ -16,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,14 +103,34 @@ def _train_net(config: str, datasets: Path, output_dir: Path, *opts: str):
     return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def runs(weights, tmp_path_factory) -> Callable[[str], tuple[Path, Path]]:
+    """``run(config)``: the tiny dataset and the finished 2-iteration run of ``config`` (each
+    trained once per module)."""
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def run(config: str) -> tuple[Path, Path]:
+        if config not in done:
+            writer, sizes, opts, _ = PROTOCOLS[config]
+            root = tmp_path_factory.mktemp(config.removesuffix(".yaml"))
+            writer(root / "datasets", sizes)
+            out = root / "run"
+            result = _train_net(config, root / "datasets", out, "MODEL.WEIGHTS", weights, *opts)
+            assert result.returncode == 0, result.stderr[-4000:]
+            done[config] = (root / "datasets", out)
+        return done[config]
+
+    return run
+
+
+def _sem_seg_metrics(run_dir: Path, test_set: str) -> dict[str, float]:
+    return json.loads((run_dir / "results.json").read_text())["results"][test_set]["sem_seg"]
+
+
 @pytest.mark.parametrize("config", list(PROTOCOLS))
-def test_shipped_config_trains_and_reports_miou(config, weights, tmp_path):
-    writer, sizes, opts, test_set = PROTOCOLS[config]
-    writer(tmp_path / "datasets", sizes)
-    out = tmp_path / "run"
-    result = _train_net(config, tmp_path / "datasets", out, "MODEL.WEIGHTS", weights, *opts)
-    assert result.returncode == 0, result.stderr[-4000:]
-    metrics = json.loads((out / "results.json").read_text())["results"][test_set]["sem_seg"]
+def test_shipped_config_trains_and_reports_miou(config, runs):
+    _, out = runs(config)
+    metrics = _sem_seg_metrics(out, PROTOCOLS[config][3])
     for name in ("mIoU", "fwIoU", "mACC", "pACC"):
         assert isinstance(metrics[name], float) and math.isfinite(metrics[name]), (name, metrics)
     # the converted file filled the whole ResNet: detectron2 lists only the new layers (FPN,
@@ -121,6 +142,23 @@ def test_shipped_config_trains_and_reports_miou(config, weights, tmp_path):
     with open(out / "metrics.json") as f:
         trained = [json.loads(line) for line in f]
     assert max(r["iteration"] for r in trained if "total_loss" in r) == 1  # iterations 0, 1
+
+
+def test_eval_only_reproduces_a_deeplab_run(runs, tmp_path):
+    """--eval-only loads a DeepLab run's model_final.pth (its own names, every weight checked)
+    into a new OUTPUT_DIR and gives the run's mIoU again."""
+    config = "voc_deeplab_lorac.yaml"
+    datasets, out = runs(config)
+    again = tmp_path / "eval"
+    result = _train_net(
+        config, datasets, again, "--eval-only", "MODEL.WEIGHTS", str(out / "model_final.pth"),
+        *PROTOCOLS[config][2],
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    test_set = PROTOCOLS[config][3]
+    assert _sem_seg_metrics(again, test_set)["mIoU"] == pytest.approx(
+        _sem_seg_metrics(out, test_set)["mIoU"], abs=1e-6
+    )
 
 
 def test_voc12_aug_missing_split_file_is_one_error_line(tmp_path):
