@@ -16,7 +16,7 @@ from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
 from .config import DetectionSetupError
-from .semantic import check_sem_seg_classes, is_semantic
+from .semantic import check_cityscapes_train_ids, check_sem_seg_classes, is_semantic
 
 __all__ = ["check_datasets", "infer_flip_pairs", "parse_flip_pairs", "register_coco_dataset"]
 
@@ -123,6 +123,7 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
                     f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
                 )
         if is_semantic(cfg):
+            check_cityscapes_train_ids(name, meta)
             check_sem_seg_classes(cfg, name, meta)
             continue
         classes = meta.get("thing_classes")

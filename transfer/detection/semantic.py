@@ -36,6 +36,7 @@ __all__ = [
     "build_sem_seg_evaluator",
     "build_sem_seg_train_augmentations",
     "build_sem_seg_train_loader",
+    "check_cityscapes_train_ids",
     "check_sem_seg_classes",
     "is_semantic",
     "load_voc_sem_seg",
@@ -154,6 +155,34 @@ def check_sem_seg_classes(cfg: CfgNode, name: str, meta: Metadata) -> None:
             f"dataset {name} ignores label {ignore} but MODEL.SEM_SEG_HEAD.IGNORE_VALUE is "
             f"{head.IGNORE_VALUE}; add MODEL.SEM_SEG_HEAD.IGNORE_VALUE {ignore} to the options"
         )
+
+
+def check_cityscapes_train_ids(name: str, meta: Metadata) -> None:
+    """Raise :class:`DetectionSetupError` when a Cityscapes semantic dataset has
+    ``*_gtFine_labelIds.png`` but not the ``*_gtFine_labelTrainIds.png`` its loader reads (they
+    are made by ``cityscapesscripts``), naming the first missing file; detectron2's loader would
+    stop inside training with an assertion. Looks at the first city only."""
+    gt_dir = meta.get("gt_dir")
+    if (
+        meta.get("evaluator_type") != "cityscapes_sem_seg"
+        or not gt_dir
+        or not os.path.isdir(gt_dir)
+    ):
+        return
+    cities = sorted(d for d in os.listdir(gt_dir) if os.path.isdir(os.path.join(gt_dir, d)))
+    if not cities:
+        return
+    city = os.path.join(gt_dir, cities[0])
+    for label_file in sorted(os.listdir(city)):
+        if label_file.endswith("_gtFine_labelIds.png"):
+            train_ids = label_file.replace("_labelIds.png", "_labelTrainIds.png")
+            if not os.path.isfile(os.path.join(city, train_ids)):
+                raise DetectionSetupError(
+                    f"dataset {name}: {os.path.join(city, train_ids)} does not exist; make the "
+                    "train-id labels with CITYSCAPES_DATASET=<the cityscapes folder> python -m "
+                    "cityscapesscripts.preparation.createTrainIdLabelImgs"
+                )
+            return
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data import transforms as T
 from detectron2.evaluation import SemSegEvaluator
 from detectron2.projects.deeplab.lr_scheduler import WarmupPolyLR
@@ -21,12 +21,13 @@ from detectron2.projects.deeplab.lr_scheduler import WarmupPolyLR
 from pretrain.utils.constants import IMAGENET_MEAN_255, IMAGENET_STD_255
 from pretrain.utils.errors import ConfigError
 from tests.helpers import ROOT
-from tests.helpers.segmentation import write_voc12_aug
+from tests.helpers.segmentation import write_cityscapes, write_voc12_aug
 from transfer.detection.config import DetectionSetupError, load_config, needs_deeplab_keys
 from transfer.detection.datasets import check_datasets
 from transfer.detection.semantic import (
     VOC_AUG_CLASSES,
     build_sem_seg_train_augmentations,
+    check_cityscapes_train_ids,
     register_voc12_aug,
 )
 from transfer.detection.trainer import DetectionTrainer
@@ -189,3 +190,17 @@ def test_deeplab_configs_train_with_the_poly_schedule():
     cfg = load_config(str(CONFIGS / "cityscapes_deeplab_lorac.yaml"))
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.SOLVER.BASE_LR)
     assert isinstance(DetectionTrainer.build_lr_scheduler(cfg, optimizer), WarmupPolyLR)
+
+
+def test_cityscapes_without_train_id_labels_is_named(tmp_path):
+    """Cityscapes as downloaded has no *_labelTrainIds.png: one error naming the file and the
+    cityscapesscripts command that makes them (detectron2's loader would assert mid-run)."""
+    write_cityscapes(tmp_path, {"val": 2})
+    gt_dir = tmp_path / "cityscapes" / "gtFine" / "val"
+    meta = Metadata(evaluator_type="cityscapes_sem_seg", gt_dir=str(gt_dir))
+    check_cityscapes_train_ids("cityscapes_fine_sem_seg_val", meta)
+    missing = gt_dir / "aachen" / "aachen_000000_000019_gtFine_labelTrainIds.png"
+    missing.unlink()
+    with pytest.raises(DetectionSetupError) as e:
+        check_cityscapes_train_ids("cityscapes_fine_sem_seg_val", meta)
+    assert str(missing) in str(e.value) and "createTrainIdLabelImgs" in str(e.value)
