@@ -17,6 +17,7 @@ from pretrain.utils.errors import ConfigError, LoracError
 
 __all__ = [
     "DetectionSetupError",
+    "check_semantic_crop",
     "check_solver_numbers",
     "derive_basic_block_keys",
     "fit_precise_bn_to_cpu",
@@ -45,7 +46,20 @@ def load_config(config_file: str, opts: Sequence[str] = ()) -> CfgNode:
     cfg = load_strict(cfg, config_file, opts)
     check_solver_numbers(cfg)
     derive_basic_block_keys(cfg, config_file)
+    check_semantic_crop(cfg)
     return cfg
+
+
+def check_semantic_crop(cfg: CfgNode) -> None:
+    """Raise :class:`ConfigError` unless a semantic segmentation config that crops crops a fixed
+    size (``INPUT.CROP.TYPE absolute``), as its augmentations and DeepLab's head need."""
+    crop = cfg.INPUT.CROP
+    semantic = cfg.MODEL.META_ARCHITECTURE == "SemanticSegmentor"
+    if semantic and crop.ENABLED and crop.TYPE != "absolute":
+        raise ConfigError(
+            f"INPUT.CROP.TYPE {crop.TYPE!r}: semantic segmentation crops a fixed size; set "
+            "INPUT.CROP.TYPE absolute and INPUT.CROP.SIZE (height, width)"
+        )
 
 
 def _dotted(node: dict, prefix: str = "") -> dict[str, object]:

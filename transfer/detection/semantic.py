@@ -23,8 +23,6 @@ from detectron2.layers import ShapeSpec
 from detectron2.modeling import SEM_SEG_HEADS_REGISTRY
 from detectron2.projects.deeplab import DeepLabV3PlusHead
 
-from pretrain.utils.errors import ConfigError
-
 from .config import DetectionSetupError
 from .convert import FPN_PREFIX
 
@@ -38,6 +36,7 @@ __all__ = [
     "build_sem_seg_train_loader",
     "check_cityscapes_train_ids",
     "check_sem_seg_classes",
+    "is_deeplab_model",
     "is_semantic",
     "load_voc_sem_seg",
     "register_voc12_aug",
@@ -66,14 +65,14 @@ def to_deeplab_names(weights: Mapping[str, V]) -> dict[str, V]:
     }
 
 
+_RESNET_ENDS = ("stem.conv1.weight", "res5.0.conv1.weight")
+
+
 def is_deeplab_model(model_keys: Collection[str]) -> bool:
     """Whether a model's state-dict keys hold a whole ResNet directly under ``backbone.`` (stem
     to res5, as ``build_resnet_deeplab_backbone`` builds it), not in an FPN
     (``backbone.bottom_up.``) nor split as in C4 models (res5 under ``roi_heads.res5``)."""
     return all(f"{DEEPLAB_RESNET_PREFIX}{k}" in model_keys for k in _RESNET_ENDS)
-
-
-_RESNET_ENDS = ("stem.conv1.weight", "res5.0.conv1.weight")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,12 +99,7 @@ def build_sem_seg_train_augmentations(cfg: CfgNode) -> list[T.Augmentation]:
             cfg.INPUT.MIN_SIZE_TRAIN, cfg.INPUT.MAX_SIZE_TRAIN, cfg.INPUT.MIN_SIZE_TRAIN_SAMPLING
         )
     ]
-    if cfg.INPUT.CROP.ENABLED:
-        if cfg.INPUT.CROP.TYPE != "absolute":
-            raise ConfigError(
-                f"INPUT.CROP.TYPE {cfg.INPUT.CROP.TYPE!r}: semantic segmentation crops a fixed "
-                "size; set INPUT.CROP.TYPE absolute and INPUT.CROP.SIZE (height, width)"
-            )
+    if cfg.INPUT.CROP.ENABLED:  # CROP.TYPE absolute: checked by load_config
         ignore = cfg.MODEL.SEM_SEG_HEAD.IGNORE_VALUE
         max_area = cfg.INPUT.CROP.get("SINGLE_CATEGORY_MAX_AREA", 1.0)
         size = tuple(cfg.INPUT.CROP.SIZE)

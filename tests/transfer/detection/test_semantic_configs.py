@@ -204,3 +204,9 @@ def test_cityscapes_without_train_id_labels_is_named(tmp_path):
     with pytest.raises(DetectionSetupError) as e:
         check_cityscapes_train_ids("cityscapes_fine_sem_seg_val", meta)
     assert str(missing) in str(e.value) and "createTrainIdLabelImgs" in str(e.value)
+
+
+def test_semantic_crops_must_have_a_fixed_size():
+    with pytest.raises(ConfigError, match="INPUT.CROP.TYPE 'relative_range': semantic segm"):
+        load_config(str(CONFIGS / "ade20k_semantic_fpn_lorac.yaml"),
+                    ["INPUT.CROP.TYPE", "relative_range"])  # fmt: skip
