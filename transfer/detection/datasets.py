@@ -19,6 +19,7 @@ from detectron2.data.datasets import register_coco_instances
 
 from .config import DetectionSetupError
 from .evaluation import check_evaluator_type
+from .semantic import check_cityscapes_train_ids, check_sem_seg_classes, is_semantic
 
 __all__ = [
     "check_datasets",
@@ -109,14 +110,15 @@ def _missing_file_hint(path: str) -> str:
 
 # Metadata keys that name a dataset's files, as detectron2's registrations set them (COCO and
 # LVIS: json_file/image_root; Pascal VOC: dirname; Cityscapes: image_dir/gt_dir; ADE20K and other
-# semantic sets: sem_seg_root), with what must be there.
+# semantic sets: sem_seg_root; VOC12-aug, registered here: split_file), with what must be there.
 _PATH_KEYS = (
     ("json_file", "annotation file", os.path.isfile),
     ("image_root", "image folder", os.path.isdir),
     ("dirname", "folder", os.path.isdir),
     ("image_dir", "image folder", os.path.isdir),
     ("gt_dir", "annotation folder", os.path.isdir),
-    ("sem_seg_root", "annotation folder", os.path.isdir),
+    ("sem_seg_root", "label folder", os.path.isdir),
+    ("split_file", "split file", os.path.isfile),
 )
 
 
@@ -168,7 +170,10 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
             )
         if name in cfg.DATASETS.TEST:
             check_evaluator_type(name)
-        if cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN":
+        if is_semantic(cfg):
+            check_cityscapes_train_ids(name, meta)
+            check_sem_seg_classes(cfg, name, meta)
+        elif cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN":
             _check_classes(cfg, name, meta)
         if cfg.MODEL.KEYPOINT_ON:
             _check_keypoints(cfg, name, meta)

@@ -9,20 +9,31 @@ coco                   COCOEvaluator (pycocotools)     bbox / segm / keypoints: 
 lvis                   LVISEvaluator (lvis-api)        bbox / segm: AP, APr, APc, APf ...
 pascal_voc             PascalVOCDetectionEvaluator     bbox: AP, AP50, AP75 (VOC07 11-point for
                                                        2007, as MoCo reports)
-cityscapes_instance    CityscapesInstanceEvaluator     segm: AP, AP50 (cityscapesScripts)
-cityscapes_sem_seg     CityscapesSemSegEvaluator       sem_seg: IoU, iIoU, IoU_sup, iIoU_sup
+cityscapes_instance    CityscapesInstanceEvaluator     segm: AP, AP50 (cityscapesScripts; its
+                                                       matches.json in inference/<test set>)
+cityscapes_sem_seg     SemSegEvaluator (see below)     sem_seg: mIoU, fwIoU, mACC, pACC, IoU-*
 sem_seg                SemSegEvaluator                 sem_seg: mIoU, fwIoU, mACC, pACC, IoU-*
 =====================  ==============================  ==========================================
+
+Cityscapes semantic segmentation is scored by ``SemSegEvaluator``, not detectron2's
+``CityscapesSemSegEvaluator``: the latter runs cityscapesScripts and reports IoU, iIoU,
+IoU_sup and iIoU_sup under other names, never ``mIoU``, so Cityscapes runs would not share the
+semantic table's columns. ``SemSegEvaluator`` scores the 19 train ids of
+``*_gtFine_labelTrainIds.png`` at full resolution, ignoring 255: the classes, pixels and IoU
+definition of cityscapesScripts' class IoU (its "IoU" is that mean), without the
+instance-weighted iIoU.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import numpy as np
 from detectron2.config import CfgNode
-from detectron2.data import MetadataCatalog
+from detectron2.data import Metadata, MetadataCatalog
 from detectron2.evaluation import (
     CityscapesInstanceEvaluator,
-    CityscapesSemSegEvaluator,
     COCOEvaluator,
     DatasetEvaluator,
     LVISEvaluator,
@@ -32,7 +43,12 @@ from detectron2.evaluation import (
 
 from .config import DetectionSetupError
 
-__all__ = ["EVALUATOR_TYPES", "build_evaluator", "check_evaluator_type"]
+__all__ = [
+    "EVALUATOR_TYPES",
+    "CityscapesInstanceEvaluatorInRun",
+    "build_evaluator",
+    "check_evaluator_type",
+]
 
 EVALUATOR_TYPES = (
     "coco",
@@ -63,6 +79,24 @@ def _lvis_numpy_alias() -> None:
     it every LVIS evaluation fails after inference. ``np.float`` was ``float``."""
     if "float" not in np.__dict__:
         np.float = float  # type: ignore[attr-defined]
+
+
+class CityscapesInstanceEvaluatorInRun(CityscapesInstanceEvaluator):
+    """detectron2's ``CityscapesInstanceEvaluator`` evaluated inside the run's inference folder:
+    cityscapesScripts' ``evaluateImgLists`` always writes ``matches.json`` to the current
+    directory (no argument moves it), which would leave it wherever the tool was started."""
+
+    def __init__(self, dataset_name: str, output_dir: str) -> None:
+        super().__init__(dataset_name)
+        self._output_dir = os.path.abspath(output_dir)
+        # the ground truth is globbed from gt_dir, which $DETECTRON2_DATASETS may make relative
+        meta = self._metadata.as_dict()
+        self._metadata = Metadata(**{**meta, "gt_dir": os.path.abspath(meta["gt_dir"])})
+
+    def evaluate(self) -> dict | None:
+        os.makedirs(self._output_dir, exist_ok=True)
+        with contextlib.chdir(self._output_dir):
+            return super().evaluate()
 
 
 def _instance_tasks(cfg: CfgNode) -> tuple[str, ...]:
@@ -100,7 +134,6 @@ def build_evaluator(cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
     if kind == "pascal_voc":
         return PascalVOCDetectionEvaluator(dataset_name)
     if kind == "cityscapes_instance":
-        return CityscapesInstanceEvaluator(dataset_name)
-    if kind == "cityscapes_sem_seg":
-        return CityscapesSemSegEvaluator(dataset_name)
+        return CityscapesInstanceEvaluatorInRun(dataset_name, output_dir)
+    # sem_seg and cityscapes_sem_seg alike (see the module's docstring)
     return SemSegEvaluator(dataset_name, distributed=True, output_dir=output_dir)

@@ -5,7 +5,10 @@ A converted file names detectron2's ResNet (``stem.*``, ``res2.*`` .. ``res5.*``
 prefix of one layout (the converter writes the FPN one, which a plain detectron2 FPN config loads
 as is). Models keep the stages in different places: the FPN backbones wrap the ResNet as
 ``backbone.bottom_up``; a C4 R-CNN keeps stem..res4 as ``backbone`` and res5 inside its ROI head
-(``roi_heads.res5``). :func:`rename_for_model` rewrites a file's names to the layout of the model
+(``roi_heads.res5``); DeepLab's backbone (``build_resnet_deeplab_backbone``) *is* the ResNet, so
+every stage sits directly under ``backbone`` (its dilation changes strides, not parameter names;
+the DeepLab configs here use the 7x7 ``basic`` stem, so every converted weight has a place).
+:func:`rename_for_model` rewrites a file's names to the layout of the model
 it is loaded into, from the model's own keys; a file that is not a bare backbone (a trained
 model, a checkpoint) is left as it is, and names are then matched exactly.
 """
@@ -34,7 +37,9 @@ BACKBONE_LAYOUTS: dict[str, dict[str, str]] = {
     "fpn": dict.fromkeys(STAGES, "backbone.bottom_up."),
     # Res5ROIHeads (and Res5ROIHeadsExtraNorm): C4 R-CNNs compute res5 per region
     "c4": {**dict.fromkeys(STAGES[:4], "backbone."), "res5": "roi_heads."},
-    # DeepLab (detectron2.projects.deeplab): added with the DeepLab configs
+    # build_resnet_deeplab_backbone (detectron2.projects.deeplab): DeepLabV3(+); the C4 layout
+    # shares its stem..res4 prefixes but keeps res5 under roi_heads, so the two never both match
+    "deeplab": dict.fromkeys(STAGES, "backbone."),
 }
 
 # The weights a converted backbone holds: the stem and the blocks of res2..res5 (not, e.g., the

@@ -74,7 +74,16 @@ PROTOCOL_COLUMNS: dict[str, tuple[tuple[str | None, str, str, tuple[str, ...]], 
         (None, "segm", "mask", ("AP", "APr", "APc", "APf")),
     ),
     "cityscapes_instance": ((None, "segm", "mask", ("AP", "AP50")),),
-    "sem_seg": ((None, "sem_seg", "", ("mIoU",)),),
+    # SemSegEvaluator's summary (Cityscapes too, see .evaluation); per-class IoU-*/ACC-* stay
+    # in results.json
+    "sem_seg": ((None, "sem_seg", "", ("mIoU", "fwIoU", "mACC", "pACC")),),
+}
+# SEM_SEG_HEAD.NAME -> the model's name in a semantic table's title and a run's "detector"
+_SEM_SEG_HEADS = {
+    "SemSegFPNHead": ("Semantic FPN", "semantic_fpn"),
+    "DeepLabV3PlusHead": ("DeepLabV3+", "deeplab_v3_plus"),
+    "DeepLabV3PlusImagePoolHead": ("DeepLabV3+", "deeplab_v3_plus"),
+    "DeepLabV3Head": ("DeepLabV3", "deeplab_v3"),
 }
 _TABLE4_COLUMNS = tuple((d, t, title, _METRICS) for d, t, title in TABLE_COLUMNS)
 _KIND_TITLES = {
@@ -114,13 +123,24 @@ class RunResult:
         return f"{name} (sha256 {self.weights_sha256[:8]})" if self.weights_sha256 else name
 
 
+def _semantic_model(model: Mapping) -> tuple[str, str]:
+    """``(title, detector)`` of a ``SemanticSegmentor``'s head (:data:`_SEM_SEG_HEADS`; another
+    head: its registered name)."""
+    head = str((model.get("SEM_SEG_HEAD") or {}).get("NAME", ""))
+    return _SEM_SEG_HEADS.get(head, (head or "SemanticSegmentor", head or "semantic"))
+
+
 def describe_run(cfg: Mapping) -> tuple[str, str]:
-    """``(pretraining, detector)`` of a detectron2 config given as a CfgNode or plain dict."""
+    """``(pretraining, detector)`` of a detectron2 config given as a CfgNode or plain dict; the
+    "detector" of a semantic segmentation model names its head (``semantic_fpn``,
+    ``deeplab_v3_plus``)."""
     model = cfg["MODEL"]
     weights = model.get("WEIGHTS", "")
     pretraining = run_label(weights) if weights else "random"
-    if model.get("META_ARCHITECTURE", "GeneralizedRCNN") != "GeneralizedRCNN":
-        detector = str(model["META_ARCHITECTURE"])  # a semantic segmentation model
+    if model.get("META_ARCHITECTURE", "GeneralizedRCNN") == "SemanticSegmentor":
+        detector = _semantic_model(model)[1]
+    elif model.get("META_ARCHITECTURE", "GeneralizedRCNN") != "GeneralizedRCNN":
+        detector = str(model["META_ARCHITECTURE"])
     elif model.get("KEYPOINT_ON"):
         detector = "keypoint_rcnn"
     elif model.get("MASK_ON"):
@@ -160,13 +180,14 @@ def run_protocol(
 ) -> tuple[str, str]:
     """``(kind, title)`` of the table a run belongs to: the evaluator (``cityscapes_sem_seg``
     shares ``sem_seg``'s mIoU table), the model and the schedule, e.g. ``("coco", "COCO, R50-C4,
-    2x")``; semantic tables are per test set."""
+    2x")``; semantic tables are per test set and head (``"semantic segmentation,
+    cityscapes_fine_sem_seg_val, DeepLabV3+ R50, 90k iterations of 8"``)."""
     kind = evaluator_type or _evaluator_kind(metrics, dataset)
     kind = "sem_seg" if kind == "cityscapes_sem_seg" else kind
     model = cfg.get("MODEL") or {}
     depth = (model.get("RESNETS") or {}).get("DEPTH", 50)
     if kind == "sem_seg":
-        arch = f"{model.get('META_ARCHITECTURE', '')} R{depth}"
+        arch = f"{_semantic_model(model)[0]} R{depth}"
         return kind, f"{_KIND_TITLES[kind]}, {dataset}, {arch}, {_schedule(cfg, kind)}"
     c4 = str((model.get("ROI_HEADS") or {}).get("NAME", "")).startswith("Res5ROIHeads")
     arch = f"R{depth}-{'C4' if c4 else 'FPN'}"
@@ -198,7 +219,9 @@ def write_results(
 ) -> str:
     """Save ``DefaultTrainer.test``'s ``results`` (``{task: {metric: value}}`` for one test set,
     keyed by dataset for several, ``{}`` for none) as ``OUTPUT_DIR/results.json`` with the config,
-    the weights and the test sets' ``evaluator_type`` that produced them; returns the path."""
+    the weights and the test sets' ``evaluator_type`` that produced them; returns the path.
+    A NaN (``SemSegEvaluator``'s IoU of a class absent from the test set and never predicted)
+    is written as ``null``, so that the file stays standard JSON."""
     from transfer.run_dir import RunDir  # here: the collector starts without torch
 
     if not dataset_names:
@@ -210,7 +233,7 @@ def write_results(
     pretraining, detector = describe_run(cfg)
     return RunDir(output_dir, results=RESULTS_FILE).write_results(
         {
-            name: {task: {k: float(v) for k, v in m.items()} for task, m in tasks.items()}
+            name: {task: {k: _finite_or_none(v) for k, v in m.items()} for task, m in tasks.items()}
             for name, tasks in per_dataset.items()
         },
         cfg,
@@ -221,6 +244,11 @@ def write_results(
         weights_sha256=_file_sha256(cfg["MODEL"].get("WEIGHTS", "")),
         max_iter=cfg["SOLVER"]["MAX_ITER"],
     )
+
+
+def _finite_or_none(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
 
 
 def read_results(run_dir: str) -> dict[str, dict[str, dict[str, float]]]:
@@ -275,7 +303,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         # the label from the config's weights: an older file may record the weights' file name
         cfg = data.get("config") or {"MODEL": {"WEIGHTS": data.get("weights", "")}}
         pretraining = label or describe_run(cfg)[0]
-        metrics = _with_miou(per_dataset[name])
+        metrics = per_dataset[name]
         return RunResult(
             run_dir,
             pretraining,
@@ -299,7 +327,7 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         tests = list((cfg.get("DATASETS") or {}).get("TEST") or [])
         per_dataset = {tests[0] if len(tests) == 1 else "": per_dataset[""]}
     name = _pick(run_dir, per_dataset, dataset)
-    metrics = _with_miou(per_dataset[name])
+    metrics = per_dataset[name]
     kind, protocol = run_protocol(cfg, metrics, name)
     return RunResult(
         run_dir,
@@ -312,16 +340,6 @@ def read_run(run_dir: str, label: str | None = None, dataset: str | None = None)
         protocol,
         kind,
     )
-
-
-def _with_miou(metrics: Mapping[str, dict]) -> dict[str, dict]:
-    """``metrics`` with the semantic ``mIoU`` under that name: Cityscapes' evaluator calls it
-    ``IoU`` (cityscapesScripts' class-average IoU)."""
-    out = {task: dict(m) for task, m in metrics.items()}
-    sem = out.get("sem_seg")
-    if sem is not None and "mIoU" not in sem and "IoU" in sem:
-        sem["mIoU"] = sem["IoU"]
-    return out
 
 
 @dataclass

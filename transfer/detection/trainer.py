@@ -9,6 +9,7 @@ import argparse
 import logging
 import signal
 import weakref
+from collections.abc import Iterable
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
@@ -25,6 +26,7 @@ from detectron2.engine import (
     default_writers,
 )
 from detectron2.evaluation import DatasetEvaluator
+from detectron2.projects.deeplab import build_lr_scheduler as build_deeplab_lr_scheduler
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
@@ -46,6 +48,7 @@ from .config import (
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
 from .evaluation import build_evaluator
 from .results import RESULTS_FILE, read_results, write_results
+from .semantic import build_sem_seg_train_loader, is_semantic
 from .weights import LayoutCheckpointer, check_weights_fit
 
 __all__ = [
@@ -104,6 +107,23 @@ class DetectionTrainer(DefaultTrainer):
     @classmethod
     def build_evaluator(cls, cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
         return build_evaluator(cfg, dataset_name)
+
+    @classmethod
+    def build_train_loader(cls, cfg: CfgNode) -> Iterable[list[dict]]:
+        """detectron2's loader; semantic segmentation crops and pads as DeepLab does
+        (:func:`~transfer.detection.semantic.build_sem_seg_train_augmentations`)."""
+        if is_semantic(cfg):
+            return build_sem_seg_train_loader(cfg)
+        return super().build_train_loader(cfg)
+
+    @classmethod
+    def build_lr_scheduler(
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """detectron2's schedulers, and DeepLab's ``WarmupPolyLR`` for
+        ``SOLVER.LR_SCHEDULER_NAME WarmupPolyLR`` (DeepLab's builder hands every other name to
+        detectron2's)."""
+        return build_deeplab_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self) -> list[HookBase]:
         """``DefaultTrainer``'s hooks, then :class:`~pretrain.engine.hooks.StopOnSignal` for

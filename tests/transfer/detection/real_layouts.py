@@ -24,6 +24,8 @@ from detectron2.data.datasets.lvis_v1_categories import LVIS_CATEGORIES
 from detectron2.data.datasets.pascal_voc import CLASS_NAMES as VOC_CLASSES
 from PIL import Image, ImageDraw
 
+from tests.helpers.segmentation import cityscapes_train_ids
+
 W, H = 96, 64  # every image; the tests resize to a shorter side of 64
 
 
@@ -227,7 +229,8 @@ def write_lvis(root: Path, num_images: int = 3) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Cityscapes: cityscapes/leftImg8bit/{split}/{city}/*_leftImg8bit.png and
-# cityscapes/gtFine/{split}/{city}/*_gtFine_{instanceIds,labelIds}.png, *_gtFine_polygons.json
+# cityscapes/gtFine/{split}/{city}/*_gtFine_{instanceIds,labelIds,labelTrainIds}.png,
+# *_gtFine_polygons.json
 
 # Cityscapes label ids of three instance classes (cityscapesscripts.helpers.labels)
 CITYSCAPES_LABELS = {"person": 24, "car": 26, "bicycle": 33}
@@ -235,7 +238,7 @@ CITYSCAPES_LABELS = {"person": 24, "car": 26, "bicycle": 33}
 
 def write_cityscapes(root: Path, num_images: int = 2) -> None:
     """Fine train and val of one city each: a person, a car and a bicycle per image, drawn into
-    the image, the label-id and instance-id PNGs and the polygon JSON alike."""
+    the image, the label-id, train-id and instance-id PNGs and the polygon JSON alike."""
     rng = np.random.default_rng(17)
     for split, city in (("train", "aachen"), ("val", "frankfurt")):
         image_dir = root / "cityscapes" / "leftImg8bit" / split / city
@@ -256,6 +259,8 @@ def write_cityscapes(root: Path, num_images: int = 2) -> None:
                 ImageDraw.Draw(instance_ids).polygon(polygon, fill=label * 1000 + n)
                 polygons.append({"label": name, "polygon": [list(p) for p in polygon]})
             label_ids.save(gt_dir / f"{base}_gtFine_labelIds.png")
+            train_ids = cityscapes_train_ids(np.asarray(label_ids))
+            Image.fromarray(train_ids).save(gt_dir / f"{base}_gtFine_labelTrainIds.png")
             # 16-bit, as Cityscapes ships them (ids up to 33999)
             as_16_bit = Image.fromarray(np.asarray(instance_ids).astype(np.uint16))
             as_16_bit.save(gt_dir / f"{base}_gtFine_instanceIds.png")

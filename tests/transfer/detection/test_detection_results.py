@@ -181,6 +181,10 @@ def test_the_same_weights_under_two_paths_are_one_row(tmp_path):
         build_table([first, second])
 
 
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"{name} is not standard JSON")
+
+
 def _shipped_run(root: Path, config: str, results: dict, dataset: str, kind: str) -> str:
     """A results.json as tools/train_net.py writes it for the shipped ``config``."""
     from transfer.detection.config import load_config
@@ -211,14 +215,20 @@ def test_one_table_per_protocol_with_its_columns_and_the_published_references(tm
         ),
     ]
     sem = tmp_path / "sem"
+    sem_metrics = {"mIoU": 74.0, "fwIoU": 88.0, "mACC": 81.0, "pACC": 94.0}
     write_results(
         str(sem),
-        {"MODEL": {"WEIGHTS": "pretrained/lorac.pkl", "META_ARCHITECTURE": "SemanticSegmentor"},
+        {"MODEL": {"WEIGHTS": "pretrained/lorac.pkl", "META_ARCHITECTURE": "SemanticSegmentor",
+                   "SEM_SEG_HEAD": {"NAME": "DeepLabV3PlusHead"}},
          "SOLVER": {"MAX_ITER": 90000, "IMS_PER_BATCH": 8}},
-        {"sem_seg": {"IoU": 74.0, "iIoU": 50.0}},
+        {"sem_seg": {**sem_metrics, "IoU-road": 97.0, "IoU-train": float("nan")}},
         ["cityscapes_fine_sem_seg_val"],
         evaluator_type="cityscapes_sem_seg",
     )  # fmt: skip
+    # a class absent from the test set (SemSegEvaluator's NaN) is null: the file is strict JSON
+    strict = json.loads((sem / "results.json").read_text(), parse_constant=_refuse_constant)
+    assert strict["results"]["cityscapes_fine_sem_seg_val"]["sem_seg"]["IoU-train"] is None
+    assert strict["detector"] == "deeplab_v3_plus"
     runs.append(str(sem))
     md, first_csv = write_table([read_run(r) for r in runs], str(tmp_path / "out" / "t"))
     text = Path(md).read_text()
@@ -228,8 +238,7 @@ def test_one_table_per_protocol_with_its_columns_and_the_published_references(tm
         "COCO, R50-C4, 2x",
         "LVIS, R50-FPN, 1x",
         "Cityscapes instance segmentation, R50-FPN, 24k iterations of 8",
-        "semantic segmentation, cityscapes_fine_sem_seg_val, SemanticSegmentor R50, "
-        "90k iterations of 8",
+        "semantic segmentation, cityscapes_fine_sem_seg_val, DeepLabV3+ R50, 90k iterations of 8",
     ]
     voc_md = sections["Pascal VOC, R50-C4, 24k iterations of 16"]
     assert "| pretraining | box AP50 | box AP | box AP75 | source |" in voc_md
@@ -243,7 +252,11 @@ def test_one_table_per_protocol_with_its_columns_and_the_published_references(tm
     assert "| lorac | 20.0 | 20.0 | 9.0 | 19.0 | 26.0 |" in lvis_md and "published" not in lvis_md
     city = sections["Cityscapes instance segmentation, R50-FPN, 24k iterations of 8"]
     assert "| lorac | 30.0 | 58.0 |" in city and "| MoCo v1 IN-1M (published) | – | 59.3 |" in city
-    assert "| mIoU |" in text and "| lorac | 74.0 |" in text  # Cityscapes' IoU is its mIoU
+    sem_md = sections[
+        "semantic segmentation, cityscapes_fine_sem_seg_val, DeepLabV3+ R50, 90k iterations of 8"
+    ]
+    assert "| pretraining | mIoU | fwIoU | mACC | pACC |" in sem_md
+    assert "| lorac | 74.0 | 88.0 | 81.0 | 94.0 |" in sem_md and "published" not in sem_md
     csvs = sorted(p.name for p in (tmp_path / "out").glob("t_*.csv"))
     assert len(csvs) == 5 and first_csv.endswith("t_pascal_voc_r50_c4_24k_iterations_of_16.csv")
     header = Path(first_csv).read_text().splitlines()[0]
