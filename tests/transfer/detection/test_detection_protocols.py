@@ -121,11 +121,20 @@ def test_lvis_v1_mask_rcnn_reports_lvis_ap_by_frequency(datasets_root, r50_weigh
     assert_finite(results, "lvis_v1_val", {"bbox": metrics, "segm": metrics})
 
 
-def test_cityscapes_mask_rcnn_reports_cityscapes_ap(datasets_root, r50_weights, tmp_path):
-    # detectron2's builtin Cityscapes instance loader reads the polygon JSON with shapely
-    pytest.importorskip("shapely", reason="detectron2's Cityscapes instance loader needs shapely")
-    results = train_shipped("cityscapes_mask_rcnn_lorac.yaml", datasets_root, r50_weights, tmp_path)
+def test_cityscapes_mask_rcnn_reports_cityscapes_ap(
+    datasets_root, r50_weights, tmp_path, monkeypatch
+):
+    """Cityscapes fine instances (polygons read with shapely, a dependency of the set-up):
+    cityscapesScripts' AP and AP50, its matches.json kept in the run's inference folder, not
+    in the directory the tool was started from."""
+    started_in = tmp_path / "cwd"
+    started_in.mkdir()
+    monkeypatch.chdir(started_in)
+    out = tmp_path / "run"
+    results = train_shipped("cityscapes_mask_rcnn_lorac.yaml", datasets_root, r50_weights, out)
     assert_finite(results, "cityscapes_fine_instance_seg_val", {"segm": ("AP", "AP50")})
+    assert (out / "inference" / "cityscapes_fine_instance_seg_val" / "matches.json").is_file()
+    assert list(started_in.iterdir()) == []
 
 
 @pytest.mark.cuda
