@@ -26,6 +26,7 @@ import torchvision
 from tests.helpers import ROOT
 from tests.helpers.segmentation import write_ade20k, write_cityscapes, write_voc12_aug
 from transfer.detection.convert import convert_checkpoint
+from transfer.detection.results import read_run, write_table
 
 pytestmark = pytest.mark.protocols
 RESNET = ("stem.", "res2.", "res3.", "res4.", "res5.")
@@ -123,8 +124,23 @@ def runs(weights, tmp_path_factory) -> Callable[[str], tuple[Path, Path]]:
     return run
 
 
-def _sem_seg_metrics(run_dir: Path, test_set: str) -> dict[str, float]:
-    return json.loads((run_dir / "results.json").read_text())["results"][test_set]["sem_seg"]
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"results.json holds {name}, which is not standard JSON")
+
+
+def _sem_seg_metrics(run_dir: Path, test_set: str) -> dict[str, float | None]:
+    """The run's semantic numbers, read as standard JSON (no NaN)."""
+    data = json.loads((run_dir / "results.json").read_text(), parse_constant=_refuse_constant)
+    return data["results"][test_set]["sem_seg"]
+
+
+# config -> (head in the collector's table title, the run's "detector")
+HEADS = {
+    "cityscapes_semantic_fpn_lorac.yaml": ("Semantic FPN", "semantic_fpn"),
+    "ade20k_semantic_fpn_lorac.yaml": ("Semantic FPN", "semantic_fpn"),
+    "cityscapes_deeplab_lorac.yaml": ("DeepLabV3+", "deeplab_v3_plus"),
+    "voc_deeplab_lorac.yaml": ("DeepLabV3+", "deeplab_v3_plus"),
+}
 
 
 @pytest.mark.parametrize("config", list(PROTOCOLS))
@@ -142,6 +158,15 @@ def test_shipped_config_trains_and_reports_miou(config, runs):
     with open(out / "metrics.json") as f:
         trained = [json.loads(line) for line in f]
     assert max(r["iteration"] for r in trained if "total_loss" in r) == 1  # iterations 0, 1
+    # the collector files it in a semantic table of its own, with the semantic columns
+    run = read_run(str(out))
+    head, detector = HEADS[config]
+    assert (run.kind, run.detector) == ("sem_seg", detector)
+    md, _ = write_table([run], str(out.parent / "table"))
+    text = Path(md).read_text()
+    test_set = PROTOCOLS[config][3]
+    assert text.startswith(f"### semantic segmentation, {test_set}, {head} R50, 2 iterations")
+    assert "| pretraining | mIoU | fwIoU | mACC | pACC |" in text
 
 
 def test_eval_only_reproduces_a_deeplab_run(runs, tmp_path):
