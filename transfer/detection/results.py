@@ -8,7 +8,8 @@ R-CNN R50-C4, 2x"), whose table has that protocol's columns (:data:`PROTOCOL_COL
 the runs, the published reference rows with their sources (:mod:`.references`). Rows are
 pretrainings (:func:`transfer.checkpoint.provenance.run_label` of the weights, ``random``
 without, or ``LABEL=RUN_DIR``); the COCO R50-FPN 1x columns are AP, AP50, AP75 of Faster R-CNN
-boxes, Mask R-CNN masks and Keypoint R-CNN keypoints (``tab:detection``). Runs under one label
+boxes, Mask R-CNN masks and Keypoint R-CNN keypoints (``tab:detection``); semantic segmentation
+runs have a table per test set and head with mIoU, fwIoU, mACC and pACC. Runs under one label
 from other weights (by sha256, else path) or on other test sets are refused, never merged into
 one row.
 """
@@ -98,7 +99,8 @@ _IMAGES_1X = 90000 * 16  # detectron2's 1x: 90k iterations of 16 images
 
 @dataclass
 class RunResult:
-    """The final COCO metrics of one run: ``metrics[task][metric]`` in percent."""
+    """The final metrics of one run: ``metrics[task][metric]`` in percent (``None``: a
+    per-class value of a class absent from the test set)."""
 
     run_dir: str
     pretraining: str
