@@ -24,6 +24,7 @@ __all__ = [
     "derive_basic_block_keys",
     "fit_precise_bn_to_cpu",
     "fit_workers_to_cores",
+    "is_semantic",
     "ignore_amp_on_cpu",
     "load_config",
     "needs_deeplab_keys",
@@ -53,12 +54,16 @@ def load_config(config_file: str, opts: Sequence[str] = ()) -> CfgNode:
     return cfg
 
 
+def is_semantic(cfg: CfgNode) -> bool:
+    """Whether ``cfg`` builds a semantic segmentation model (Semantic FPN, DeepLab)."""
+    return cfg.MODEL.META_ARCHITECTURE == "SemanticSegmentor"
+
+
 def check_semantic_crop(cfg: CfgNode) -> None:
     """Raise :class:`ConfigError` unless a semantic segmentation config that crops crops a fixed
     size (``INPUT.CROP.TYPE absolute``), as its augmentations and DeepLab's head need."""
     crop = cfg.INPUT.CROP
-    semantic = cfg.MODEL.META_ARCHITECTURE == "SemanticSegmentor"
-    if semantic and crop.ENABLED and crop.TYPE != "absolute":
+    if is_semantic(cfg) and crop.ENABLED and crop.TYPE != "absolute":
         raise ConfigError(
             f"INPUT.CROP.TYPE {crop.TYPE!r}: semantic segmentation crops a fixed size; set "
             "INPUT.CROP.TYPE absolute and INPUT.CROP.SIZE (height, width)"

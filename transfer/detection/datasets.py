@@ -17,9 +17,9 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
-from .config import DetectionSetupError
+from .config import DetectionSetupError, is_semantic
 from .evaluation import check_evaluator_type
-from .semantic import check_cityscapes_train_ids, check_sem_seg_classes, is_semantic
+from .semantic import check_cityscapes_train_ids, check_sem_seg_classes
 
 __all__ = [
     "check_datasets",

@@ -28,7 +28,6 @@ __all__ = [
     "build_sem_seg_train_loader",
     "check_cityscapes_train_ids",
     "check_sem_seg_classes",
-    "is_semantic",
     "load_voc_sem_seg",
     "register_voc12_aug",
 ]
@@ -37,11 +36,6 @@ __all__ = [
 # Training data and dataset checks of every SemanticSegmentor config
 # ---------------------------------------------------------------------------------------------
 _IMAGE_PAD_VALUE = 128.0  # pixels padded into a small crop (0-255); labels get IGNORE_VALUE
-
-
-def is_semantic(cfg: CfgNode) -> bool:
-    """Whether ``cfg`` builds a semantic segmentation model (Semantic FPN, DeepLab)."""
-    return cfg.MODEL.META_ARCHITECTURE == "SemanticSegmentor"
 
 
 def build_sem_seg_train_augmentations(cfg: CfgNode) -> list[T.Augmentation]:

@@ -42,13 +42,14 @@ from .config import (
     fit_precise_bn_to_cpu,
     fit_workers_to_cores,
     ignore_amp_on_cpu,
+    is_semantic,
     load_config,
     use_naive_syncbn_on_cpu,
 )
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
 from .evaluation import build_evaluator
 from .results import RESULTS_FILE, read_results, write_results
-from .semantic import build_sem_seg_train_loader, is_semantic
+from .semantic import build_sem_seg_train_loader
 from .weights import LayoutCheckpointer, check_weights_fit
 
 __all__ = [

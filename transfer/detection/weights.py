@@ -2,7 +2,7 @@
 checkpointer only logs skipped keys, so R18 weights in an R50 model, or a C4 model's res5 left
 out of the file, would train a half-random backbone. A converted backbone is renamed to the
 model's layout (:mod:`.layouts`) by both the check and :class:`LayoutCheckpointer`, so one file
-serves FPN and C4 models. ``.pkl`` files are read with the restricted unpickler of
+serves FPN, C4 and DeepLab models. ``.pkl`` files are read with the restricted unpickler of
 :mod:`transfer.checkpoint.safe_pickle` (unpickling runs whatever callables a file names),
 ``.pth`` with ``weights_only=True``.
 """
