@@ -57,6 +57,11 @@ setup(
         "tqdm",
         "safetensors>=0.4",  # tools/export_backbone.py --safetensors
         "timm>=0.9",  # tools/export_backbone.py --format timm checks the file against timm
+        # detectron2's LVIS and Cityscapes loaders and evaluators (configs/lvis_*, cityscapes_*):
+        "lvis>=0.5.3",  # LVISEvaluator (lvis-api)
+        "cityscapesscripts>=2.2",  # Cityscapes labels, CityscapesInstance/SemSegEvaluator
+        "shapely>=2.0",  # the Cityscapes instance loader reads the polygon JSON with it
+        "opencv-python-headless>=4.8,<4.12",  # cv2 for both; 4.12 wheels need numpy>=2
     ],
     # detectron2 is not on PyPI: `make venv` runs tools/install_detectron2.py (see README).
     extras_require={

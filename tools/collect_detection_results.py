@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Gather finished detectron2 runs into a Markdown and a CSV table shaped like Table 4. The
+"""Gather finished detectron2 runs into Markdown and CSV tables, one per protocol. The
 options and the code are in transfer.cli.collect_detection_results, which setup.py also installs
 as `lorac-collect-detection-results`.
 """

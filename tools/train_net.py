@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Fine-tune and evaluate Faster/Mask/Keypoint R-CNN on COCO from a converted backbone. The
-options and the code are in transfer.cli.train_net, which setup.py also installs as `lorac-
-train-net`.
+"""Fine-tune and evaluate detectron2 models (COCO, VOC, LVIS, Cityscapes) from a converted
+backbone. The options and the code are in transfer.cli.train_net, which setup.py also installs
+as `lorac-train-net`.
 """
 
 from transfer.cli.train_net import main

@@ -1,4 +1,6 @@
-"""Gather finished detectron2 runs into a Markdown and a CSV table shaped like Table 4.
+"""Gather finished detectron2 runs into Markdown and CSV tables, one per protocol.
+
+COCO R50-FPN 1x is shaped like Table 4; each table ends with its published reference rows.
 
     python tools/collect_detection_results.py output/coco/* --out output/coco/table4
     python tools/collect_detection_results.py lorac=output/coco/mask_lorac \
@@ -7,7 +9,7 @@
 Each RUN_DIR is an OUTPUT_DIR of tools/train_net.py; its row is named after the weights (their
 run directory for a run's model_final.*, else the file's name; `random` without weights) unless
 given as LABEL=RUN_DIR. Runs from different weights under one name are refused: label them apart.
-Writes PREFIX.md and PREFIX.csv.
+Writes PREFIX.md (every table) and PREFIX.csv (one protocol) or PREFIX_<protocol>.csv (each).
 """
 
 from __future__ import annotations

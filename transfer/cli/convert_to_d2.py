@@ -1,7 +1,8 @@
 """Convert a ResNet-50 (or 18/34/101/152) backbone checkpoint into a detectron2 weights file.
 
 Any layout of docs/checkpoints.md; heads, key encoders and queues are dropped on purpose. The
-output (.pkl or .pth) loads into the configs of configs/ by exact names:
+output (.pkl or .pth) loads into every detection and segmentation config of configs/ (FPN, C4 and
+DeepLab alike: the names are renamed to the model's layout when it is loaded) by exact names:
 
     python tools/convert_to_d2.py output/pretrain/model_final.pth pretrained/lorac_r50.pkl
 """
@@ -23,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prefix",
         default=FPN_PREFIX,
-        help=f"name prefix of the ResNet inside the detectron2 model (default {FPN_PREFIX!r}, "
-        "the ResNet-FPN backbones of configs/)",
+        help=f"name prefix of the ResNet inside the detectron2 model (default {FPN_PREFIX!r}: "
+        "tools/train_net.py renames it for the FPN, C4 and DeepLab models of configs/)",
     )
     parser.add_argument(
         "-v",
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
             f"dropped {len(dropped)} keys on purpose (not part of the backbone): "
             f"{', '.join(shown)}{more}"
         )
-    print(f"wrote {report.num_converted} tensors as {report.prefix}* to {report.output_path}")
+    print(
+        f"wrote {report.num_converted} tensors as {report.prefix}* to {report.output_path} "
+        "(tools/train_net.py loads it into FPN, C4 and DeepLab models alike)"
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Fine-tune and evaluate Faster/Mask/Keypoint R-CNN on COCO from a converted backbone.
+"""Fine-tune and evaluate detectron2 models (COCO, VOC, LVIS, Cityscapes) from a converted backbone.
 
 detectron2's tools/train_net.py with this project's trainer (transfer/detection/trainer.py):
 
@@ -8,7 +8,8 @@ detectron2's tools/train_net.py with this project's trainer (transfer/detection/
         --register-coco fruits data/trainval.json data/images MODEL.DEVICE cpu \
         DATASETS.TRAIN "('fruits',)" DATASETS.TEST "('fruits',)" MODEL.ROI_HEADS.NUM_CLASSES 3
 
-COCO 2017 is read from $DETECTRON2_DATASETS/coco (detectron2's builtin layout). Setup problems
+Datasets are read from $DETECTRON2_DATASETS (detectron2's builtin layouts: coco/, VOC2007/,
+VOC2012/, lvis/, cityscapes/); the evaluator follows the test set's evaluator_type. Setup problems
 (unknown config keys, missing files, weights that do not fit) end with one `error:` line.
 
 One run per OUTPUT_DIR: a directory holding a run is refused unless --resume (same config; a

@@ -1,5 +1,6 @@
-"""detectron2 configs for detection: plain detectron2 YAML (no keys added) loaded strictly on top
-of ``get_cfg()`` (:func:`pretrain.config.strict.load_strict`), with ResNet-18/34 derived from
+"""detectron2 configs for detection: plain detectron2 YAML loaded strictly on top of ``get_cfg()``
+(:func:`pretrain.config.strict.load_strict`; DeepLab configs on top of ``get_cfg()`` with
+``detectron2.projects.deeplab.add_deeplab_config``), with ResNet-18/34 derived from
 ``MODEL.RESNETS.DEPTH`` alone and SyncBN, data workers and precise-BN fitted to CPU runs.
 """
 
@@ -8,18 +9,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from detectron2.config import CfgNode, get_cfg
+from detectron2.projects.deeplab import add_deeplab_config
 
 from pretrain.config.strict import load_strict
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.utils.errors import ConfigError, LoracError
 
+from . import modeling  # noqa: F401 - registers the heads the configs name
+
 __all__ = [
     "DetectionSetupError",
+    "check_semantic_crop",
     "check_solver_numbers",
     "derive_basic_block_keys",
     "fit_precise_bn_to_cpu",
     "fit_workers_to_cores",
+    "is_semantic",
+    "ignore_amp_on_cpu",
     "load_config",
+    "needs_deeplab_keys",
     "use_naive_syncbn_on_cpu",
 ]
 
@@ -36,10 +44,69 @@ def load_config(config_file: str, opts: Sequence[str] = ()) -> CfgNode:
     (not frozen: the trainer adapts it first)."""
     if not config_file:
         raise ConfigError("no config file given (--config-file)")
-    cfg = load_strict(get_cfg(), config_file, opts)
+    cfg = get_cfg()
+    if needs_deeplab_keys(config_file, opts):
+        add_deeplab_config(cfg)
+    cfg = load_strict(cfg, config_file, opts)
     check_solver_numbers(cfg)
     derive_basic_block_keys(cfg, config_file)
+    check_semantic_crop(cfg)
     return cfg
+
+
+def is_semantic(cfg: CfgNode) -> bool:
+    """Whether ``cfg`` builds a semantic segmentation model (Semantic FPN, DeepLab)."""
+    return cfg.MODEL.META_ARCHITECTURE == "SemanticSegmentor"
+
+
+def check_semantic_crop(cfg: CfgNode) -> None:
+    """Raise :class:`ConfigError` unless a semantic segmentation config that crops crops a fixed
+    size (``INPUT.CROP.TYPE absolute``), as its augmentations and DeepLab's head need."""
+    crop = cfg.INPUT.CROP
+    if is_semantic(cfg) and crop.ENABLED and crop.TYPE != "absolute":
+        raise ConfigError(
+            f"INPUT.CROP.TYPE {crop.TYPE!r}: semantic segmentation crops a fixed size; set "
+            "INPUT.CROP.TYPE absolute and INPUT.CROP.SIZE (height, width)"
+        )
+
+
+def _dotted(node: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out |= _dotted(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _deeplab_keys() -> set[str]:
+    """The keys ``add_deeplab_config`` adds to detectron2's defaults."""
+    cfg = get_cfg()
+    plain = set(_dotted(cfg))
+    add_deeplab_config(cfg)
+    return set(_dotted(cfg)) - plain
+
+
+def needs_deeplab_keys(config_file: str, opts: Sequence[str] = ()) -> bool:
+    """Whether ``config_file`` (its ``_BASE_`` chain) or ``opts`` is a DeepLab config: it builds
+    ``build_resnet_deeplab_backbone`` or a ``DeepLab*`` head, or sets a key that
+    ``add_deeplab_config`` adds (``SOLVER.POLY_LR_POWER``, ``MODEL.RESNETS.STEM_TYPE``, ...).
+    Only those configs get DeepLab's keys, so every other config stays plain detectron2 (and a
+    DeepLab key in a COCO config stays an unknown key). A file that cannot be read answers
+    False: :func:`load_strict` then reports it."""
+    try:
+        chain = _dotted(CfgNode.load_yaml_with_base(config_file, allow_unsafe=True))
+    except Exception:  # noqa: BLE001 - any unreadable file is load_strict's to report
+        chain = {}
+    chain |= dict(zip(opts[::2], opts[1::2], strict=False))
+    deeplab = _deeplab_keys()
+    return (
+        chain.get("MODEL.BACKBONE.NAME") == "build_resnet_deeplab_backbone"
+        or str(chain.get("MODEL.SEM_SEG_HEAD.NAME", "")).startswith("DeepLab")
+        or chain.get("SOLVER.LR_SCHEDULER_NAME") == "WarmupPolyLR"
+        or any(key in deeplab for key in chain)
+    )
 
 
 def check_solver_numbers(cfg: CfgNode) -> None:
@@ -141,4 +208,16 @@ def fit_precise_bn_to_cpu(cfg: CfgNode) -> str | None:
     return (
         f"TEST.PRECISE_BN.NUM_ITER {given} -> {fit} on the CPU: precise-BN re-estimates "
         f"BatchNorm statistics with no more forward passes than SOLVER.MAX_ITER ({max_iter})"
+    )
+
+
+def ignore_amp_on_cpu(cfg: CfgNode) -> str | None:
+    """On a CPU, turn ``SOLVER.AMP.ENABLED`` off (detectron2's ``AMPTrainer`` is float16
+    autocast with a CUDA grad scaler and asserts a GPU); returns the note to log, else None."""
+    if not cfg.SOLVER.AMP.ENABLED or cfg.MODEL.DEVICE != "cpu":
+        return None
+    cfg.SOLVER.AMP.ENABLED = False
+    return (
+        "SOLVER.AMP.ENABLED True -> False on the CPU: detectron2's AMPTrainer (float16 "
+        "autocast) needs a GPU; this run trains in float32"
     )

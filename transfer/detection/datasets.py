@@ -1,12 +1,14 @@
-"""Datasets: COCO 2017 from detectron2's builtin catalog (under ``$DETECTRON2_DATASETS``) and
-any COCO-format JSON registered with :func:`register_coco_dataset` (``--register-coco``): classes
-from its ``categories`` (by id), keypoints from ``categories[*].keypoints``, flip pairs from the
-``left_X``/``right_X`` convention. :func:`check_datasets` names, before training, any missing
-file, unregistered dataset or config value that does not fit the data.
+"""Datasets: detectron2's builtin catalog (COCO, LVIS, Pascal VOC, Cityscapes, ADE20K, found
+under ``$DETECTRON2_DATASETS``) and any COCO-format JSON registered with
+:func:`register_coco_dataset` (``--register-coco``): classes from its ``categories`` (by id),
+keypoints from ``categories[*].keypoints``, flip pairs from the ``left_X``/``right_X``
+convention. :func:`check_datasets` names, before training, any missing file or folder,
+unregistered dataset, test set without an evaluator, or config value that does not fit the data.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -15,9 +17,17 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, Metadata, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 
-from .config import DetectionSetupError
+from .config import DetectionSetupError, is_semantic
+from .evaluation import check_evaluator_type
+from .semantic import check_cityscapes_train_ids, check_sem_seg_classes
 
-__all__ = ["check_datasets", "infer_flip_pairs", "parse_flip_pairs", "register_coco_dataset"]
+__all__ = [
+    "check_datasets",
+    "has_shapely",
+    "infer_flip_pairs",
+    "parse_flip_pairs",
+    "register_coco_dataset",
+]
 
 _COCO_NUM_KEYPOINTS = 17  # pycocotools' default OKS sigmas cover COCO's 17 person keypoints
 
@@ -98,9 +108,47 @@ def _missing_file_hint(path: str) -> str:
     return ""
 
 
+# Metadata keys that name a dataset's files, as detectron2's registrations set them (COCO and
+# LVIS: json_file/image_root; Pascal VOC: dirname; Cityscapes: image_dir/gt_dir; ADE20K and other
+# semantic sets: sem_seg_root; VOC12-aug, registered here: split_file), with what must be there.
+_PATH_KEYS = (
+    ("json_file", "annotation file", os.path.isfile),
+    ("image_root", "image folder", os.path.isdir),
+    ("dirname", "folder", os.path.isdir),
+    ("image_dir", "image folder", os.path.isdir),
+    ("gt_dir", "annotation folder", os.path.isdir),
+    ("sem_seg_root", "label folder", os.path.isdir),
+    ("split_file", "split file", os.path.isfile),
+)
+
+
+def _dataset_paths(meta: Metadata) -> list[tuple[str, str, object]]:
+    """``(path, what, exists)`` of every file or folder a registered dataset reads."""
+    paths = [(meta.get(k), what, exists) for k, what, exists in _PATH_KEYS]
+    if meta.get("evaluator_type") == "pascal_voc" and meta.get("dirname"):
+        # detectron2's load_voc_instances reads the split's list, then one XML and JPEG per id
+        root = meta.dirname
+        paths += [
+            (
+                os.path.join(root, "ImageSets", "Main", f"{meta.split}.txt"),
+                "split list",
+                os.path.isfile,
+            ),
+            (os.path.join(root, "Annotations"), "annotation folder", os.path.isdir),
+            (os.path.join(root, "JPEGImages"), "image folder", os.path.isdir),
+        ]
+    return [(p, what, exists) for p, what, exists in paths if p is not None]
+
+
+def has_shapely() -> bool:
+    """Whether ``shapely`` (detectron2's Cityscapes instance loader) can be imported."""
+    return importlib.util.find_spec("shapely") is not None
+
+
 def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
     """Raise :class:`DetectionSetupError` unless each dataset of ``cfg`` (``test_only``: of
-    ``DATASETS.TEST``) is registered, has its files, and fits the classes and keypoints."""
+    ``DATASETS.TEST``) is registered, has its files, fits the classes and keypoints, and (test
+    sets) has an evaluator (:func:`~.evaluation.check_evaluator_type`)."""
     names = [] if test_only else list(cfg.DATASETS.TRAIN)
     for name in names + list(cfg.DATASETS.TEST):
         if name not in DatasetCatalog.list():
@@ -109,23 +157,36 @@ def check_datasets(cfg: CfgNode, test_only: bool = False) -> None:
                 "or register a COCO-format file with --register-coco NAME JSON IMAGE_ROOT"
             )
         meta = MetadataCatalog.get(name)
-        for path, what, exists in (
-            (meta.get("json_file"), "annotation file", os.path.isfile),
-            (meta.get("image_root"), "image folder", os.path.isdir),
-        ):
-            if path is not None and not exists(path):
+        for path, what, exists in _dataset_paths(meta):
+            if not exists(path):
                 raise DetectionSetupError(
                     f"dataset {name}: {what} {path} does not exist{_missing_file_hint(path)}"
                 )
-        classes = meta.get("thing_classes")
-        if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
+        if meta.get("evaluator_type") == "cityscapes_instance" and not has_shapely():
             raise DetectionSetupError(
-                f"dataset {name} has {len(classes)} classes but MODEL.ROI_HEADS.NUM_CLASSES is "
-                f"{cfg.MODEL.ROI_HEADS.NUM_CLASSES}; add MODEL.ROI_HEADS.NUM_CLASSES "
-                f"{len(classes)} to the options"
+                f"dataset {name}: detectron2's Cityscapes instance loader reads "
+                "*_gtFine_polygons.json with shapely, which is not installed: pip install shapely "
+                "(the project's setup installs it)"
             )
+        if name in cfg.DATASETS.TEST:
+            check_evaluator_type(name)
+        if is_semantic(cfg):
+            check_cityscapes_train_ids(name, meta)
+            check_sem_seg_classes(cfg, name, meta)
+        elif cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN":
+            _check_classes(cfg, name, meta)
         if cfg.MODEL.KEYPOINT_ON:
             _check_keypoints(cfg, name, meta)
+
+
+def _check_classes(cfg: CfgNode, name: str, meta: Metadata) -> None:
+    classes = meta.get("thing_classes")
+    if classes is not None and len(classes) != cfg.MODEL.ROI_HEADS.NUM_CLASSES:
+        raise DetectionSetupError(
+            f"dataset {name} has {len(classes)} classes but MODEL.ROI_HEADS.NUM_CLASSES is "
+            f"{cfg.MODEL.ROI_HEADS.NUM_CLASSES}; add MODEL.ROI_HEADS.NUM_CLASSES "
+            f"{len(classes)} to the options"
+        )
 
 
 def _check_keypoints(cfg: CfgNode, name: str, meta: Metadata) -> None:

@@ -1,5 +1,6 @@
-"""Fine-tune and evaluate detectron2 R-CNNs from converted backbones: the body of
-``tools/train_net.py`` (:func:`build_argument_parser`, :func:`setup`, :func:`run`).
+"""Fine-tune and evaluate detectron2 models from converted backbones, for every protocol of
+:mod:`.evaluation`: the body of ``tools/train_net.py`` (:func:`build_argument_parser`,
+:func:`setup`, :func:`run`).
 """
 
 from __future__ import annotations
@@ -8,10 +9,12 @@ import argparse
 import logging
 import signal
 import weakref
+from collections.abc import Iterable
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
+from detectron2.data import MetadataCatalog
 from detectron2.engine import (
     AMPTrainer,
     DefaultTrainer,
@@ -21,7 +24,8 @@ from detectron2.engine import (
     create_ddp_model,
     default_argument_parser,
 )
-from detectron2.evaluation import COCOEvaluator
+from detectron2.evaluation import DatasetEvaluator
+from detectron2.projects.deeplab import build_lr_scheduler as build_deeplab_lr_scheduler
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
@@ -37,12 +41,16 @@ from .config import (
     DetectionSetupError,
     fit_precise_bn_to_cpu,
     fit_workers_to_cores,
+    ignore_amp_on_cpu,
+    is_semantic,
     load_config,
     use_naive_syncbn_on_cpu,
 )
 from .datasets import check_datasets, parse_flip_pairs, register_coco_dataset
+from .evaluation import build_evaluator
 from .results import RESULTS_FILE, read_results, write_results
-from .weights import check_weights_fit
+from .semantic import build_sem_seg_train_loader
+from .weights import LayoutCheckpointer, check_weights_fit
 
 __all__ = [
     "DetectionTrainer",
@@ -62,8 +70,10 @@ RESUME_MAY_CHANGE = ("TEST.EVAL_PERIOD", "VIS_PERIOD")
 
 
 class DetectionTrainer(DefaultTrainer):
-    """``DefaultTrainer`` with COCO AP through pycocotools (the fast COCOeval is a compiled op),
-    a strict check of the weights it starts from, and Ctrl-C saving a checkpoint (exit 130).
+    """``DefaultTrainer`` with the evaluator of each test set's protocol
+    (:func:`~.evaluation.build_evaluator`), a strict check of the weights it starts from, loaded
+    into the model's layout (:class:`~.weights.LayoutCheckpointer`), and Ctrl-C saving a
+    checkpoint (exit 130).
 
     ``__init__`` is overridden for multi-process CPU runs only: ``DefaultTrainer`` passes
     ``device_ids=[local_rank]`` to DDP, which torch rejects for CPU modules, and detectron2 (0.7)
@@ -96,21 +106,25 @@ class DetectionTrainer(DefaultTrainer):
         self.register_hooks(self.build_hooks())
 
     @classmethod
-    def build_evaluator(cls, cfg: CfgNode, dataset_name: str) -> COCOEvaluator:
-        tasks = ["bbox"]
-        if cfg.MODEL.MASK_ON:
-            tasks.append("segm")
-        if cfg.MODEL.KEYPOINT_ON:
-            tasks.append("keypoints")
-        return COCOEvaluator(
-            dataset_name,
-            tasks=tuple(tasks),
-            distributed=True,
-            output_dir=f"{cfg.OUTPUT_DIR}/inference/{dataset_name}",
-            max_dets_per_image=cfg.TEST.DETECTIONS_PER_IMAGE,
-            use_fast_impl=False,  # the fast COCOeval is a compiled op; pycocotools is official
-            kpt_oks_sigmas=cfg.TEST.KEYPOINT_OKS_SIGMAS,
-        )
+    def build_evaluator(cls, cfg: CfgNode, dataset_name: str) -> DatasetEvaluator:
+        return build_evaluator(cfg, dataset_name)
+
+    @classmethod
+    def build_train_loader(cls, cfg: CfgNode) -> Iterable[list[dict]]:
+        """detectron2's loader; semantic segmentation crops and pads as DeepLab does
+        (:func:`~transfer.detection.semantic.build_sem_seg_train_augmentations`)."""
+        if is_semantic(cfg):
+            return build_sem_seg_train_loader(cfg)
+        return super().build_train_loader(cfg)
+
+    @classmethod
+    def build_lr_scheduler(
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """detectron2's schedulers, and DeepLab's ``WarmupPolyLR`` for
+        ``SOLVER.LR_SCHEDULER_NAME WarmupPolyLR`` (DeepLab's builder hands every other name to
+        detectron2's)."""
+        return build_deeplab_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self) -> list[HookBase]:
         """``DefaultTrainer``'s hooks, then :class:`~pretrain.engine.hooks.StopOnSignal` for
@@ -135,9 +149,13 @@ class DetectionTrainer(DefaultTrainer):
 
     def resume_or_load(self, resume: bool = True) -> None:
         """As in ``DefaultTrainer``, but first checks that the file it loads fits the model:
-        ``MODEL.WEIGHTS`` on a fresh start, the last checkpoint (every tensor) on a resume."""
+        ``MODEL.WEIGHTS`` on a fresh start (renamed to the model's layout), the last checkpoint
+        (every tensor) on a resume."""
         check_start_weights(self.cfg, self.model, resume)
-        super().resume_or_load(resume=resume)
+        if resume and self.checkpointer.has_checkpoint():
+            super().resume_or_load(resume=True)
+        else:
+            LayoutCheckpointer(self.model).load(self.cfg.MODEL.WEIGHTS, checkpointables=[])
 
 
 def check_start_weights(cfg: CfgNode, model: torch.nn.Module, resume: bool) -> None:
@@ -195,7 +213,11 @@ def load_checked_config(args: argparse.Namespace) -> tuple[CfgNode, list[str]]:
             f"CPU with {comm.get_world_size()} processes: torch's SyncBatchNorm needs GPUs, so "
             f"naiveSyncBN for {', '.join(changed)}"
         )
-    fitted = (fit_workers_to_cores(cfg, args.num_gpus), fit_precise_bn_to_cpu(cfg))
+    fitted = (
+        fit_workers_to_cores(cfg, args.num_gpus),
+        fit_precise_bn_to_cpu(cfg),
+        ignore_amp_on_cpu(cfg),
+    )
     notes += [note for note in fitted if note]
     if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
         raise DetectionSetupError(
@@ -254,7 +276,7 @@ def setup(args: argparse.Namespace) -> tuple[CfgNode, RunAction]:
 
 def _evaluate(args: argparse.Namespace, cfg: CfgNode) -> dict:
     model = DetectionTrainer.build_model(cfg)
-    checkpointer = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
+    checkpointer = LayoutCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
     path = (last_checkpoint(cfg.OUTPUT_DIR) if args.resume else "") or cfg.MODEL.WEIGHTS
     checkpointer.load(path, checkpointables=[])
     return DetectionTrainer.test(cfg, model)
@@ -276,7 +298,9 @@ def run(args: argparse.Namespace) -> dict:
         results = trainer.last_results
     if not comm.is_main_process():
         return {}
-    path = write_results(cfg.OUTPUT_DIR, cfg, results, list(cfg.DATASETS.TEST))
+    tests = list(cfg.DATASETS.TEST)
+    kind = MetadataCatalog.get(tests[0]).get("evaluator_type", "") if tests else ""
+    path = write_results(cfg.OUTPUT_DIR, cfg, results, tests, evaluator_type=kind)
     if not cfg.DATASETS.TEST:
         print(f"DATASETS.TEST is empty: no evaluation ran; the model is in {cfg.OUTPUT_DIR}")
         return {}

@@ -16,13 +16,82 @@ from transfer.detection.config import load_config, use_naive_syncbn_on_cpu
 
 CONFIGS_DIR = ROOT / "configs"
 BASE = CONFIGS_DIR / "Base-RCNN-FPN-SyncBN.yaml"
+R50_BASE = CONFIGS_DIR / "Base-R50-torchvision-SyncBN.yaml"  # holds the pixel statistics
 DETECTORS = ("faster", "mask", "keypoint")
 INITS = ("lorac", "supervised", "random")
 ALL = [f"coco_{d}_rcnn_{i}.yaml" for d in DETECTORS for i in INITS]
+# protocol family -> (train sets, test sets, classes, max iter, images per batch, backbone)
+FAMILIES = {
+    "voc_faster_rcnn_c4": (
+        ("voc_2007_trainval", "voc_2012_trainval"), ("voc_2007_test",), 20, 24000, 16, "c4"
+    ),
+    "coco_mask_rcnn_c4": (("coco_2017_train",), ("coco_2017_val",), 80, 90000, 16, "c4"),
+    "coco_mask_rcnn_c4_2x": (("coco_2017_train",), ("coco_2017_val",), 80, 180000, 16, "c4"),
+    "coco_faster_rcnn_2x": (("coco_2017_train",), ("coco_2017_val",), 80, 180000, 16, "fpn"),
+    "coco_mask_rcnn_2x": (("coco_2017_train",), ("coco_2017_val",), 80, 180000, 16, "fpn"),
+    "coco_keypoint_rcnn_2x": (
+        ("keypoints_coco_2017_train",), ("keypoints_coco_2017_val",), 1, 180000, 16, "fpn"
+    ),
+    "lvis_mask_rcnn": (("lvis_v1_train",), ("lvis_v1_val",), 1203, 90000, 16, "fpn"),
+    "cityscapes_mask_rcnn": (
+        ("cityscapes_fine_instance_seg_train",), ("cityscapes_fine_instance_seg_val",), 8,
+        24000, 8, "fpn",
+    ),
+}  # fmt: skip
+PROTOCOL_CONFIGS = [f"{f}_{i}.yaml" for f in FAMILIES for i in INITS]
+WEIGHTS = {"lorac": "pretrained/lorac.pkl", "supervised": "pretrained/supervised.pkl", "random": ""}
 
 
-def test_the_nine_configs_exist():
-    assert sorted(p.name for p in CONFIGS_DIR.glob("coco_*_rcnn_*.yaml")) == sorted(ALL)
+def test_every_detection_protocol_ships_lorac_supervised_and_random():
+    shipped = {p.name for p in CONFIGS_DIR.glob("*_rcnn_*.yaml")}
+    assert shipped == set(ALL) | set(PROTOCOL_CONFIGS)
+
+
+@pytest.mark.parametrize("name", PROTOCOL_CONFIGS)
+def test_protocol_config_loads_strictly_with_its_recipe(name):
+    """Each protocol's config: its datasets, classes and schedule, the shared torchvision R50
+    (RGB statistics, stride in the 3x3, SyncBN, FREEZE_AT 0, precise-BN) and its init."""
+    family, init = name.removesuffix(".yaml").rsplit("_", 1)
+    train, test, classes, max_iter, batch, backbone = FAMILIES[family]
+    cfg = load_config(str(CONFIGS_DIR / name))
+    assert (train, test) == (cfg.DATASETS.TRAIN, cfg.DATASETS.TEST)
+    assert classes == cfg.MODEL.ROI_HEADS.NUM_CLASSES
+    assert (max_iter, batch) == (cfg.SOLVER.MAX_ITER, cfg.SOLVER.IMS_PER_BATCH)
+    assert WEIGHTS[init] == cfg.MODEL.WEIGHTS
+    assert tuple(cfg.MODEL.PIXEL_MEAN) == IMAGENET_MEAN_255 and cfg.INPUT.FORMAT == "RGB"
+    assert cfg.MODEL.RESNETS.STRIDE_IN_1X1 is False and cfg.MODEL.BACKBONE.FREEZE_AT == 0
+    assert cfg.MODEL.RESNETS.NORM == "SyncBN" and cfg.TEST.PRECISE_BN.ENABLED
+    if backbone == "c4":
+        assert cfg.MODEL.ROI_HEADS.NAME == "Res5ROIHeadsExtraNorm"
+        assert cfg.MODEL.BACKBONE.NAME == "build_resnet_backbone"
+    else:
+        assert cfg.MODEL.BACKBONE.NAME == "build_resnet_fpn_backbone"
+        assert cfg.MODEL.FPN.NORM == "SyncBN"
+
+
+def test_voc_c4_is_mocos_recipe():
+    """MoCo's pascal_voc_R_50_C4_24k_moco.yaml: steps 18k/22k, LR 0.02, 100 warm-up
+    iterations, multi-scale 480-800."""
+    cfg = load_config(str(CONFIGS_DIR / "voc_faster_rcnn_c4_lorac.yaml"))
+    assert tuple(cfg.SOLVER.STEPS) == (18000, 22000) and cfg.SOLVER.BASE_LR == 0.02
+    assert cfg.SOLVER.WARMUP_ITERS == 100
+    assert tuple(cfg.INPUT.MIN_SIZE_TRAIN) == tuple(range(480, 801, 32))
+
+
+def test_lvis_samples_by_repeat_factor_and_keeps_300_detections():
+    cfg = load_config(str(CONFIGS_DIR / "lvis_mask_rcnn_lorac.yaml"))
+    assert cfg.DATALOADER.SAMPLER_TRAIN == "RepeatFactorTrainingSampler"
+    assert cfg.TEST.DETECTIONS_PER_IMAGE == 300
+
+
+def test_c4_model_has_syncbn_everywhere_and_the_extra_norm_after_res5():
+    cfg = load_config(str(CONFIGS_DIR / "coco_mask_rcnn_c4_lorac.yaml"), ["MODEL.DEVICE", "cpu"])
+    model = build_model(cfg)
+    assert isinstance(model.roi_heads.res5.norm, torch.nn.SyncBatchNorm)
+    assert model.roi_heads.res5.norm.num_features == 2048
+    assert isinstance(model.backbone.stem.conv1.norm, torch.nn.SyncBatchNorm)
+    assert isinstance(model.roi_heads.res5[0].conv1.norm, torch.nn.SyncBatchNorm)
+    assert all(p.requires_grad for p in model.parameters())  # FREEZE_AT 0
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -65,11 +134,11 @@ def test_shared_settings(name):
 
 def test_pixel_statistics_are_written_once_in_the_base():
     """YAML cannot import the constants: the one place holding them must equal them."""
-    raw = yaml.safe_load(BASE.read_text())
+    raw = yaml.safe_load(R50_BASE.read_text())
     assert tuple(raw["MODEL"]["PIXEL_MEAN"]) == IMAGENET_MEAN_255
     assert tuple(raw["MODEL"]["PIXEL_STD"]) == IMAGENET_STD_255
     for path in CONFIGS_DIR.glob("*.yaml"):
-        if path != BASE:
+        if path != R50_BASE:
             assert "PIXEL_" not in path.read_text(), path
 
 

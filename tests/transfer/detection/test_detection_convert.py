@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import get_cfg
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import build_model
@@ -30,14 +29,14 @@ from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from tests.helpers import ROOT
 from tests.helpers.checkpoints import randomise_bn
 from transfer.checkpoint.reader import BackboneWeights
-from transfer.detection.config import load_config
+from transfer.detection.config import DetectionSetupError, load_config
 from transfer.detection.convert import (
     FPN_PREFIX,
     ConversionError,
     convert_checkpoint,
     convert_to_d2,
 )
-from transfer.detection.weights import check_weights_fit
+from transfer.detection.weights import LayoutCheckpointer, check_weights_fit
 
 REPO = ROOT
 LORAC_CONFIGS = [
@@ -45,6 +44,8 @@ LORAC_CONFIGS = [
     "coco_mask_rcnn_lorac.yaml",
     "coco_keypoint_rcnn_lorac.yaml",
 ]
+# C4 models: stem..res4 in the backbone, res5 in the ROI head (Res5ROIHeadsExtraNorm)
+C4_CONFIGS = ["voc_faster_rcnn_c4_lorac.yaml", "coco_mask_rcnn_c4_lorac.yaml"]
 
 
 def _torchvision_features(model: torchvision.models.ResNet, image: np.ndarray) -> list:
@@ -59,17 +60,28 @@ def _torchvision_features(model: torchvision.models.ResNet, image: np.ndarray) -
 
 
 def _d2_features(config: str, weights_file: str, image: np.ndarray, *opts: str) -> list:
+    """res2..res5 of the model built from ``config`` with ``weights_file`` loaded as the
+    trainer loads it (checked, then renamed to the model's layout)."""
     cfg = load_config(str(REPO / "configs" / config), ["MODEL.DEVICE", "cpu", *opts])
     model = build_model(cfg).eval()
     check_weights_fit(model, weights_file)
-    DetectionCheckpointer(model).load(weights_file)
+    LayoutCheckpointer(model).load(weights_file)
     # detectron2's input: HWC uint8 in INPUT.FORMAT (RGB) -> CHW float, 0-255.
     chw = torch.as_tensor(np.ascontiguousarray(image.transpose(2, 0, 1))).float()
     with torch.no_grad():
         images = model.preprocess_image([{"image": chw}])
         assert images.tensor.shape[-2:] == chw.shape[-2:], "image must not need padding"
-        out = model.backbone.bottom_up(images.tensor)
-    return [out[f"res{i}"] for i in range(2, 6)]
+        if hasattr(model.backbone, "bottom_up"):  # FPN
+            out = model.backbone.bottom_up(images.tensor)
+            return [out[f"res{i}"] for i in range(2, 6)]
+        # C4: the backbone's stages, then the ROI head's res5 blocks (less its extra norm)
+        x, feats = model.backbone.stem(images.tensor), []
+        for name in ("res2", "res3", "res4"):
+            x = getattr(model.backbone, name)(x)
+            feats.append(x)
+        res5 = model.roi_heads.res5
+        assert isinstance(res5[-1], torch.nn.SyncBatchNorm)  # MoCo's extra BN after res5
+        return [*feats, res5[:-1](x)]
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -125,6 +137,38 @@ def test_converted_r50_matches_torchvision_features(config, resnet50, r50_d2, im
     got = _d2_features(config, r50_d2, image)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert _rel_err(g, e) < 1e-4, f"res{i + 2} differs from layer{i + 1}"
+
+
+@pytest.mark.parametrize("config", C4_CONFIGS)
+def test_one_converted_file_gives_torchvision_features_in_c4_models(
+    config, resnet50, r50_d2, image
+):
+    """The same converted file (written with the FPN prefix) fills a C4 model: stem..res4 in
+    its backbone and res5 in ``roi_heads.res5``, each stage computing torchvision's layer."""
+    expected = _torchvision_features(resnet50, image)
+    got = _d2_features(config, r50_d2, image)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert _rel_err(g, e) < 1e-4, f"res{i + 2} differs from layer{i + 1}"
+
+
+def test_a_file_without_res5_is_refused_by_a_c4_model_naming_roi_heads_res5(r50_d2, tmp_path):
+    """A backbone file lacking layer4 (res5) would leave the C4 head's res5 random: the check
+    names the missing ``roi_heads.res5`` keys, while an FPN model names its own."""
+    with open(r50_d2, "rb") as f:
+        data = pickle.load(f)
+    data["model"] = {k: v for k, v in data["model"].items() if ".res5." not in k}
+    no_res5 = tmp_path / "no_res5.pkl"
+    with open(no_res5, "wb") as f:
+        pickle.dump(data, f)
+    for config, named in (
+        ("voc_faster_rcnn_c4_lorac.yaml", "missing roi_heads.res5.* (60 keys, e.g."),
+        ("coco_faster_rcnn_lorac.yaml", "missing backbone.bottom_up.res5.* (60 keys, e.g."),
+    ):
+        cfg = load_config(str(REPO / "configs" / config), ["MODEL.DEVICE", "cpu"])
+        with pytest.raises(DetectionSetupError) as e:
+            check_weights_fit(build_model(cfg), str(no_res5))
+        assert named in str(e.value) and str(no_res5) in str(e.value)
+        assert "the weights have no res5 (torchvision's layer4)" in str(e.value)
 
 
 @pytest.mark.parametrize(("layout", "suffix"), [("moco", ".pth"), ("lorac", ".pkl")])

@@ -10,18 +10,24 @@ press Ctrl-C once training is under way (detectron2 writes its metrics every 20 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torchvision
 
 from tests.helpers import ROOT, interrupt_group
+from tests.transfer.detection.real_layouts import builtin_datasets_under, write_voc
+from tests.transfer.detection.test_detection_protocols import TINY
 from tests.transfer.detection.test_detection_train import make_coco
 from transfer.detection.convert import convert_checkpoint
+from transfer.detection.trainer import build_argument_parser, run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 # tools/train_net.py, writing the iteration it finished to argv[1] after each step
@@ -58,10 +64,10 @@ def _argv(tmp: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(argv: list[str], cue: Path) -> subprocess.Popen:
+def _start(argv: list[str], cue: Path, env: dict | None = None) -> subprocess.Popen:
     cue.unlink(missing_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-c", WRAPPER, str(cue), *argv], cwd=ROOT, env=ENV,
+        [sys.executable, "-c", WRAPPER, str(cue), *argv], cwd=ROOT, env={**ENV, **(env or {})},
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
 
@@ -96,3 +102,44 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     err = interrupt_group(proc)
     assert proc.returncode == 130, err[-3000:]
     assert f"Starting training from iteration {stopped_at + 1}" in (out / "log.txt").read_text()
+
+
+@pytest.mark.protocols  # an R50-C4 (the smallest C4 model): several seconds of training
+def test_voc_c4_ctrl_c_resume_and_eval_only(tmp_path):
+    """The VOC07+12 C4 config as on COCO: Ctrl-C saves a checkpoint (status 130), --resume
+    continues after it, and --eval-only --resume evaluates that checkpoint with VOC's evaluator
+    into results.json. The data is VOC2007+VOC2012 in its real layout under
+    $DETECTRON2_DATASETS, read by detectron2's builtin registration in the tool's process."""
+    write_voc(tmp_path / "datasets")
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet50().state_dict(), tmp_path / "r50.pth")
+    convert_checkpoint(str(tmp_path / "r50.pth"), str(tmp_path / "lorac.pkl"))
+    out, cue = tmp_path / "run", tmp_path / "iteration"
+    argv = [
+        "--config-file", str(ROOT / "configs" / "voc_faster_rcnn_c4_lorac.yaml"),
+        *TINY, "SOLVER.MAX_ITER", "2000", "DATALOADER.NUM_WORKERS", "1",
+        "MODEL.WEIGHTS", str(tmp_path / "lorac.pkl"), "OUTPUT_DIR", str(out),
+    ]  # fmt: skip
+    env = {"DETECTRON2_DATASETS": str(tmp_path / "datasets")}
+    proc = _start(argv, cue, env)
+    _wait_for_iteration(cue, proc, 1)
+    err = interrupt_group(proc)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    saved = out / (out / "last_checkpoint").read_text().strip()
+    stopped_at = int(saved.stem.removeprefix("model_"))
+    proc = _start([*argv, "--resume"], cue, env)
+    _wait_for_iteration(cue, proc, stopped_at + 1)
+    err = interrupt_group(proc)
+    assert proc.returncode == 130, err[-3000:]
+    assert f"Starting training from iteration {stopped_at + 1}" in (out / "log.txt").read_text()
+    assert not (out / "results.json").exists()
+
+    # --eval-only --resume, in this process (a third tool process would add its start-up)
+    with builtin_datasets_under(tmp_path / "datasets"):
+        results = run(build_argument_parser().parse_args(["--eval-only", "--resume", *argv]))
+    assert math.isfinite(results["voc_2007_test"]["bbox"]["AP50"])
+    written = json.loads((out / "results.json").read_text())["results"]
+    assert written["voc_2007_test"]["bbox"]["AP50"] == results["voc_2007_test"]["bbox"]["AP50"]
+    last = (out / "last_checkpoint").read_text().strip()
+    assert f"Loading from {out / last}" in (out / "log.txt").read_text()

@@ -179,3 +179,85 @@ def test_the_same_weights_under_two_paths_are_one_row(tmp_path):
     second.weights_sha256 = ""
     with pytest.raises(ResultsError, match="different weights"):
         build_table([first, second])
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"{name} is not standard JSON")
+
+
+def _shipped_run(root: Path, config: str, results: dict, dataset: str, kind: str) -> str:
+    """A results.json as tools/train_net.py writes it for the shipped ``config``."""
+    from transfer.detection.config import load_config
+
+    cfg = yaml.safe_load(load_config(str(REPO / "configs" / config)).dump())
+    write_results(str(root / config), cfg, results, [dataset], evaluator_type=kind)
+    return str(root / config)
+
+
+def test_one_table_per_protocol_with_its_columns_and_the_published_references(tmp_path):
+    """Runs of the VOC, COCO C4 2x, LVIS, Cityscapes and semantic protocols each land in their
+    own table with that protocol's columns, and the published rows (with sources) sit below
+    the runs of the protocols that have them."""
+    voc = {"bbox": {"AP": 50.0, "AP50": 80.0, "AP75": 55.0}}
+    coco = {"bbox": _metrics(41.0), "segm": _metrics(36.0)}
+    lvis_task = {"AP": 20.0, "AP50": 33.0, "AP75": 21.0, "APr": 9.0, "APc": 19.0, "APf": 26.0}
+    lvis = {"bbox": dict(lvis_task), "segm": dict(lvis_task)}
+    runs = [
+        _shipped_run(tmp_path, "voc_faster_rcnn_c4_lorac.yaml", voc, "voc_2007_test", "pascal_voc"),
+        _shipped_run(tmp_path, "coco_mask_rcnn_c4_2x_lorac.yaml", coco, "coco_2017_val", "coco"),
+        _shipped_run(tmp_path, "lvis_mask_rcnn_lorac.yaml", lvis, "lvis_v1_val", "lvis"),
+        _shipped_run(
+            tmp_path,
+            "cityscapes_mask_rcnn_lorac.yaml",
+            {"segm": {"AP": 30.0, "AP50": 58.0}},
+            "cityscapes_fine_instance_seg_val",
+            "cityscapes_instance",
+        ),
+    ]
+    sem = tmp_path / "sem"
+    sem_metrics = {"mIoU": 74.0, "fwIoU": 88.0, "mACC": 81.0, "pACC": 94.0}
+    write_results(
+        str(sem),
+        {"MODEL": {"WEIGHTS": "pretrained/lorac.pkl", "META_ARCHITECTURE": "SemanticSegmentor",
+                   "SEM_SEG_HEAD": {"NAME": "DeepLabV3PlusHead"}},
+         "SOLVER": {"MAX_ITER": 90000, "IMS_PER_BATCH": 8}},
+        {"sem_seg": {**sem_metrics, "IoU-road": 97.0, "IoU-train": float("nan")}},
+        ["cityscapes_fine_sem_seg_val"],
+        evaluator_type="cityscapes_sem_seg",
+    )  # fmt: skip
+    # a class absent from the test set (SemSegEvaluator's NaN) is null: the file is strict JSON
+    strict = json.loads((sem / "results.json").read_text(), parse_constant=_refuse_constant)
+    assert strict["results"]["cityscapes_fine_sem_seg_val"]["sem_seg"]["IoU-train"] is None
+    assert strict["detector"] == "deeplab_v3_plus"
+    runs.append(str(sem))
+    md, first_csv = write_table([read_run(r) for r in runs], str(tmp_path / "out" / "t"))
+    text = Path(md).read_text()
+    sections = {s.split("\n", 1)[0]: s for s in text.split("### ")[1:]}
+    assert list(sections) == [
+        "Pascal VOC, R50-C4, 24k iterations of 16",
+        "COCO, R50-C4, 2x",
+        "LVIS, R50-FPN, 1x",
+        "Cityscapes instance segmentation, R50-FPN, 24k iterations of 8",
+        "semantic segmentation, cityscapes_fine_sem_seg_val, DeepLabV3+ R50, 90k iterations of 8",
+    ]
+    voc_md = sections["Pascal VOC, R50-C4, 24k iterations of 16"]
+    assert "| pretraining | box AP50 | box AP | box AP75 | source |" in voc_md
+    assert "| lorac | 80.0 | 50.0 | 55.0 |" in voc_md
+    assert "| MoCo v2 800ep (published) | 82.5 | 57.4 | 64.0 | MoCo, detection/README.md" in voc_md
+    coco_md = sections["COCO, R50-C4, 2x"]
+    assert "Faster R-CNN" not in coco_md and "Keypoint" not in coco_md  # no run, no reference
+    assert "| supervised IN-1M (published) | 40.0 | 59.9 | 43.1 | 34.7 | 56.5 | 36.9 |" in coco_md
+    lvis_md = sections["LVIS, R50-FPN, 1x"]
+    assert "| box AP | mask AP | mask APr | mask APc | mask APf |" in lvis_md
+    assert "| lorac | 20.0 | 20.0 | 9.0 | 19.0 | 26.0 |" in lvis_md and "published" not in lvis_md
+    city = sections["Cityscapes instance segmentation, R50-FPN, 24k iterations of 8"]
+    assert "| lorac | 30.0 | 58.0 |" in city and "| MoCo v1 IN-1M (published) | – | 59.3 |" in city
+    sem_md = sections[
+        "semantic segmentation, cityscapes_fine_sem_seg_val, DeepLabV3+ R50, 90k iterations of 8"
+    ]
+    assert "| pretraining | mIoU | fwIoU | mACC | pACC |" in sem_md
+    assert "| lorac | 74.0 | 88.0 | 81.0 | 94.0 |" in sem_md and "published" not in sem_md
+    csvs = sorted(p.name for p in (tmp_path / "out").glob("t_*.csv"))
+    assert len(csvs) == 5 and first_csv.endswith("t_pascal_voc_r50_c4_24k_iterations_of_16.csv")
+    header = Path(first_csv).read_text().splitlines()[0]
+    assert header == "pretraining,box AP50,box AP,box AP75,source"

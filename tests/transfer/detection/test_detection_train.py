@@ -230,7 +230,7 @@ def test_weights_that_do_not_fit_are_named(data, weights, tmp_path):
     msg = str(e.value)
     assert weights in msg
     assert "backbone.bottom_up.res2.0.conv1.weight (64, 64, 3, 3) vs model (64, 64, 1, 1)" in msg
-    assert "missing backbone.bottom_up.res2.0.conv3" in msg
+    assert "e.g. backbone.bottom_up.res2.0.conv3.norm.bias" in msg
     assert not (tmp_path / "model_final.pth").exists()
 
 
