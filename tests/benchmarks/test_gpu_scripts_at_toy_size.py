@@ -105,8 +105,9 @@ def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp
             return h
         q._steps_hook = planted
         """
-    r = run_tool([_planted(tmp_path, plant), "--device", "cpu", "--tiny", "--out", str(tmp_path),
-                  "--parts", "lorac_cudagraphs", "--require-graph-launch"], timeout=900)  # fmt: skip
+    argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--parts", "lorac_cudagraphs",
+            "--require-graph-launch"]  # fmt: skip
+    r = run_tool([_planted(tmp_path, plant), *argv], timeout=900)
     report = json.loads((tmp_path / "quick.json").read_text())
     assert r.returncode == 1, r.stderr[-3000:]
     bad = report["failures"]
