@@ -5,12 +5,17 @@ on its first step costs a GPU window)."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
 
+from tests.helpers import ROOT as REPO
 from tests.helpers.mistakes import run_tool
 
+# the caller's path first (make test-oldest-torch puts the oldest torch there); run_tool's
+# default is the repository alone
+PATH = {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)}
 SLOW_SAVE = 4.0  # seconds the planted checkpoint writer of the toy run takes, once
 
 
@@ -38,7 +43,7 @@ def test_the_quick_gpu_check_runs_every_part_at_toy_size(tmp_path):
         AtomicCheckpointer.save = slow
         """
     r = run_tool([_planted(tmp_path, slow_save), "--device", "cpu", "--tiny", "--out",
-                  str(tmp_path)], timeout=900)  # fmt: skip
+                  str(tmp_path)], timeout=900, **PATH)  # fmt: skip
     report = json.loads((tmp_path / "quick.json").read_text())
     parts = report["parts"]
     assert r.returncode == 0 and not report["failures"], (report["failures"], r.stderr[-3000:])
@@ -79,8 +84,8 @@ def test_the_quick_gpu_check_runs_every_part_at_toy_size(tmp_path):
 
 def test_the_gpu_costs_benchmark_runs_at_toy_size(tmp_path):
     out = tmp_path / "costs.json"
-    r = run_tool(["benchmarks/bench_gpu_costs.py", "--device", "cpu", "--tiny", "--batch", "8",
-                  "--rounds", "1", "--iters", "1", "--json", str(out)], timeout=900)  # fmt: skip
+    argv = ["--device", "cpu", "--tiny", "--batch", "8", "--rounds", "1", "--iters", "1"]
+    r = run_tool(["benchmarks/bench_gpu_costs.py", *argv, "--json", str(out)], timeout=900, **PATH)
     assert r.returncode == 0, r.stderr[-3000:]
     costs = json.loads(out.read_text())
     assert costs["norm_sync"]["median_exact"] > 0 and costs["lars"]["kernels_per_step"] > 0
@@ -107,7 +112,7 @@ def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp
         """
     argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--parts", "lorac_cudagraphs",
             "--require-graph-launch"]  # fmt: skip
-    r = run_tool([_planted(tmp_path, plant), *argv], timeout=900)
+    r = run_tool([_planted(tmp_path, plant), *argv], timeout=900, **PATH)
     report = json.loads((tmp_path / "quick.json").read_text())
     assert r.returncode == 1, r.stderr[-3000:]
     bad = report["failures"]
