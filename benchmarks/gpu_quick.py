@@ -163,7 +163,8 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
     torch._logging.set_logs(cudagraphs=True)
     log = torch._logging.getArtifactLogger("torch._inductor.cudagraph_utils", "cudagraphs")
     log.addHandler(skipped)
-    steps = _steps_hook(cuda, count_flops=flops is None, profiled=profiled)
+    # FLOPs counted on an eager step only (the counter's dispatch mode stops dynamo)
+    steps = _steps_hook(cuda, flops is None and variant not in COMPILED, profiled)
     causes: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="gpu_quick_") as tmp:

@@ -91,11 +91,11 @@ def test_the_gpu_costs_benchmark_runs_at_toy_size(tmp_path):
     assert costs["norm_sync"]["median_exact"] > 0 and costs["lars"]["kernels_per_step"] > 0
 
 
-@pytest.mark.compile  # make test-compile: a compiled toy step of its own (~30 s)
+@pytest.mark.compile  # make test-compile: a compiled toy step of its own (~35 s)
 def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp_path):
-    """The CUDA-graphs step, recompiled at iteration 2 by a changed temperature its graph read,
-    and asked for a CUDA graph launch a CPU cannot make: exit 1, both written with their
-    causes."""
+    """The CUDA-graphs step, recompiled at iteration 2 by a changed normalisation mean (the
+    colour augmentation's graph read it: a small graph to compile again), and asked for a CUDA
+    graph launch a CPU cannot make: exit 1, both written with their causes."""
     plant = """
         import benchmarks.gpu_quick as q
         hook = q._steps_hook
@@ -103,8 +103,9 @@ def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp
             h = hook(*a, **k)
             before = h.before_step
             def before_step():
-                if h.trainer.iter == 2:
-                    h.trainer.model.criterion.tau *= 1.5
+                if h.trainer.iter == 2:  # a value the colour augmentation's graph read
+                    augment = h.trainer.color_augment
+                    augment.mean = tuple(m + 0.01 for m in augment.mean)
                 before()
             h.before_step = before_step
             return h
@@ -118,6 +119,6 @@ def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp
     bad = report["failures"]
     assert len(bad) == 2, bad
     assert bad[0].startswith("lorac_cudagraphs: 1 graph(s) added after step 1: iteration 2: ")
-    assert "tau" in bad[0], bad
+    assert "mean" in bad[0], bad
     assert bad[1].startswith("lorac_cudagraphs: no CUDA graph launched in the profiled step")
     assert "FAILED: no CUDA graph launched" in r.stdout
