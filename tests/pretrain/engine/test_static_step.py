@@ -180,9 +180,10 @@ def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase
         for e, c in list(zip(eager, compiled, strict=True))[:2]:
             assert c["total_loss"] == pytest.approx(e["total_loss"], rel=2e-2), (e, c)
         return
-    # float32 rounding (torch 2.11's traced graph: 1.0e-6 relative at the first step)
+    # float32 rounding (torch 2.11's traced graph: the first loss 1.0e-6 relative off, weights
+    # and queues up to 3.1e-6 after 4 steps)
     for e, c in zip(eager, compiled, strict=True):
         assert c["total_loss"] == pytest.approx(e["total_loss"], rel=1e-5), (e, c)
         assert c["nuclear_norm"] == pytest.approx(e["nuclear_norm"], rel=1e-5), (e, c)
     for k, v in eager_state.items():
-        torch.testing.assert_close(compiled_state[k], v, rtol=1e-5, atol=1e-6, msg=k)
+        torch.testing.assert_close(compiled_state[k], v, rtol=1e-5, atol=1e-5, msg=k)
