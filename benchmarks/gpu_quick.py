@@ -252,7 +252,8 @@ def _exchange(device: str, backend: str) -> dict:
 
 
 def _syncbn(device: str, backend: str) -> dict:
-    """SyncBN compiled whole against eager, three training forwards: outputs, running mean."""
+    """SyncBN compiled whole against eager, three training steps: outputs, running mean, the
+    input's and the weight's gradients."""
     import torch
 
     from pretrain.modeling.norm import SyncBatchNorm
@@ -263,12 +264,19 @@ def _syncbn(device: str, backend: str) -> dict:
     ref = SyncBatchNorm(4).to(device)
     ref.load_state_dict(bn.state_dict())
     compiled = torch.compile(bn, fullgraph=True, backend=backend)
-    with torch.no_grad():
+    grads = {}
+    for name, module in (("compiled", compiled), ("eager", ref)):
         for _ in range(3):
-            y_c, y_e = compiled(x), ref(x)
+            xg = x.detach().requires_grad_()
+            y = module(xg)
+            y.square().sum().backward()
+        grads[name] = (y.detach(), xg.grad)
+    (y_c, dx_c), (y_e, dx_e) = grads["compiled"], grads["eager"]
     return {
         "differences": {
             "syncbn_output": float((y_c - y_e).abs().max()),
+            "syncbn_input_grad": float((dx_c - dx_e).abs().max()),
+            "syncbn_weight_grad": float((bn.weight.grad - ref.weight.grad).abs().max()),
             "syncbn_running_mean": float((bn.running_mean - ref.running_mean).abs().max()),
         },
         "tolerance": 1e-4 if device == "cuda" else 1e-5,
