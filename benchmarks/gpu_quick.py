@@ -38,6 +38,7 @@ Run: python -m benchmarks.gpu_quick --out OUT [--batch 32] [--budget 540] [--par
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import logging
@@ -179,7 +180,14 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
             history = trainer.storage.history("total_loss").values()
             losses = [v for v, _ in sorted(history, key=lambda x: x[1])]
             queues = trainer.model.queues.detach().float().cpu()
+            graphs = compiled_graphs()
+            breaks, cudagraph_skips = dict(counters["graph_break"]), counters["inductor"]
+            cudagraph_skips = cudagraph_skips["cudagraph_skips"]
             del trainer
+            torch._dynamo.reset()  # its graphs (and CUDA-graph pools) hold memory the next needs
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
     finally:
         log.removeHandler(skipped)
         torch._logging.set_logs()
@@ -196,13 +204,13 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
         "compile_seconds": seconds[0] - ms / 1e3,  # the first step beyond a steady one
         "flops_per_step": flops,
         "tflops": flops / (ms / 1e3) / 1e12 if flops else None,
-        "graphs": compiled_graphs(),
-        "graphs_after_step_1": compiled_graphs() - steps.graphs_after_step_1,
+        "graphs": graphs,
+        "graphs_after_step_1": graphs - steps.graphs_after_step_1,
         "recompile_causes": causes,
-        "graph_breaks": dict(counters["graph_break"]),
+        "graph_breaks": breaks,
         "graph_launches": steps.graph_launches,
         "kernels_per_step": steps.kernels,  # CUDA kernels (a CPU: aten ops) in the profiled step
-        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        "cudagraph_skips": cudagraph_skips,
         "cudagraph_skip_reasons": skipped.messages,
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "losses": losses,
