@@ -181,8 +181,8 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
             losses = [v for v, _ in sorted(history, key=lambda x: x[1])]
             queues = trainer.model.queues.detach().float().cpu()
             graphs = compiled_graphs()
-            breaks, cudagraph_skips = dict(counters["graph_break"]), counters["inductor"]
-            cudagraph_skips = cudagraph_skips["cudagraph_skips"]
+            breaks = dict(counters["graph_break"])
+            cudagraph_skips = counters["inductor"]["cudagraph_skips"]
             del trainer
             torch._dynamo.reset()  # its graphs (and CUDA-graph pools) hold memory the next needs
             gc.collect()
