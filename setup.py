@@ -41,8 +41,8 @@ setup(
     },
     python_requires=">=3.10",
     install_requires=[
-        "torch>=2.1",
-        "torchvision>=0.16",
+        "torch>=2.11",  # the oldest one CI runs (make test-oldest-torch)
+        "torchvision>=0.26",  # torch 2.11's
         "fvcore>=0.1.5",
         "iopath>=0.1.9",
         "pycocotools>=2.0.6",

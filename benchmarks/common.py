@@ -75,8 +75,10 @@ def project_cfg(
     """``config`` for one process of ``batch`` images over generated images in ``tmp``/data
     (``images`` False: none made, to check the overrides), writing under ``tmp``. ``sizes``: the
     large and small view sizes; ``queue``: MODEL.QUEUE_SIZE (default: the config's). The final
-    checkpoint (detectron2 writes one at MAX_ITER) comes one iteration after the last timed one;
-    the prior is on from the first iteration (the costlier phase)."""
+    checkpoint (detectron2 writes one at MAX_ITER) comes one iteration after the last timed one,
+    and so does the one logging iteration (the step's values read on the host, the writers):
+    the ``total_iters`` iterations are steady-state steps. The prior is on from the first
+    iteration (the costlier phase)."""
     data = tmp / "data"
     if images:
         make_images(data, per_class=max(16, math.ceil(batch / 2)))
@@ -87,6 +89,8 @@ def project_cfg(
         # no periodic save: detectron2 writes model_final only (at MAX_ITER a period dividing
         # it would write the same state twice)
         "SOLVER.CHECKPOINT_PERIOD": total_iters + 2,
+        # one flush of the step records, at MAX_ITER: none drains the device in a timed step
+        "SOLVER.LOG_PERIOD": total_iters + 1,
         "DATALOADER.NUM_WORKERS": 0,  # the loader only fills the replayed pool
     }
     if queue is not None:

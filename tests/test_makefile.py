@@ -111,3 +111,26 @@ def test_make_test_runs_two_workers_and_names_the_slowest_tests(tmp_path):
     assert argv[argv.index("--dist") + 1] == "loadfile" and "--durations=25" in argv
     assert argv[-3:] == ["0", "-x", "tests"]
     assert re.search(r'"dev": \[[^]]*"pytest-xdist', (ROOT / "setup.py").read_text())
+
+
+def test_the_oldest_torch_runs_its_checks_from_beside_the_venv(tmp_path):
+    """``make test-oldest-torch``: the oldest torch setup.py allows, installed without
+    dependencies into the ignored .oldest-torch/ and put before the venv's on the path, runs the
+    quick check's toy, SyncBN's processes and the compile checks; CI runs it."""
+    stamp = tmp_path / "installed"
+    stamp.touch()
+    cmd = ["make", "-n", "-C", str(ROOT), "test-oldest-torch", f"VENV_STAMP={stamp}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.replace("\\\n", " ").splitlines()
+    minimum = re.search(r'"torch>=([\d.]+)"', (ROOT / "setup.py").read_text()).group(1)
+    if not (ROOT / ".oldest-torch").exists():  # installed once, then kept
+        [install] = [x for x in lines if "pip install" in x and "--target" in x]
+        assert "--no-deps" in install and "--target .oldest-torch " in install
+        assert f"torch=={minimum}.0" in install.split()
+    [run] = [x for x in lines if "-m pytest" in x]
+    assert f"PYTHONPATH={ROOT}/.oldest-torch:{ROOT} " in run
+    for tests in ("test_gpu_scripts_at_toy_size.py", "test_norm.py", "test_compiled_configs.py"):
+        assert tests in run
+    assert "/.oldest-torch/" in (ROOT / ".gitignore").read_text().split()
+    assert "test-oldest-torch" in (ROOT / ".ci" / "run").read_text().split()

@@ -43,6 +43,7 @@ from pretrain.engine.hooks import (
     unwrap,
 )
 from pretrain.engine.launch import check_cpu_bfloat16, check_device, check_run_dir
+from pretrain.engine.recompiles import RecompileWatch, compiled_graphs
 from pretrain.engine.step_records import StepRecord, StepRecords
 from pretrain.engine.writers import build_writers
 from pretrain.evaluation.knn_monitor import build_knn_hook
@@ -154,6 +155,9 @@ class PretrainTrainer(SimpleTrainer):
         augment = self.color_augment
         self._augment = torch.compile(augment.__call__, **compiled) if compiled else augment
         self._compiled_phases: set[bool] = set()  # the beta phases (prior on?) compiled so far
+        # every recompile told in one line with its cause, when it starts (while train() runs)
+        self._recompiles = RecompileWatch(self._announce_recompile)
+        self._first_of_phase = False  # whether this step is its beta phase's first (compiled)
         logger.info(f"pretraining with the {self.policy.describe()}")
         # float16 needs loss scaling (bfloat16 does not); on the CPU too, where it is tested
         self.grad_scaler = (
@@ -241,8 +245,10 @@ class PretrainTrainer(SimpleTrainer):
         loop_logger = logging.getLogger("detectron2.engine.train_loop")
         quiet = _UserErrorWithoutTraceback()
         loop_logger.addFilter(quiet)
+        watch = self._recompiles if self.policy.compile else contextlib.nullcontext()
         try:
-            super().train(self.start_iter, self.max_iter)
+            with watch:
+                super().train(self.start_iter, self.max_iter)
         finally:
             loop_logger.removeFilter(quiet)
 
@@ -342,19 +348,41 @@ class PretrainTrainer(SimpleTrainer):
 
     @contextlib.contextmanager
     def _announce_compile(self) -> Iterator[None]:
-        """Log the compilation (minutes with inductor) of each beta phase's first step."""
-        criterion = unwrap(self.model).criterion
-        phase = bool(self.policy.compile) and criterion.prior.active(criterion.beta)
-        if not self.policy.compile or phase in self._compiled_phases:
+        """Log the compilation (minutes with inductor) of each beta phase's first step, and a
+        graph added by a later step whose cause torch did not report (the recompiles it reports
+        are told by :meth:`_announce_recompile` as they start)."""
+        if not self.policy.compile:
             yield
             return
+        criterion = unwrap(self.model).criterion
+        phase = criterion.prior.active(criterion.beta)
         what = "the prior on" if phase else "beta = inf"
-        backend = self.policy.compile["backend"]
-        logger.info(f"compiling the step ({backend}, {what}); inductor takes minutes ...")
+        self._first_of_phase = phase not in self._compiled_phases
+        graphs, causes = compiled_graphs(), len(self._recompiles.causes)
         start = time.perf_counter()
+        if self._first_of_phase:
+            backend = self.policy.compile["backend"]
+            logger.info(f"compiling the step ({backend}, {what}); inductor takes minutes ...")
         yield
-        self._compiled_phases.add(phase)
-        logger.info(f"compiled the step ({what}) in {time.perf_counter() - start:.1f} s")
+        seconds = time.perf_counter() - start
+        if self._first_of_phase:
+            self._compiled_phases.add(phase)
+            logger.info(f"compiled the step ({what}) in {seconds:.1f} s")
+        elif compiled_graphs() > graphs and len(self._recompiles.causes) == causes:
+            logger.warning(
+                f"recompiled the step at iteration {self.iter} ({seconds:.1f} s); this torch "
+                "does not say why (TORCH_LOGS=recompiles)"
+            )
+
+    def _announce_recompile(self, cause: str) -> None:
+        """One line per recompile torch starts, with its cause: information within a beta
+        phase's first step (its compile: one graph per input resolution, say), a warning after
+        (a stall of minutes per step on a GPU)."""
+        where = f"recompiling the step at iteration {self.iter}"
+        if self._first_of_phase:
+            logger.info(f"{where} (its beta phase's first step): {cause}")
+        else:
+            logger.warning(f"{where}: {cause}")
 
     def _model_inputs(self, data: dict) -> dict:
         """What the model reads of the batch: tensors of fixed shapes and constants only (a

@@ -324,9 +324,12 @@ class LoracLoss(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log h (J, N) and the nuclear norm(s) it read, (N,) or () batchwise; None when
         neither the prior nor ``log_norm`` needs it (the norm costs a host sync on a GPU)."""
-        prior, tau, beta, prior_m = self.prior, self.tau, self.beta, self.prior_m
+        prior, tau, prior_m = self.prior, self.tau, self.prior_m
         kv, low = self.key_views, list(self.lowrank_views)
         n = x.shape[1]
+        # beta is read only where a prior is configured: a compiled step guards on the values it
+        # reads (torch 2.11 on this one), and MoCo-M's must not recompile at the beta switch
+        beta = self.beta if prior.enabled else math.inf
         prior_on = prior.active(beta)
         # log h grows a graph only when it is on and reads the norm; otherwise ||.||_* is logged
         grad_through_norm = torch.is_grad_enabled() and prior_on and prior.reads_norm

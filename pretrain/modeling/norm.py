@@ -28,6 +28,13 @@ from pretrain.modeling.distributed import memory_format
 __all__ = ["BatchNorm2d", "SyncBatchNorm", "add_counted_batches", "convert_batchnorm"]
 
 
+# torch >= 2.13 calls it all_gather_single (all_gather_into_tensor warns there, deprecated); the
+# older name is the only one before. torch.compile traces either as the same functional collective.
+_all_gather_single = getattr(dist, "all_gather_single", None) or getattr(
+    dist, "all_gather_into_tensor", None
+)
+
+
 def _per_channel(v: torch.Tensor) -> torch.Tensor:
     return v.view(1, -1, 1, 1)
 
@@ -43,7 +50,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         world = dist.get_world_size()
         var, mean = torch.var_mean(x.float(), dim=(0, 2, 3), correction=0)  # float32 (C,)
         stats = mean.new_empty(world * 2 * mean.numel())
-        dist.all_gather_single(stats, torch.cat([mean, var]))
+        _all_gather_single(stats, torch.cat([mean, var]))
         means, variances = stats.view(world, 2, -1).unbind(1)  # (world, C) each
         mean = means.mean(0)  # equal counts: the variances combined around the global mean
         var = (variances + (means - mean).square()).mean(0)
@@ -52,10 +59,17 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(mean, var)
         ctx.set_materialize_grads(False)  # no zero gradients for (mean, var)
         # y = x * scale + shift (as F.batch_norm on the CPU), in float32, written in x's dtype
-        # and layout by the same pass
+        # and layout by the same pass: eager through out=; compiled, the cast fuses with it.
+        # torch 2.11's dynamo refuses an out= tensor that is not plainly contiguous
+        # (channels_last), and without copy=True (float32: no cast) its compiled backward gives
+        # zero gradients to everything before this layer.
         scale = invstd * weight
-        y = torch.empty_like(x)
-        torch.addcmul(_per_channel(bias - mean * scale), x, _per_channel(scale), out=y)
+        shift = _per_channel(bias - mean * scale)
+        if torch.compiler.is_compiling():
+            y = torch.addcmul(shift, x, _per_channel(scale)).to(x.dtype, copy=True)
+        else:
+            y = torch.empty_like(x)
+            torch.addcmul(shift, x, _per_channel(scale), out=y)
         return y, mean, var
 
     @staticmethod

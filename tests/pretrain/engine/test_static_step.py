@@ -167,6 +167,11 @@ def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase
         assert sum(m.startswith(f"compiling the step (aot_eager, {phase})") for m in said) == 1
         assert any(re.match(rf"compiled the step \({re.escape(phase)}\) in [0-9.]+ s", m)
                    for m in said), said  # fmt: skip
+    # the beta switch's recompile told in one line with its cause (the beta its guard read);
+    # none after a phase's first step
+    switch = [m for m in said if m.startswith("recompiling the step at iteration 2 (its beta")]
+    assert len(switch) == 1 and "_beta" in switch[0], said
+    assert sum(m.startswith("recompil") for m in said) == 1, said
     betas = [x["beta"] for x in compiled]
     assert math.inf in betas and 2.0 in betas  # both phases ran
     # the model: one graph per beta phase; the colour augmentation: one; no recompile per step
@@ -175,8 +180,10 @@ def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase
         for e, c in list(zip(eager, compiled, strict=True))[:2]:
             assert c["total_loss"] == pytest.approx(e["total_loss"], rel=2e-2), (e, c)
         return
+    # float32 rounding (torch 2.11's traced graph: the first loss 1.0e-6 relative off, weights
+    # and queues up to 3.1e-6 after 4 steps)
     for e, c in zip(eager, compiled, strict=True):
-        assert c["total_loss"] == pytest.approx(e["total_loss"], rel=1e-6), (e, c)
-        assert c["nuclear_norm"] == pytest.approx(e["nuclear_norm"], rel=1e-6), (e, c)
+        assert c["total_loss"] == pytest.approx(e["total_loss"], rel=1e-5), (e, c)
+        assert c["nuclear_norm"] == pytest.approx(e["nuclear_norm"], rel=1e-5), (e, c)
     for k, v in eager_state.items():
-        torch.testing.assert_close(compiled_state[k], v, rtol=1e-5, atol=1e-6, msg=k)
+        torch.testing.assert_close(compiled_state[k], v, rtol=1e-5, atol=1e-5, msg=k)

@@ -50,6 +50,9 @@ def test_forward_and_loss_compile_once_per_beta_phase(config):
     counters.clear()
     forward = torch.compile(model, fullgraph=True, dynamic=False, backend="aot_eager")
     phases = [math.inf] if math.isinf(beta) else [math.inf, beta]
+    # without a prior (MoCo-M, MoCo-v2) the switch changes nothing the step computes: no graph
+    # (torch 2.11 recompiled MoCo-M's for a beta its loss read but did not use)
+    switch_graphs = 1 if model.criterion.prior.enabled else 0
     for phase in phases:
         model.set_beta(phase)
         before = counters["stats"]["unique_graphs"]
@@ -58,7 +61,8 @@ def test_forward_and_loss_compile_once_per_beta_phase(config):
             graphs = counters["stats"]["unique_graphs"] - before
             # at most one graph for the phase (none where it traces as the one before), made by
             # its first step
-            assert graphs <= 1, f"beta {phase}, step {step}: {graphs} graphs in this phase"
+            most = 1 if phase == phases[0] else switch_graphs
+            assert graphs <= most, f"beta {phase}, step {step}: {graphs} graphs in this phase"
             if step == 0:
                 first = graphs
             assert graphs == first, f"beta {phase}, step {step}: recompiled"
