@@ -130,6 +130,8 @@ def test_requests_slurm_rejects_are_one_line_errors(cluster, data, tmp_path, cha
     req = _request(data, tmp_path / "x")
     for k, v in change.items():
         setattr(req, k, v)
+    # 2 images per process (a one-image BatchNorm batch is refused before sbatch is asked)
+    req.args += ["SOLVER.IMS_PER_BATCH", str(2 * req.nodes * req.tasks_per_node)]
     with pytest.raises(SubmitError, match=f"^sbatch rejected the job: .*{reason}") as e:
         submit(req)
     assert "\n" not in str(e.value)
