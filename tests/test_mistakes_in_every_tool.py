@@ -225,7 +225,7 @@ ROWS = {
     "detection-pretraining-config": (
         ["train_net", "--config-file", DEMO_CONFIG],
         "is a config of a pretraining run (tools/train_pretrain.py), not of a detection run: "
-        "tools/train_net.py takes configs/coco_*.yaml"),
+        "tools/train_net.py takes the detection configs at the top of configs/ (coco_*, voc_*"),
     "detection-linear-probe-config": (
         ["train_net", "--config-file", f"{QUICK}/linear_instant.yaml"],
         "is a config of a linear-probe run (tools/linear_probe.py), not of a detection run"),

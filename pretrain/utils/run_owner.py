@@ -59,7 +59,12 @@ KINDS: Mapping[str, RunKind] = {
     "transfer_linear": RunKind(
         "a linear-transfer run", "tools/transfer_linear.py", "configs/eval/transfer_linear*.yaml"
     ),
-    "train_net": RunKind("a detection run", "tools/train_net.py", "configs/coco_*.yaml"),
+    "train_net": RunKind(
+        "a detection run",
+        "tools/train_net.py",
+        "the detection configs at the top of configs/ (coco_*, voc_*, lvis_*, cityscapes_*, "
+        "ade20k_*.yaml)",
+    ),
     "knn_eval": RunKind("a kNN evaluation", "tools/knn_eval.py"),
     "analyze_nuclear_norm": RunKind("a nuclear-norm analysis", "tools/analyze_nuclear_norm.py"),
     "study": RunKind("a study's folder", "tools/study.py"),
