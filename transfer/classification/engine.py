@@ -334,14 +334,17 @@ def step_log(
                 writer.close()
 
 
-def run_stage(directory: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def run_stage(
+    directory: str, work: Callable[[], dict[str, Any]], results: str = STAGE_RESULTS
+) -> dict[str, Any]:
     """The results of one stage of a sweep (one lr of the semi-supervised sweep, one search point
-    of the transfer harness): read from ``directory`` when a resumed run finished it before,
-    else ``work()``'s, written there atomically (main process) before the next stage starts."""
-    stage = RunDir(directory, results=STAGE_RESULTS)
+    of the transfer harness or of fine-tuning): read from ``directory/results`` when a resumed
+    run finished it before, else ``work()``'s, written there atomically (main process) before
+    the next stage starts."""
+    stage = RunDir(directory, results=results)
     if stage.finished():
-        with open(os.path.join(directory, STAGE_RESULTS)) as f:
-            logger.info("%s: finished before, results read from %s", directory, STAGE_RESULTS)
+        with open(os.path.join(directory, results)) as f:
+            logger.info("%s: finished before, results read from %s", directory, results)
             return json.load(f)["results"]
     results = work()
     if comm.is_main_process():

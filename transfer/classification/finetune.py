@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import datetime
 import glob
-import json
 import logging
 import os
 import time
@@ -25,16 +24,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import ConstantParamScheduler, CosineParamScheduler
 from torch import nn
 
 from pretrain.evaluation.features import extract_features
-from pretrain.utils.atomic_io import atomic_write_bytes
 
 from .augmented import split_images
 from .backbone import EvalBackbone
-from .engine import infinite_batches, iters_per_epoch, run_training, wrap_ddp
+from .engine import infinite_batches, iters_per_epoch, run_stage, run_training, wrap_ddp
 from .linear import best_index, log_spaced
 from .metrics import score
 from .semi import FineTuneClassifier
@@ -212,21 +211,18 @@ def point_score(
     output_dir: str,
     resume: bool = False,
 ) -> float:
-    """``split``'s score after fine-tuning on ``splits`` at ``point``: with ``resume`` read from
-    ``output_dir/point.json`` when that point finished before (or continued from its last
-    checkpoint), else trained, scored, recorded."""
-    record = os.path.join(output_dir, POINT_FILE)
-    if resume and os.path.isfile(record):
-        with open(record) as fh:
-            done = json.load(fh)
-        logger.info(
-            "%s %s: finished before (%s %.4f), skipped", data.key, point.tag, split, done["score"]
-        )
-        return float(done["score"])
-    model = fine_tune(data, splits, backbone, cfg, point, device, output_dir, resume)
-    value = score(data.metric, *split_logits(model, data, split, cfg, device))
-    entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
-    entry |= {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}
-    atomic_write_bytes(record, json.dumps(entry, indent=2).encode())
-    _drop_checkpoints(output_dir)
-    return value
+    """``split``'s score after fine-tuning on ``splits`` at ``point``: a stage of the search
+    (:func:`.engine.run_stage`, recorded in ``output_dir/point.json``), read back when that
+    point finished before, else trained (with ``resume`` continued from its last checkpoint),
+    scored and recorded; the point's checkpoints are then deleted."""
+
+    def work() -> dict:
+        model = fine_tune(data, splits, backbone, cfg, point, device, output_dir, resume)
+        value = score(data.metric, *split_logits(model, data, split, cfg, device))
+        entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
+        return entry | {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}
+
+    done = run_stage(output_dir, work, results=POINT_FILE)
+    if comm.is_main_process():
+        _drop_checkpoints(output_dir)
+    return float(done["score"])
