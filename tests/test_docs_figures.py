@@ -68,8 +68,8 @@ def _other_docs() -> dict[str, str]:
 def test_readme_and_the_demo_doc_give_the_same_figures():
     figures = readme_figures()
     status = " ".join(DEMO_DOC.read_text().split())
-    m = re.search(r"\bNow \(recipe \w+, below\): ([\d.]+) % in ([\d.]+) minutes", status)
-    assert m, "docs/demo.md's status line no longer reads 'Now (recipe X, below): A % in M minutes'"
+    m = re.search(r"\bShipped \(recipe \w+, below\): ([\d.]+) % in ([\d.]+) minutes", status)
+    assert m, "docs/demo.md's status no longer reads 'Shipped (recipe X, below): A % in M minutes'"
     assert (m[1], m[2]) == (figures["lorac"], figures["minutes"])
 
 
