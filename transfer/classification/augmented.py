@@ -112,9 +112,7 @@ def train_heads_augmented(
     t = cfg.TRANSFER
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     heads = LinearHeads(backbone.feature_dim, data.num_classes, len(lrs), cfg.SEED)
-    model = SweepProbe(
-        backbone.model, backbone.feature_dim, data.num_classes, device, classifier=heads
-    )
+    model = SweepProbe(backbone.model, heads, device)
     optimizer = torch.optim.SGD(
         [{"params": h.parameters(), "lr": lr} for h, lr in zip(model.classifier, lrs, strict=True)],
         lr=float(lrs[0]),

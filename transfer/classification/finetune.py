@@ -4,7 +4,7 @@ after Kornblith et al. 2019; the recipe and its source are quoted in docs/evalua
 Per dataset: one run per (lr, weight decay) point of :func:`search_grid` on ``train``, scored on
 ``val`` by the dataset's metric; the best point (:func:`select_point`) is retrained on
 ``train + val`` and scored on ``test``. Every run is semi-supervised fine-tuning's model
-(:class:`.semi.FineTuneClassifier`: backbone + linear layer, all trained) on the classification
+(:class:`.probe.Classifier`: backbone + linear layer, all trained) on the classification
 engine (:func:`.engine.run_training`), with RandomResizedCrop + flip images; val and test are
 scored on centre crops. Each point leaves ``point.json`` (its score) in
 ``<output>/finetune/<key>/<point>/``: a resumed run (``--resume``) skips finished points and
@@ -34,9 +34,9 @@ from pretrain.evaluation.features import extract_features
 from .augmented import split_images
 from .backbone import EvalBackbone
 from .engine import infinite_batches, iters_per_epoch, run_stage, run_training, wrap_ddp
-from .linear import best_index, log_spaced
+from .linear import best_index, linear_head, log_spaced
 from .metrics import score
-from .semi import FineTuneClassifier
+from .probe import Classifier
 from .transfer_datasets import TransferData
 from .transforms import eval_transform, train_transform
 
@@ -120,7 +120,7 @@ def fine_tune(
     device: torch.device | str,
     output_dir: str,
     resume: bool = False,
-) -> FineTuneClassifier:
+) -> Classifier:
     """A fresh copy of ``backbone`` plus a linear layer, trained ``FINETUNE.ITERS`` steps on
     augmented images of ``splits`` at ``point``; with ``resume`` continued from
     ``output_dir``'s last checkpoint."""
@@ -128,9 +128,10 @@ def fine_tune(
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.SEED)  # the same classifier initialisation at every point
-        model = FineTuneClassifier(
-            copy.deepcopy(backbone.model), backbone.feature_dim, data.num_classes, device
+        head = linear_head(
+            backbone.feature_dim, data.num_classes, torch.Generator().manual_seed(cfg.SEED)
         )
+        model = Classifier(copy.deepcopy(backbone.model), head, device)
     if f.BN_MOMENTUM_PER_EPOCH:
         momentum = bn_momentum(iters_per_epoch(len(dataset), f.BATCH_SIZE))
         for m in model.modules():
@@ -169,7 +170,7 @@ def fine_tune(
 
 
 def split_logits(
-    model: FineTuneClassifier,
+    model: Classifier,
     data: TransferData,
     split: str,
     cfg: CfgNode,
