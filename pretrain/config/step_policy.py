@@ -22,10 +22,9 @@ __all__ = ["EAGER_STEP", "StepPolicy"]
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """The step's choices (see the module docstring); :meth:`from_config` is the one place that
-    reads SOLVER.STATIC_STEP and SOLVER.COMPILE, and the trainer the one place that calls it:
-    it passes its policy down to the builders (model, optimiser, colour augmentation), which
-    build the eager step's parts (:data:`EAGER_STEP`, the defaults) when called alone."""
+    """The step's choices (module docstring), read from SOLVER.STATIC_STEP and SOLVER.COMPILE
+    by :meth:`from_config`, which the trainer alone calls; it passes its policy down to the
+    builders (model, optimiser, colour augmentation): alone, they build :data:`EAGER_STEP`'s."""
 
     graph_safe: bool = False
     pick: str = "subset"  # how colour ops pick their samples: "subset" (host) or "mask" (device)

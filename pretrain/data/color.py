@@ -479,8 +479,7 @@ class Pick(abc.ABC):
 
     @abc.abstractmethod
     def jitter_terms(self, coef: torch.Tensor) -> list[list[bool]]:
-        """Which of the jitter's blend terms (3 terms x 4 slots of ``coef`` (3, n, 4)) to run:
-        at least those where some sample's coefficient is not the identity (x * 1 + 0)."""
+        """Which blend terms (3, 4) of ``coef`` (3, n, 4) to run: at least those not x * 1 + 0."""
 
     @abc.abstractmethod
     def select_(self, x: torch.Tensor, params: ColorParams, mask: torch.Tensor, fn: _Fn) -> None:
@@ -488,8 +487,7 @@ class Pick(abc.ABC):
 
     @abc.abstractmethod
     def blur_(self, x: torch.Tensor, params: ColorParams, max_radius: int, grouped: bool) -> None:
-        """The Gaussian blur of the samples ``params.blur`` draws, in place, kernels up to
-        ``max_radius``: shifted sums per kernel size with ``grouped``, else convolutions."""
+        """The blur of the samples ``params.blur`` draws, in place (:meth:`Blur.apply`)."""
 
 
 class Subset(Pick):

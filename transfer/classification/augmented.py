@@ -77,13 +77,14 @@ def split_images(
 
 
 def centre_crop_features(
-    data: TransferData, split: str, backbone: EvalBackbone, cfg: CfgNode, device: torch.device | str
+    data: TransferData, split: str, net: nn.Module, cfg: CfgNode, device: torch.device | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features (N, D) and labels (N,) of ``split`` on the evaluation pipeline, not cached."""
+    """Outputs (N, D) of ``net`` (the backbone: features; a fine-tuned network: logits) and
+    labels (N,) of ``split`` on the evaluation pipeline, not cached."""
     transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
     dataset, expected = split_images(data, [split], transform)
     feats, labels = extract_features(
-        backbone.model,
+        net,
         dataset,
         device,
         cfg.FEATURES.BATCH_SIZE,

@@ -62,14 +62,12 @@ class Classifier(nn.Module):
 
 class LinearProbe(Classifier):
     """A frozen backbone in eval mode (BatchNorm keeps its pretrained statistics) and a trained
-    ``classifier`` (:func:`.linear.linear_head`, or :mod:`.augmented`'s heads), alone in DDP."""
+    ``head`` (:func:`.linear.linear_head`, or :mod:`.augmented`'s heads), alone in DDP."""
 
-    def __init__(
-        self, backbone: nn.Module, classifier: nn.Module, device: torch.device | str
-    ) -> None:
-        super().__init__(backbone.requires_grad_(False), classifier, device)
-        self.classifier = classifier
-        self.head = wrap_ddp(classifier, self.device)
+    def __init__(self, backbone: nn.Module, head: nn.Module, device: torch.device | str) -> None:
+        super().__init__(backbone.requires_grad_(False), head, device)
+        self.classifier = head  # the layer itself; ``head`` is it in DDP
+        self.head = wrap_ddp(head, self.device)
 
     def train(self, mode: bool = True) -> LinearProbe:
         super().train(mode)
