@@ -17,17 +17,19 @@ from typing import Any
 
 from fvcore.common.config import CfgNode
 
-__all__ = ["StepPolicy"]
+__all__ = ["EAGER_STEP", "StepPolicy"]
 
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """The step's choices (see the module docstring); :meth:`from_config` is the one place that
-    reads SOLVER.STATIC_STEP and SOLVER.COMPILE."""
+    """The step's choices (module docstring), read from SOLVER.STATIC_STEP and SOLVER.COMPILE
+    by :meth:`from_config`, which the trainer alone calls; it passes its policy down to the
+    builders (model, optimiser, colour augmentation): alone, they build :data:`EAGER_STEP`'s."""
 
     graph_safe: bool = False
     pick: str = "subset"  # how colour ops pick their samples: "subset" (host) or "mask" (device)
-    nuclear_norm: str = "eigh"  # LOSS.NUCLEAR_NORM with "auto" resolved for the step
+    # what LOSS.NUCLEAR_NORM "auto" means in this step: "eigh", or "auto" (the norm's own choice)
+    auto_nuclear_norm: str = "eigh"
     stats_every_step: bool = False  # the logged-only statistics (||Q||_*) on every iteration
     device_lr: bool = False  # the optimiser multiplies by a device copy of each group's lr
     ddp: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel's options
@@ -36,10 +38,8 @@ class StepPolicy:
     @classmethod
     def from_config(cls, cfg: CfgNode) -> StepPolicy:
         s = cfg.SOLVER
-        graph_safe = bool(s.STATIC_STEP or s.COMPILE.ENABLED)
-        method = cfg.LOSS.NUCLEAR_NORM
-        if not graph_safe:
-            return cls(nuclear_norm="eigh" if method == "auto" else method)
+        if not (s.STATIC_STEP or s.COMPILE.ENABLED):
+            return EAGER_STEP
         compiled = None
         if s.COMPILE.ENABLED:
             # whole graphs (a graph break is an error, not a silent fall back to eager), static
@@ -50,7 +50,7 @@ class StepPolicy:
         return cls(
             graph_safe=True,
             pick="mask",
-            nuclear_norm=method,  # "auto": the norm's own (Jacobi on a GPU, eigh on a CPU)
+            auto_nuclear_norm="auto",  # the norm's own (Jacobi on a GPU, eigh on a CPU)
             stats_every_step=True,
             device_lr=True,
             # DDP's hooks fixed after the first step and the gradients in its buckets, so that
@@ -58,6 +58,10 @@ class StepPolicy:
             ddp={"static_graph": True, "gradient_as_bucket_view": True},
             compile=compiled,
         )
+
+    def nuclear_norm(self, method: str) -> str:
+        """The eigensolver of ||Q||_* in this step for LOSS.NUCLEAR_NORM ``method``."""
+        return self.auto_nuclear_norm if method == "auto" else method
 
     def describe(self) -> str:
         """One line for the log: what this step does differently from the eager one."""
@@ -67,5 +71,8 @@ class StepPolicy:
         extra = f" ({self.compile['backend']}, mode {self.compile['mode']})" if self.compile else ""
         return (
             f"{how} step{extra}: the same device ops every step (colour ops by device masks, "
-            f"nuclear norm {self.nuclear_norm} every step, device learning rate, static DDP)"
+            "the nuclear norm every step, device learning rate, static DDP)"
         )
+
+
+EAGER_STEP = StepPolicy()  # the default step, and what a builder called alone builds for

@@ -19,6 +19,7 @@ device sync) or on the whole batch under a device mask (``"mask"``: for a CUDA g
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -466,9 +467,27 @@ def gaussian_blur(
     return _separable_blur(x, _gaussian_taps(sig, radius), out)
 
 
-class Pick:
-    """How the colour ops pick the samples they change (:data:`PICKS`): ``select_`` sets
-    ``x[i] <- fn(x, params)[i]`` in place where ``mask`` (n,) holds, the others bit for bit."""
+class Pick(abc.ABC):
+    """How the colour ops pick the samples they change (:data:`PICKS`, chosen by the step's
+    policy). Every pick keeps the bits of a sample an op does not draw and gives the drawn ones
+    the same images up to float rounding; picks differ in the work they run: the drawn samples'
+    only (picked on the host, shapes vary) or the whole batch's (the same ops every step)."""
+
+    @abc.abstractmethod
+    def params(self, params: ColorParams, device: torch.device) -> ColorParams:
+        """The parameters the ops read: on the host or on ``device``."""
+
+    @abc.abstractmethod
+    def jitter_terms(self, coef: torch.Tensor) -> list[list[bool]]:
+        """Which blend terms (3, 4) of ``coef`` (3, n, 4) to run: at least those not x * 1 + 0."""
+
+    @abc.abstractmethod
+    def select_(self, x: torch.Tensor, params: ColorParams, mask: torch.Tensor, fn: _Fn) -> None:
+        """``x[i] <- fn(x, params)[i]`` in place where ``mask`` (n,) holds, the others kept."""
+
+    @abc.abstractmethod
+    def blur_(self, x: torch.Tensor, params: ColorParams, max_radius: int, grouped: bool) -> None:
+        """The blur of the samples ``params.blur`` draws, in place (:meth:`Blur.apply`)."""
 
 
 class Subset(Pick):

@@ -25,7 +25,7 @@ from detectron2.utils.logger import log_first_n
 from fvcore.common.config import CfgNode
 from torch.utils.data import DataLoader, Dataset
 
-from pretrain.config.step_policy import StepPolicy
+from pretrain.config.step_policy import EAGER_STEP, StepPolicy
 from pretrain.data.color import BatchColorAugment, ColorParams, ColorSpec, sample_color_params
 from pretrain.data.datasets import (
     BadImageError,
@@ -265,11 +265,10 @@ def build_train_transform(cfg: CfgNode) -> tuple[MultiCropTransform, ColorSpec]:
     return MultiCropTransform(crops, color, color_on_device=inp.COLOR_ON_DEVICE), color
 
 
-def build_batch_augment(cfg: CfgNode) -> BatchColorAugment:
+def build_batch_augment(cfg: CfgNode, policy: StepPolicy = EAGER_STEP) -> BatchColorAugment:
     """The device-side colour augmentation and normalisation of ``cfg.INPUT``'s colour spec; the
-    step's policy (:class:`~pretrain.config.step_policy.StepPolicy`) says how ops pick samples."""
-    pick = StepPolicy.from_config(cfg).pick
-    return BatchColorAugment(build_train_transform(cfg)[1], pick=pick)
+    training step's ``policy`` (the trainer's) says how ops pick samples."""
+    return BatchColorAugment(build_train_transform(cfg)[1], pick=policy.pick)
 
 
 def augment_views_on_device(

@@ -134,8 +134,8 @@ class PretrainTrainer(SimpleTrainer):
             dump_run_info(cfg.OUTPUT_DIR, None if self.config_changes else cfg)
         if self.config_changes:  # before the hooks create their files
             check_changed_schedule(cfg.OUTPUT_DIR, max_iter)
-        model = build_model(cfg, world)
-        optimizer = build_optimizer(cfg, model)
+        model = build_model(cfg, world, self.policy)
+        optimizer = build_optimizer(cfg, model, self.policy)
         if world > 1:
             ids = [comm.get_local_rank()] if cfg.MODEL.DEVICE == "cuda" else None
             # no buffer broadcast in the forward: the queues are the same on every rank by
@@ -147,7 +147,7 @@ class PretrainTrainer(SimpleTrainer):
         amp = cfg.SOLVER.AMP
         self.amp_dtype = getattr(torch, amp.PRECISION) if amp.ENABLED else None
         self.device_type = cfg.MODEL.DEVICE
-        self.color_augment = build_batch_augment(cfg)
+        self.color_augment = build_batch_augment(cfg, self.policy)
         # SOLVER.COMPILE: the forward and loss compiled whole (the beta switch compiles once
         # more), and the colour augmentation's masked form (~100 ops per resolution fused)
         compiled = self.policy.compile

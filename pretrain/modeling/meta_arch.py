@@ -18,7 +18,7 @@ import torch
 from fvcore.common.config import CfgNode
 from torch import nn
 
-from pretrain.config.step_policy import StepPolicy
+from pretrain.config.step_policy import EAGER_STEP, StepPolicy
 from pretrain.losses.lorac import LoracLoss, take_views
 from pretrain.modeling.build import META_ARCH_REGISTRY
 from pretrain.modeling.distributed import all_gather_with_grad, concat_all_gather, rank, world_size
@@ -89,7 +89,9 @@ class MultiViewMoCo(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     @classmethod
-    def from_config(cls, cfg: CfgNode, world_size: int = 1) -> dict[str, Any]:
+    def from_config(
+        cls, cfg: CfgNode, world_size: int = 1, policy: StepPolicy = EAGER_STEP
+    ) -> dict[str, Any]:
         inp, mod = cfg.INPUT, cfg.MODEL
         sizes = [inp.LARGE_SIZE] * inp.LARGE_CROPS + [inp.SMALL_SIZE] * inp.SMALL_CROPS
         norm = mod.NORM
@@ -106,7 +108,7 @@ class MultiViewMoCo(nn.Module):
             "num_key_crops": inp.KEY_CROPS,
             "queue_size": mod.QUEUE_SIZE,
             "momentum": mod.MOMENTUM,
-            "criterion": LoracLoss.from_config(cfg, StepPolicy.from_config(cfg).nuclear_norm),
+            "criterion": LoracLoss.from_config(cfg, policy.nuclear_norm(cfg.LOSS.NUCLEAR_NORM)),
             "shuffle_bn": mod.SHUFFLE_BN,
             "key_bn_splits": mod.KEY_BN_SPLITS,
             "norm": norm,

@@ -22,7 +22,7 @@ from fvcore.common.param_scheduler import (
 )
 
 from pretrain.config.defaults import OPTIMIZERS
-from pretrain.config.step_policy import StepPolicy
+from pretrain.config.step_policy import EAGER_STEP, StepPolicy
 
 __all__ = [
     "LARS",
@@ -138,16 +138,18 @@ class LARS(torch.optim.Optimizer):
         return list(trust.unbind())
 
 
-def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(
+    cfg: CfgNode, model: torch.nn.Module, policy: StepPolicy = EAGER_STEP
+) -> torch.optim.Optimizer:
     """:class:`LARS` over the query encoder's parameters, with LARC's trust ratio (LORAC,
-    MoCo-M) or without it (SGD: MoCo-v2)."""
+    MoCo-M) or without it (SGD: MoCo-v2), for the training step ``policy`` (the trainer's)."""
     params = [p for p in model.parameters() if p.requires_grad]
     s = cfg.SOLVER
     if s.OPTIMIZER not in OPTIMIZERS:
         raise ValueError(f"SOLVER.OPTIMIZER = {s.OPTIMIZER!r}: expected one of {OPTIMIZERS}")
     return LARS(
         params, lr=s.BASE_LR, momentum=s.MOMENTUM, weight_decay=s.WEIGHT_DECAY, eta=s.LARS_ETA,
-        adapt=s.OPTIMIZER == "LARS", device_lr=StepPolicy.from_config(cfg).device_lr,
+        adapt=s.OPTIMIZER == "LARS", device_lr=policy.device_lr,
     )  # fmt: skip
 
 

@@ -77,13 +77,14 @@ def split_images(
 
 
 def centre_crop_features(
-    data: TransferData, split: str, backbone: EvalBackbone, cfg: CfgNode, device: torch.device | str
+    data: TransferData, split: str, net: nn.Module, cfg: CfgNode, device: torch.device | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features (N, D) and labels (N,) of ``split`` on the evaluation pipeline, not cached."""
+    """Outputs (N, D) of ``net`` (the backbone: features; a fine-tuned network: logits) and
+    labels (N,) of ``split`` on the evaluation pipeline, not cached."""
     transform = eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
     dataset, expected = split_images(data, [split], transform)
     feats, labels = extract_features(
-        backbone.model,
+        net,
         dataset,
         device,
         cfg.FEATURES.BATCH_SIZE,
@@ -112,9 +113,7 @@ def train_heads_augmented(
     t = cfg.TRANSFER
     dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
     heads = LinearHeads(backbone.feature_dim, data.num_classes, len(lrs), cfg.SEED)
-    model = SweepProbe(
-        backbone.model, backbone.feature_dim, data.num_classes, device, classifier=heads
-    )
+    model = SweepProbe(backbone.model, heads, device)
     optimizer = torch.optim.SGD(
         [{"params": h.parameters(), "lr": lr} for h, lr in zip(model.classifier, lrs, strict=True)],
         lr=float(lrs[0]),

@@ -4,7 +4,7 @@ after Kornblith et al. 2019; the recipe and its source are quoted in docs/evalua
 Per dataset: one run per (lr, weight decay) point of :func:`search_grid` on ``train``, scored on
 ``val`` by the dataset's metric; the best point (:func:`select_point`) is retrained on
 ``train + val`` and scored on ``test``. Every run is semi-supervised fine-tuning's model
-(:class:`.semi.FineTuneClassifier`: backbone + linear layer, all trained) on the classification
+(:class:`.probe.Classifier`: backbone + linear layer, all trained) on the classification
 engine (:func:`.engine.run_training`), with RandomResizedCrop + flip images; val and test are
 scored on centre crops. Each point leaves ``point.json`` (its score) in
 ``<output>/finetune/<key>/<point>/``: a resumed run (``--resume``) skips finished points and
@@ -29,26 +29,22 @@ from fvcore.common.config import CfgNode
 from fvcore.common.param_scheduler import ConstantParamScheduler, CosineParamScheduler
 from torch import nn
 
-from pretrain.evaluation.features import extract_features
-
-from .augmented import split_images
+from .augmented import centre_crop_features, split_images
 from .backbone import EvalBackbone
 from .engine import infinite_batches, iters_per_epoch, run_stage, run_training, wrap_ddp
-from .linear import best_index, log_spaced
+from .linear import best_index, linear_head, log_spaced
 from .metrics import score
-from .semi import FineTuneClassifier
+from .probe import Classifier
 from .transfer_datasets import TransferData
-from .transforms import eval_transform, train_transform
+from .transforms import train_transform
 
 __all__ = [
+    "FineTuning",
     "SearchPoint",
     "bn_momentum",
-    "fine_tune",
     "finetune_search",
-    "point_score",
     "search_grid",
     "select_point",
-    "split_logits",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,86 +107,90 @@ def finetune_search(
     return scores, select_point(scores)
 
 
-def fine_tune(
-    data: TransferData,
-    splits: Sequence[str],
-    backbone: EvalBackbone,
-    cfg: CfgNode,
-    point: SearchPoint,
-    device: torch.device | str,
-    output_dir: str,
-    resume: bool = False,
-) -> FineTuneClassifier:
-    """A fresh copy of ``backbone`` plus a linear layer, trained ``FINETUNE.ITERS`` steps on
-    augmented images of ``splits`` at ``point``; with ``resume`` continued from
-    ``output_dir``'s last checkpoint."""
-    f = cfg.FINETUNE
-    dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.SEED)  # the same classifier initialisation at every point
-        model = FineTuneClassifier(
-            copy.deepcopy(backbone.model), backbone.feature_dim, data.num_classes, device
+@dataclass(frozen=True)
+class FineTuning:
+    """One dataset's fine-tuning runs, each a fresh copy of ``backbone`` plus a linear layer
+    trained with ``cfg.FINETUNE`` on ``device``; with ``resume``, a run interrupted before
+    continues from its last checkpoint."""
+
+    data: TransferData
+    backbone: EvalBackbone
+    cfg: CfgNode
+    device: torch.device | str
+    resume: bool = False
+
+    def fine_tune(self, splits: Sequence[str], point: SearchPoint, output_dir: str) -> Classifier:
+        """The network trained ``FINETUNE.ITERS`` steps on augmented images of ``splits`` at
+        ``point``, its checkpoints in ``output_dir``."""
+        data, cfg, f = self.data, self.cfg, self.cfg.FINETUNE
+        dataset, _ = split_images(data, splits, train_transform(cfg.INPUT.CROP))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.SEED)  # the same classifier initialisation at every point
+            head = linear_head(
+                self.backbone.feature_dim, data.num_classes, torch.Generator().manual_seed(cfg.SEED)
+            )
+            model = Classifier(copy.deepcopy(self.backbone.model), head, self.device)
+        if f.BN_MOMENTUM_PER_EPOCH:
+            momentum = bn_momentum(iters_per_epoch(len(dataset), f.BATCH_SIZE))
+            for m in model.modules():
+                if isinstance(m, _BATCH_NORMS):
+                    m.momentum = momentum
+        optimizer = torch.optim.SGD(
+            model.parameters(),
+            lr=point.lr,
+            momentum=f.MOMENTUM,
+            nesterov=f.NESTEROV and f.MOMENTUM > 0,
+            weight_decay=point.wd,
         )
-    if f.BN_MOMENTUM_PER_EPOCH:
-        momentum = bn_momentum(iters_per_epoch(len(dataset), f.BATCH_SIZE))
-        for m in model.modules():
-            if isinstance(m, _BATCH_NORMS):
-                m.momentum = momentum
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=point.lr,
-        momentum=f.MOMENTUM,
-        nesterov=f.NESTEROV and f.MOMENTUM > 0,
-        weight_decay=point.wd,
-    )
-    schedule = (
-        CosineParamScheduler(1.0, 0.0) if f.SCHEDULE == "cosine" else ConstantParamScheduler(1.0)
-    )
-    os.makedirs(output_dir, exist_ok=True)
+        schedule = (
+            CosineParamScheduler(1.0, 0.0)
+            if f.SCHEDULE == "cosine"
+            else ConstantParamScheduler(1.0)
+        )
+        os.makedirs(output_dir, exist_ok=True)
 
-    def batches(start: int) -> Iterator:  # iteration t's batch depends on (SEED, t) only
-        return infinite_batches(dataset, f.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED, start)
+        def batches(start: int) -> Iterator:  # iteration t's batch depends on (SEED, t) only
+            return infinite_batches(
+                dataset, f.BATCH_SIZE, cfg.FEATURES.NUM_WORKERS, cfg.SEED, start
+            )
 
-    run_training(
-        wrap_ddp(model, model.device),
-        optimizer,
-        batches,
-        f.ITERS,
-        schedule,
-        cfg,
-        dict,  # scored by the caller on val / test centre crops
-        checkpoint_model=model,
-        resume=resume,
-        output_dir=output_dir,
-        eval_period=0,
-        checkpoint_period=f.CHECKPOINT_PERIOD,
-    )
-    return model
+        run_training(
+            wrap_ddp(model, model.device),
+            optimizer,
+            batches,
+            f.ITERS,
+            schedule,
+            cfg,
+            dict,  # scored by the caller on val / test centre crops
+            checkpoint_model=model,
+            resume=self.resume,
+            output_dir=output_dir,
+            eval_period=0,
+            checkpoint_period=f.CHECKPOINT_PERIOD,
+        )
+        return model
 
+    def point_score(
+        self, splits: Sequence[str], split: str, point: SearchPoint, output_dir: str
+    ) -> float:
+        """``split``'s score after fine-tuning on ``splits`` at ``point``: a stage of the search
+        (:func:`.engine.run_stage`, recorded in ``output_dir/point.json``), read back when that
+        point finished before, else trained (continued from its last checkpoint with
+        ``resume``), scored and recorded; the point's checkpoints are then deleted."""
 
-def split_logits(
-    model: FineTuneClassifier,
-    data: TransferData,
-    split: str,
-    cfg: CfgNode,
-    device: torch.device | str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits (N, C) and labels of ``split``'s centre crops through the fine-tuned network."""
-    dataset, expected = split_images(
-        data, [split], eval_transform(cfg.INPUT.RESIZE, cfg.INPUT.CROP)
-    )
-    net = nn.Sequential(model.backbone, nn.Flatten(1), model.head)
-    logits, labels = extract_features(
-        net,
-        dataset,
-        device,
-        cfg.FEATURES.BATCH_SIZE,
-        cfg.FEATURES.NUM_WORKERS,
-        desc=f"{data.key}/{split} fine-tuned",
-    )
-    if not torch.equal(labels, expected):
-        raise RuntimeError(f"{data.key}/{split}: labels from the loader differ from the index")
-    return logits, labels
+        data, cfg = self.data, self.cfg
+
+        def work() -> dict:
+            model = self.fine_tune(splits, point, output_dir)
+            net = nn.Sequential(model.backbone, nn.Flatten(1), model.head)  # images -> logits
+            value = score(data.metric, *centre_crop_features(data, split, net, cfg, self.device))
+            entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
+            return entry | {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}
+
+        done = run_stage(output_dir, work, results=POINT_FILE)
+        if comm.is_main_process():
+            _drop_checkpoints(output_dir)
+        return float(done["score"])
 
 
 def _drop_checkpoints(output_dir: str) -> None:
@@ -198,31 +198,3 @@ def _drop_checkpoints(output_dir: str) -> None:
     for path in [*glob.glob(os.path.join(output_dir, "model_*.pth")), tag]:
         if os.path.isfile(path):
             os.remove(path)
-
-
-def point_score(
-    data: TransferData,
-    splits: Sequence[str],
-    split: str,
-    backbone: EvalBackbone,
-    cfg: CfgNode,
-    point: SearchPoint,
-    device: torch.device | str,
-    output_dir: str,
-    resume: bool = False,
-) -> float:
-    """``split``'s score after fine-tuning on ``splits`` at ``point``: a stage of the search
-    (:func:`.engine.run_stage`, recorded in ``output_dir/point.json``), read back when that
-    point finished before, else trained (with ``resume`` continued from its last checkpoint),
-    scored and recorded; the point's checkpoints are then deleted."""
-
-    def work() -> dict:
-        model = fine_tune(data, splits, backbone, cfg, point, device, output_dir, resume)
-        value = score(data.metric, *split_logits(model, data, split, cfg, device))
-        entry = {"lr": point.lr, "wd": point.wd, "trained_on": list(splits), "scored_on": split}
-        return entry | {"metric": data.metric, "score": value, "iters": cfg.FINETUNE.ITERS}
-
-    done = run_stage(output_dir, work, results=POINT_FILE)
-    if comm.is_main_process():
-        _drop_checkpoints(output_dir)
-    return float(done["score"])

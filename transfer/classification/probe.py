@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from fvcore.common.config import CfgNode
 from torch import nn
 from torch.utils.data import Dataset
@@ -20,9 +19,15 @@ from pretrain.data.datasets import dataset_type
 from .backbone import EvalBackbone
 from .datasets import labelled_sets
 from .engine import evaluate_topk, supervised_sets, train_supervised, wrap_ddp
-from .linear import linear_head
+from .linear import classification_loss, linear_head
 
-__all__ = ["LinearProbe", "ProbeResult", "build_classification_sets", "run_linear_probe"]
+__all__ = [
+    "Classifier",
+    "LinearProbe",
+    "ProbeResult",
+    "build_classification_sets",
+    "run_linear_probe",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,43 +38,48 @@ def build_classification_sets(cfg: CfgNode, data_root: str) -> tuple[Dataset, Da
     return labelled_sets(kind, data_root, cfg.DATA.CLASS_LIST, image_size=cfg.DATA.IMAGE_SIZE)
 
 
-class LinearProbe(nn.Module):
-    """Frozen backbone + linear layer; ``forward((images, labels))`` returns the loss dict.
-    ``classifier`` replaces the default :func:`.linear.linear_head` (:mod:`.augmented`)."""
+class Classifier(nn.Module):
+    """A backbone and a head on ``device``, the model of every protocol that trains on images:
+    whole in fine-tuning (:mod:`.semi`, :mod:`.finetune`), the head alone in :class:`LinearProbe`;
+    ``forward((images, labels))`` returns the loss dict (:func:`.linear.classification_loss`)."""
 
-    def __init__(
-        self,
-        backbone: nn.Module,
-        feature_dim: int,
-        num_classes: int,
-        device: torch.device | str,
-        classifier: nn.Module | None = None,
-    ) -> None:
+    def __init__(self, backbone: nn.Module, head: nn.Module, device: torch.device | str) -> None:
         super().__init__()
         self.device = torch.device(device)
-        self.backbone = backbone.requires_grad_(False).to(self.device)
-        if classifier is None:
-            classifier = linear_head(feature_dim, num_classes)
-        self.classifier = classifier.to(self.device)
-        self.head = wrap_ddp(self.classifier, self.device)  # DDP on the linear layer only
+        self.backbone, self.head = backbone.to(self.device), head.to(self.device)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.backbone(images.to(self.device, non_blocking=True)).flatten(1)
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images))
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        images, labels = batch
+        logits = self.head(self.features(images))  # through DDP where the head is wrapped
+        return {"loss_cls": classification_loss(logits, labels.to(self.device))}
+
+
+class LinearProbe(Classifier):
+    """A frozen backbone in eval mode (BatchNorm keeps its pretrained statistics) and a trained
+    ``head`` (:func:`.linear.linear_head`, or :mod:`.augmented`'s heads), alone in DDP."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, device: torch.device | str) -> None:
+        super().__init__(backbone.requires_grad_(False), head, device)
+        self.classifier = head  # the layer itself; ``head`` is it in DDP
+        self.head = wrap_ddp(head, self.device)
 
     def train(self, mode: bool = True) -> LinearProbe:
-        # The backbone is a fixed feature extractor: BatchNorm keeps its pretrained statistics.
         super().train(mode)
         self.backbone.eval()
         return self
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return self.backbone(images.to(self.device, non_blocking=True)).flatten(1)
+            return super().features(images)
 
-    def logits(self, images: torch.Tensor) -> torch.Tensor:
+    def logits(self, images: torch.Tensor) -> torch.Tensor:  # scoring: outside DDP
         return self.classifier(self.features(images))
-
-    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
-        images, labels = batch
-        logits = self.head(self.features(images))
-        return {"loss_cls": F.cross_entropy(logits, labels.to(self.device))}
 
 
 @dataclass
@@ -99,7 +109,7 @@ def run_linear_probe(
     s = cfg.SOLVER
     # the head drawn from SEED, not from whatever the global generator holds
     head = linear_head(backbone.feature_dim, num_classes, torch.Generator().manual_seed(cfg.SEED))
-    model = LinearProbe(backbone.model, backbone.feature_dim, num_classes, device, head)
+    model = LinearProbe(backbone.model, head, device)
     optimizer = torch.optim.SGD(
         model.classifier.parameters(),
         lr=s.BASE_LR,

@@ -18,7 +18,6 @@ import torch
 import yaml
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
-from torch import nn
 from torch.utils.data import Dataset
 
 from pretrain.data.datasets import IMAGEFOLDER, TransformedDataset
@@ -29,37 +28,12 @@ from pretrain.utils.errors import DatasetError
 from .backbone import EvalBackbone
 from .datasets import labelled_sets, read_subset_file, subset_indices
 from .engine import evaluate_topk, run_stage, supervised_sets, train_supervised, wrap_ddp
-from .linear import best_index, classification_loss, linear_head, log_spaced
+from .linear import best_index, linear_head, log_spaced
+from .probe import Classifier
 
-__all__ = ["FineTuneClassifier", "SemiResult", "heldout_indices", "run_semi_supervised"]
+__all__ = ["SemiResult", "heldout_indices", "run_semi_supervised"]
 
 logger = logging.getLogger(__name__)
-
-
-class FineTuneClassifier(nn.Module):
-    """Backbone + linear layer, all trained; ``forward((images, labels))`` -> loss dict."""
-
-    def __init__(
-        self,
-        backbone: nn.Module,
-        feature_dim: int,
-        num_classes: int,
-        device: torch.device | str,
-        seed: int = 0,
-    ) -> None:
-        super().__init__()
-        self.device = torch.device(device)
-        self.backbone = backbone
-        # drawn from ``seed``: every lr's head starts the same, whichever ran before it
-        self.head = linear_head(feature_dim, num_classes, torch.Generator().manual_seed(seed))
-        self.to(self.device)
-
-    def logits(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(images.to(self.device, non_blocking=True)).flatten(1))
-
-    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
-        images, labels = batch
-        return {"loss_cls": classification_loss(self.logits(images), labels.to(self.device))}
 
 
 def heldout_indices(targets: list[int], exclude: set[int], per_class: int, seed: int) -> list[int]:
@@ -124,7 +98,11 @@ def _fine_tune(
     # A fresh copy per lr: every run starts from the pretrained weights, sharing no parameter
     # with a previous run's DDP wrapper.
     net = copy.deepcopy(backbone.model)
-    model = FineTuneClassifier(net, backbone.feature_dim, data.num_classes, device, cfg.SEED)
+    # the head drawn from SEED: every lr's starts the same, whichever ran before it
+    head = linear_head(
+        backbone.feature_dim, data.num_classes, torch.Generator().manual_seed(cfg.SEED)
+    )
+    model = Classifier(net, head, device)
     optimizer = torch.optim.SGD(
         [
             {"params": model.backbone.parameters(), "lr": lr / s.HEAD_LR_MULT},

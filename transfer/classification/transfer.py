@@ -34,7 +34,7 @@ from .backbone import EvalBackbone
 from .config import TRANSFER_PROTOCOLS
 from .engine import run_stage, step_log
 from .features import FeatureCache, cached_features, check_index_labels, labels_digest
-from .finetune import SearchPoint, finetune_search, point_score, search_grid
+from .finetune import FineTuning, SearchPoint, finetune_search, search_grid
 from .linear import best_index, iterations_for, log_spaced, predict, train_linear_heads
 from .metrics import score
 from .references import FINETUNE_REFERENCES
@@ -139,7 +139,7 @@ def stage_dir(cfg: CfgNode, key: str, splits: Sequence[str]) -> str:
     return os.path.join(cfg.OUTPUT_DIR, cfg.TRANSFER.PROTOCOL, key, "+".join(splits))
 
 
-def _protocol(
+def transfer_dataset(
     data: TransferData,
     backbone: EvalBackbone,
     cfg: CfgNode,
@@ -147,9 +147,15 @@ def _protocol(
     device: torch.device | str,
     resume: bool = False,
     log_to: Sequence[str] = (),
-) -> tuple[TrainFn, EvalFn]:
-    """How classifiers are trained and which features they are scored on, per protocol."""
+) -> DatasetResult:
+    """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
+    ``cached_features`` protocol's, ``None`` for the others). Each search point is a stage
+    (:func:`.engine.run_stage`): one finished before is read back, the one interrupted runs
+    again (cached features: from its start, deterministic) or continues (augmented: from its
+    last checkpoint with ``resume``); ``finetune`` reads its finished points back."""
     t = cfg.TRANSFER
+    if t.PROTOCOL == "finetune":
+        return finetune_dataset(data, backbone, cfg, device, resume)
     if t.PROTOCOL == "augmented":
 
         def train_augmented(
@@ -162,9 +168,9 @@ def _protocol(
             )
 
         def centre_crops(split: str) -> tuple[torch.Tensor, torch.Tensor]:
-            return centre_crop_features(data, split, backbone, cfg, device)
+            return centre_crop_features(data, split, backbone.model, cfg, device)
 
-        return train_augmented, centre_crops
+        return _sweep_and_select(data, cfg, train_augmented, centre_crops)
     if t.PROTOCOL != "cached_features":
         raise ValueError(
             f"TRANSFER.PROTOCOL = {t.PROTOCOL!r}: choose from {list(TRANSFER_PROTOCOLS)}"
@@ -193,27 +199,15 @@ def _protocol(
     def cached(split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _gather(feats, data.splits[split])
 
-    return train_cached, cached
+    return _sweep_and_select(data, cfg, train_cached, cached)
 
 
-def transfer_dataset(
-    data: TransferData,
-    backbone: EvalBackbone,
-    cfg: CfgNode,
-    cache: FeatureCache | None,
-    device: torch.device | str,
-    resume: bool = False,
-    log_to: Sequence[str] = (),
+def _sweep_and_select(
+    data: TransferData, cfg: CfgNode, train: TrainFn, evaluate: EvalFn
 ) -> DatasetResult:
-    """Sweep, select on val, retrain on train+val, score test for one dataset (``cache``: the
-    ``cached_features`` protocol's, ``None`` for the others). Each search point is a stage
-    (:func:`.engine.run_stage`): one finished before is read back, the one interrupted runs
-    again (cached features: from its start, deterministic) or continues (augmented: from its
-    last checkpoint with ``resume``); ``finetune`` reads its finished points back."""
+    """The sweep on ``train`` scored on val, the best lr retrained on train+val, scored on test;
+    each a stage (:func:`.engine.run_stage`)."""
     t = cfg.TRANSFER
-    if t.PROTOCOL == "finetune":
-        return finetune_dataset(data, backbone, cfg, device, resume)
-    train, evaluate = _protocol(data, backbone, cfg, cache, device, resume, log_to)
     n_train, n_val = data.split_size("train"), data.split_size("val")
     budget = t.BUDGET[data.key.upper()]
     lrs = log_spaced(t.LR_RANGE[0], t.LR_RANGE[1], t.NUM_LRS)
@@ -274,18 +268,17 @@ def finetune_dataset(
 ) -> DatasetResult:
     """``TRANSFER.PROTOCOL finetune`` on one dataset: every (lr, wd) point of the search
     fine-tuned on train and scored on val, the best retrained on train+val and scored on test;
-    finished points are read back (:func:`.finetune.point_score`)."""
+    finished points are read back (:meth:`.finetune.FineTuning.point_score`)."""
     points = search_grid(cfg)
     root = os.path.join(cfg.OUTPUT_DIR, "finetune", data.key)
+    runs = FineTuning(data, backbone, cfg, device, resume)
 
     def on_val(p: SearchPoint) -> float:
-        out = os.path.join(root, p.tag)
-        return point_score(data, ["train"], "val", backbone, cfg, p, device, out, resume)
+        return runs.point_score(["train"], "val", p, os.path.join(root, p.tag))
 
     val_scores, best = finetune_search(points, on_val)
     chosen = points[best]
-    final = os.path.join(root, "final")
-    test = point_score(data, ["train", "val"], "test", backbone, cfg, chosen, device, final, resume)
+    test = runs.point_score(["train", "val"], "test", chosen, os.path.join(root, "final"))
     logger.info(
         "%s (finetune): val %s best at lr %.4g, wd %.4g; test %.2f%%",
         data.name,

@@ -18,6 +18,7 @@ from pretrain.data.color import (
     ColorSpec,
     Grayscale,
     Jitter,
+    Pick,
     apply_color_params,
     blur_radius,
     sample_color_params,
@@ -163,6 +164,14 @@ def test_an_unknown_pick_is_refused():
         apply_color_params(images(2), params, SOME, pick="static")
     with pytest.raises(ValueError, match="pick must be one of"):
         BatchColorAugment(SOME, pick="masks")
+
+
+def test_a_pick_missing_part_of_the_contract_cannot_be_made():
+    class HostOnly(Pick):  # no blur_
+        params = jitter_terms = select_ = lambda *a: None
+
+    with pytest.raises(TypeError, match="abstract method.* blur_"):
+        HostOnly()
 
 
 def test_the_loader_pins_color_params(monkeypatch):

@@ -25,6 +25,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from pretrain.config import load_config
+from pretrain.config.step_policy import StepPolicy
 from pretrain.data.loader import augment_views_on_device, build_batch_augment
 from pretrain.engine.step_count import measure
 from pretrain.engine.trainer import PretrainTrainer
@@ -97,13 +98,16 @@ def _static_batch(config: str, beta: float) -> tuple[torch.nn.Module, dict]:
         del opts["DATASETS.CLASS_LIST"], opts["INPUT.LARGE_SIZE"], opts["INPUT.SMALL_SIZE"]
     cfg = load_config(str(ROOT / "configs" / "pretrain" / config),
                       [str(x) for kv in opts.items() for x in kv])  # fmt: skip
-    model = build_model(cfg)
+    policy = StepPolicy.from_config(cfg)  # the trainer's, which it passes to the builders
+    model = build_model(cfg, policy=policy)
     model.set_beta(beta)
     g = torch.Generator().manual_seed(0)
     views = [torch.randint(0, 256, (4, 3, s, s), dtype=torch.uint8, generator=g)
              for s in model.view_sizes]  # fmt: skip
     batch = {"views": views, "seeds": torch.arange(4), "iteration": 0}
-    batch = augment_views_on_device(batch, build_batch_augment(cfg), "cpu", apply_color=True)
+    batch = augment_views_on_device(
+        batch, build_batch_augment(cfg, policy), "cpu", apply_color=True
+    )
     return model, {"views": batch["views"], "log_stats": True}
 
 

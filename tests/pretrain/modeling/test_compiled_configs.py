@@ -12,6 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from pretrain.config import load_config
+from pretrain.config.step_policy import StepPolicy
 from pretrain.data.loader import augment_views_on_device, build_batch_augment
 from pretrain.modeling import build_model
 from tests.helpers import ROOT
@@ -30,9 +31,10 @@ TINY = {"MODEL.DEVICE": "cpu", "MODEL.ARCH": "resnet18", "SOLVER.IMS_PER_BATCH":
 def _tiny_model(config: str) -> tuple[torch.nn.Module, float, list[dict]]:
     cfg = load_config(str(ROOT / "configs" / "pretrain" / config),
                       [str(x) for kv in TINY.items() for x in kv])  # fmt: skip
-    model = build_model(cfg).train()
+    policy = StepPolicy.from_config(cfg)  # the trainer's, which it passes to the builders
+    model = build_model(cfg, policy=policy).train()
     g = torch.Generator().manual_seed(0)
-    augment = build_batch_augment(cfg)
+    augment = build_batch_augment(cfg, policy)
     batches = []
     for step in range(3):
         views = [torch.randint(0, 256, (4, 3, s, s), dtype=torch.uint8, generator=g)

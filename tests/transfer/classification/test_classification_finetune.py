@@ -12,13 +12,12 @@ import torch
 
 from tests.helpers import ROOT
 from tests.helpers.classification import make_dtd, make_voc2007, single_thread  # noqa: F401
-from transfer.classification import finetune, transfer
 from transfer.classification.backbone import load_eval_backbone
 from transfer.classification.config import load_config, transfer_defaults
 from transfer.classification.finetune import (
+    FineTuning,
     SearchPoint,
     bn_momentum,
-    fine_tune,
     finetune_search,
     search_grid,
 )
@@ -88,7 +87,7 @@ def test_finetune_changes_every_backbone_parameter_fills_its_table_and_resumes(
 
     dtd = build_transfer_dataset("dtd", str(data_root / "dtd"))
     point = SearchPoint(0.1, 0.0)
-    model = fine_tune(dtd, ["train"], backbone, cfg, point, "cpu", str(tmp_path / "p"))
+    model = FineTuning(dtd, backbone, cfg, "cpu").fine_tune(["train"], point, str(tmp_path / "p"))
     after = dict(model.backbone.named_parameters())
     unchanged = [n for n, p in before.items() if torch.equal(p, after[n].detach())]
     assert not unchanged, f"not trained: {unchanged}"
@@ -114,7 +113,7 @@ def test_finetune_changes_every_backbone_parameter_fills_its_table_and_resumes(
     def refuse(*args, **kwargs):
         raise AssertionError("a finished dataset was trained again")
 
-    monkeypatch.setattr(transfer, "point_score", refuse)  # what a finished dataset must not reach
+    monkeypatch.setattr(FineTuning, "point_score", refuse)  # what a finished dataset must not reach
     again = run_transfer(cfg, backbone, resume=True)
     assert [r.test_score for r in again] == [r.test_score for r in results]
 
@@ -135,13 +134,13 @@ def test_an_interrupted_search_keeps_its_finished_points(tmp_path, monkeypatch):
     lost = search_grid(cfg)[2]
     os.remove(os.path.join(str(tmp_path / "run"), "finetune", "dtd", lost.tag, "point.json"))
     trained = []
-    real = finetune.fine_tune
+    real = FineTuning.fine_tune
 
-    def counting(data, splits, backbone, cfg, point, device, out, resume):
+    def counting(self, splits, point, out):
         trained.append(point)
-        return real(data, splits, backbone, cfg, point, device, out, resume)
+        return real(self, splits, point, out)
 
-    monkeypatch.setattr(finetune, "fine_tune", counting)
+    monkeypatch.setattr(FineTuning, "fine_tune", counting)
     again = run_transfer(cfg, backbone, resume=True)[0]
     assert trained == [lost]
     assert again.val_scores[:2] == first.val_scores[:2] and again.test_score == first.test_score

@@ -127,14 +127,14 @@ def test_semi_supervised_sweep_fine_tunes_whole_network(tmp_path, monkeypatch):
     initial = _snapshot(backbone.model)
     from transfer.classification import semi
 
-    models, real = [], semi.FineTuneClassifier
+    models, real = [], semi.Classifier
 
     def spy(net, *a, **kw):
         assert all(torch.equal(v, initial[k]) for k, v in net.state_dict().items())
         models.append(real(net, *a, **kw))
         return models[-1]
 
-    monkeypatch.setattr(semi, "FineTuneClassifier", spy)
+    monkeypatch.setattr(semi, "Classifier", spy)
     res = run_semi_supervised(cfg, backbone, data, "cpu")
 
     assert res.lrs == [0.1, 1.0] and res.num_labelled == 4 and res.best_lr in res.lrs
