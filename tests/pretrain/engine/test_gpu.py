@@ -196,7 +196,7 @@ def test_gpu_compiled_step_trains_like_the_eager_one(tmp_path, image_folder, mod
         lines = [json.loads(x) for x in (out / "metrics.json").read_text().splitlines()]
         losses[name] = [x["total_loss"] for x in lines if "total_loss" in x]
         del trainer
-        torch._dynamo.reset()
+        torch.compiler.reset()
     assert all(math.isfinite(x) for x in losses["compiled"])
     assert losses["compiled"][:2] == pytest.approx(losses["eager"][:2], rel=2e-2)
 

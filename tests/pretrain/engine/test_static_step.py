@@ -151,7 +151,7 @@ def test_the_compiled_step_equals_the_eager_one_and_compiles_once_per_beta_phase
     the GPU configs): the first iterations' losses within bfloat16's rounding (the traced
     graph's decompositions round differently), and no recompile after the first step (the key
     encoder's bfloat16 weights are cast in the graph, not kept from the first call)."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     amp_opts = {"SOLVER.AMP.ENABLED": amp, "MODEL.CHANNELS_LAST": amp}
     eager, eager_state = _train(tmp_path, image_folder, "eager", **amp_opts)
     counters.clear()
