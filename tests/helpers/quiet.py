@@ -32,7 +32,8 @@ def redo_cuda_home_notice(monkeypatch: pytest.MonkeyPatch, cuda_home: Path) -> b
     if name in sys.modules:
         monkeypatch.setattr(torch.utils, "cpp_extension", sys.modules[name])  # put back after
         monkeypatch.delitem(sys.modules, name)
-    return bool(torch.cuda._is_compiled() and torch.version.cuda) and not torch.cuda.is_available()
+    cuda_build = torch.backends.cuda.is_built() and torch.version.cuda
+    return bool(cuda_build) and not torch.cuda.is_available()
 
 
 def record_loader_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -8,6 +8,7 @@ of the group behind, and, resumed, end with exactly the weights of an uninterrup
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -35,6 +36,7 @@ ENV.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 # The job SLURM would run (setup, logging, trainer, resume, train), plus a hook that announces
 # the end of iteration STOP_AFTER and waits there until the test's signal has reached the trainer.
 RUNNER = """
+import multiprocessing
 import time
 from detectron2.engine import HookBase
 from pretrain.cluster.jobs import PretrainJob
@@ -47,7 +49,8 @@ class WaitForSignal(HookBase):
             while not self.trainer.stop_on_signal.pending and time.time() < end:
                 time.sleep(0.01)
             time.sleep(0.5)  # time for the signal to kill the workers, were they not shielded
-            alive = [w.is_alive() for w in self.trainer._data_loader_iter._workers]
+            # the trainer's children: its data-loader workers
+            alive = [w.is_alive() for w in multiprocessing.active_children()]
             print("workers alive after the signal:", alive, flush=True)
 
 PretrainJob({config!r}, {opts!r}, [WaitForSignal()])()
@@ -136,11 +139,16 @@ class _SignalThenKillWorker(HookBase):
     def __init__(self, at: int):
         self.at = at
 
+    def before_train(self):
+        # this process's children before the loader starts its workers (other tests' leftovers)
+        self.others = {p.pid for p in multiprocessing.active_children()}
+
     def after_step(self):
         if self.trainer.iter != self.at:
             return
         os.kill(os.getpid(), signal.SIGTERM)
-        workers = self.trainer._data_loader_iter._workers
+        workers = [p for p in multiprocessing.active_children() if p.pid not in self.others]
+        assert workers  # the loader's (DATALOADER.NUM_WORKERS 1)
         for w in workers:
             os.kill(w.pid, signal.SIGKILL)
         for w in workers:  # dead, and not reaped (as join would), so torch's check sees them
@@ -167,19 +175,20 @@ def test_workers_killed_while_stopping_still_give_the_checkpoint(data, reference
     _assert_same(reference, _params(_train(opts)))
 
 
-class _FailingLoader:
-    """The iterator of a loader whose worker died: raises as torch does from ``next``."""
+class _BrokenLoader:
+    """A loader whose worker died: its next batch raises as torch does from ``next``."""
 
-    def __init__(self, inner, fail_at: int, trainer):
-        self.inner, self.fail_at, self.trainer = inner, fail_at, trainer
+    def __iter__(self):
+        return self
 
     def __next__(self):
-        if self.trainer.iter == self.fail_at:
-            raise RuntimeError("DataLoader worker (pid(s) 12345) exited unexpectedly")
-        return next(self.inner)
+        raise RuntimeError("DataLoader worker (pid(s) 12345) exited unexpectedly")
 
 
 class _SignalAndBreakLoader(HookBase):
+    """After iteration ``at``: ``signum`` (if any) to this process, and the loader broken, so
+    that the batch of iteration ``at + 1`` cannot be fetched."""
+
     def __init__(self, at: int, signum: int | None):
         self.at, self.signum = at, signum
 
@@ -187,8 +196,7 @@ class _SignalAndBreakLoader(HookBase):
         if self.trainer.iter == self.at:
             if self.signum is not None:
                 os.kill(os.getpid(), self.signum)
-            t = self.trainer
-            t._data_loader_iter_obj = _FailingLoader(t._data_loader_iter, self.at + 1, t)
+            self.trainer.reset_data_loader(_BrokenLoader)
 
 
 def test_batch_lost_after_a_stop_signal_stops_before_it(data, tmp_path):

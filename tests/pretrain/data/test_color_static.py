@@ -130,7 +130,7 @@ def test_mask_pick_augmentation_is_one_graph():
     x = images(4)
     params = sample_color_params(4, SOME, torch.Generator().manual_seed(0))
     for group_by_size in (True, False):
-        torch._dynamo.reset()
+        torch.compiler.reset()
         explained = torch._dynamo.explain(
             lambda x, p, g=group_by_size: apply_color_params(x, p, SOME, g, pick="mask")
         )(x.clone(), params)
@@ -138,10 +138,10 @@ def test_mask_pick_augmentation_is_one_graph():
     views = uint8_views(0, n=2, sizes=((16, 2), (8, 1)))
     per_view = [sample_color_params(2, SOME, torch.Generator().manual_seed(i)) for i in range(3)]
     aug = BatchColorAugment(SOME, one_pass=True, pick="mask")
-    torch._dynamo.reset()
+    torch.compiler.reset()
     explained = torch._dynamo.explain(lambda v, p: aug(v, None, params=p))(views, per_view)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 @pytest.mark.parametrize("sigma", [(0.1, 2.0), (0.1, 0.5), (0.2, 0.7), (0.5, 1.0), (1 / 3, 1 / 3)])

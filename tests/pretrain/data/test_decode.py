@@ -14,7 +14,8 @@ import io
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+import torchvision.io
+from PIL import Image, JpegImagePlugin
 
 from pretrain.data import datasets
 from pretrain.data.datasets import (
@@ -143,14 +144,14 @@ def test_plain_jpegs_take_torchvisions_decoder(tmp_path, monkeypatch):
 def test_a_decoder_that_differs_from_pil_is_not_used(tmp_path, monkeypatch, no_cached_probe):
     """The probe compares the two decoders on JPEGs of four encodings, once per process; one
     grey level off anywhere and every JPEG decodes with PIL."""
-    real = datasets._turbo_decode
+    real = torchvision.io.decode_jpeg
 
-    def off_by_one(data: bytes) -> torch.Tensor:
-        out = real(data).clone()
+    def off_by_one(data: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        out = real(data, *args, **kwargs).clone()
         out[0, 0, 0] ^= 1
         return out
 
-    monkeypatch.setattr(datasets, "_turbo_decode", off_by_one)
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", off_by_one)
     assert not datasets.turbo_matches_pil()
     path = tmp_path / "x.jpg"
     _photo(64, 48).save(path, quality=90)
@@ -174,13 +175,34 @@ def test_sources_load_rgb_is_load(tmp_path):
     assert resized.load_rgb(0).shape == (32, 32, 3)
 
 
-def test_probe_images_cover_odd_sizes_and_four_encodings():
+def _probe_jpegs(monkeypatch) -> list[bytes]:
+    """The JPEGs a fresh probe hands torchvision's decoder (the probe's result left fresh)."""
+    seen, real = [], torchvision.io.decode_jpeg
+
+    def recording(data: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        seen.append(data.numpy().tobytes())
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", recording)
+    datasets.turbo_matches_pil.cache_clear()
+    try:
+        assert datasets.turbo_matches_pil()
+    finally:
+        datasets.turbo_matches_pil.cache_clear()
+    return seen
+
+
+def test_probe_images_cover_odd_sizes_and_four_encodings(monkeypatch):
     """The probe decodes what the fast path will see: partial MCUs, 4:2:0/4:2:2/4:4:4,
     progressive and restart markers (a probe of easy cases would pass a wrong decoder)."""
-    encodings = datasets._PROBE_ENCODINGS
-    assert {e["subsampling"] for e in encodings} == {"4:2:0", "4:2:2", "4:4:4"}
-    assert any(e.get("progressive") for e in encodings)
-    assert any(e.get("restart_marker_blocks") for e in encodings)
+    jpegs = _probe_jpegs(monkeypatch)
+    assert len(jpegs) >= 4
+    images = [Image.open(io.BytesIO(data)) for data in jpegs]
+    assert all(img.size[0] % 16 and img.size[1] % 16 for img in images)  # partial MCUs
+    # PIL's sampling codes: 0 is 4:4:4, 1 is 4:2:2, 2 is 4:2:0
+    assert {JpegImagePlugin.get_sampling(img) for img in images} == {0, 1, 2}
+    assert any(img.info.get("progressive") for img in images)
+    assert any(b"\xff\xdd" in data for data in jpegs)  # a DRI segment: restart markers
 
 
 def test_fast_path_reads_each_file_once(tmp_path, monkeypatch):
@@ -201,8 +223,13 @@ def test_fast_path_reads_each_file_once(tmp_path, monkeypatch):
 
 
 def test_probe_result_is_cached(no_cached_probe, monkeypatch):
+    """The probe decodes once per process: a second call decodes nothing."""
     calls = []
-    real = datasets._turbo_decode
-    monkeypatch.setattr(datasets, "_turbo_decode", lambda d: calls.append(1) or real(d))
-    assert datasets.turbo_matches_pil() and datasets.turbo_matches_pil()
-    assert len(calls) == len(datasets._PROBE_ENCODINGS)
+    real = torchvision.io.decode_jpeg
+    monkeypatch.setattr(
+        torchvision.io, "decode_jpeg", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    assert datasets.turbo_matches_pil()
+    first = len(calls)
+    assert first >= 4 and datasets.turbo_matches_pil()
+    assert len(calls) == first

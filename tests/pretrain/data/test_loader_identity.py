@@ -22,11 +22,13 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
 from pretrain.config.defaults import load_config
-from pretrain.data.color import ColorParams, sample_color_params
+from pretrain.data import transforms
+from pretrain.data.color import ColorParams, ColorSpec, apply_color_params, sample_color_params
 from pretrain.data.datasets import BadImageError, build_source, to_rgb
 from pretrain.data.loader import build_pretrain_loader, build_train_transform
 from pretrain.data.sampler import IterationBatchSampler
-from pretrain.data.transforms import MultiCropTransform, _crop_resize, sample_crop_boxes
+from pretrain.data.transforms import CropSpec, MultiCropTransform, sample_crop_boxes
+from pretrain.utils.pixels import to_unit_float
 from tests.helpers import ROOT, tiny_opts
 from tests.helpers.analysis import make_fashion_mnist
 from transfer.classification.demo import DEMO_CONFIG
@@ -92,8 +94,11 @@ def reference_views(img: Image.Image, transform: MultiCropTransform, g: torch.Ge
         for box, flip in zip(boxes, flips.tolist(), strict=True):
             out = TF.resized_crop(image, *box, [spec.size, spec.size], antialias=True)[0]
             crops.append((out.flip(-1) if flip else out).contiguous())
-        if not transform.color_on_device:
-            crops = transform._color(torch.stack(crops), g).unbind(0)
+        if not transform.color_on_device:  # colour in the worker, rounded back to uint8 once
+            x = torch.stack(crops)
+            params = sample_color_params(x.shape[0], transform.color, g)
+            y = apply_color_params(to_unit_float(x), params, transform.color)
+            crops = y.mul_(255.0).round_().clamp_(0.0, 255.0).to(torch.uint8).unbind(0)
         views.extend(crops)
     return views
 
@@ -217,10 +222,15 @@ def test_fashion_mnist_batches_are_unchanged(tmp_path, workers):
     ],
 )
 @pytest.mark.parametrize("flip", [False, True])
-def test_crop_resize_is_torchvision_resized_crop(box, size, flip):
-    image = torch.from_numpy(np.array(_photo(120, 90, 1))).permute(2, 0, 1).unsqueeze(0)
+def test_crop_resize_is_torchvision_resized_crop(box, size, flip, monkeypatch):
+    """A view of ``box`` (the crop-box draw fixed to it), flipped or not, is torchvision's
+    ``resized_crop`` of the image, bit for bit."""
+    hwc = torch.from_numpy(np.array(_photo(120, 90, 1)))
+    image = hwc.permute(2, 0, 1).unsqueeze(0)
     ref = TF.resized_crop(image, *box, [size, size], antialias=True)[0]
     ref = (ref.flip(-1) if flip else ref).contiguous()
-    out = _crop_resize(image, box, size, flip)
+    monkeypatch.setattr(transforms, "sample_crop_boxes", lambda *args: [box])
+    spec = CropSpec(size=size, scale=(0.5, 1.0), count=1, flip_prob=float(flip))
+    (out,) = MultiCropTransform([spec], ColorSpec())(hwc, torch.Generator().manual_seed(0))
     assert out.is_contiguous() and out.shape == (3, size, size)
     assert torch.equal(out, ref)

@@ -196,16 +196,17 @@ def test_gpu_compiled_step_trains_like_the_eager_one(tmp_path, image_folder, mod
         lines = [json.loads(x) for x in (out / "metrics.json").read_text().splitlines()]
         losses[name] = [x["total_loss"] for x in lines if "total_loss" in x]
         del trainer
-        torch._dynamo.reset()
+        torch.compiler.reset()
     assert all(math.isfinite(x) for x in losses["compiled"])
     assert losses["compiled"][:2] == pytest.approx(losses["eager"][:2], rel=2e-2)
 
 
 def test_gpu_prefetcher_copies_the_next_batch_on_a_side_stream():
-    """The batches arrive on the GPU equal to the loader's, the copy of each issued (on the
-    side stream) before the previous one is handed over."""
+    """The batches arrive on the GPU equal to the loader's (a ShufflePlan as a plan), the copy
+    of each issued (on the side stream) before the previous one is handed over."""
     from pretrain.data.color import ColorSpec, sample_color_params
     from pretrain.data.prefetch import prefetch_to_device
+    from pretrain.utils.shuffle_plan import ShufflePlan, shuffle_plan
 
     g = torch.Generator().manual_seed(0)
 
@@ -214,8 +215,9 @@ def test_gpu_prefetcher_copies_the_next_batch_on_a_side_stream():
 
     batches = [
         {"views": [view()], "color_params": [sample_color_params(4, ColorSpec(), g).pin_memory()],
+         "shuffle_plans": [shuffle_plan(i, 2, 4, 2, rank=1).pin_memory()],
          "seeds": torch.arange(4)}
-        for _ in range(3)
+        for i in range(3)
     ]  # fmt: skip
     it = iter(prefetch_to_device(batches, "cuda"))
     got = list(it)
@@ -225,4 +227,7 @@ def test_gpu_prefetcher_copies_the_next_batch_on_a_side_stream():
         torch.testing.assert_close(have["views"][0].cpu(), want["views"][0], rtol=0, atol=0)
         for k, t in want["color_params"][0].tensors.items():
             torch.testing.assert_close(have["color_params"][0].tensors[k].cpu(), t)
+        (plan,) = have["shuffle_plans"]
+        assert isinstance(plan, ShufflePlan) and plan.table.is_cuda
+        assert torch.equal(plan.table.cpu(), want["shuffle_plans"][0].table)
     assert it.stream != torch.cuda.current_stream()

@@ -20,7 +20,7 @@ class _Scaled(torch.nn.Module):
 
 
 def test_a_recompile_is_told_in_one_line_naming_the_guard_and_its_source_line():
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = _Scaled()
     step = torch.compile(module, backend="eager", dynamic=False)
     told: list[str] = []

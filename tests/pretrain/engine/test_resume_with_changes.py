@@ -17,6 +17,7 @@ from detectron2.engine import HookBase
 from pretrain.config.defaults import ConfigError, load_config
 from pretrain.engine.hooks import BetaSchedule
 from pretrain.engine.run import run_pretraining
+from pretrain.engine.trainer import PretrainTrainer
 from pretrain.solver.build import lr_multiplier
 from tests.helpers import tiny_opts
 from transfer.classification.demo import DEMO_CONFIG
@@ -100,7 +101,18 @@ def test_a_lower_lr_after_a_divergence_resumes_exactly_and_is_recorded(tmp_path,
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_finished_run_is_extended_keeping_its_final_model_and_beta_switch(tmp_path, image_folder):
+def test_a_finished_run_is_extended_keeping_its_final_model_and_beta_switch(
+    tmp_path, image_folder, monkeypatch
+):
+    registered: dict[int, list] = {}  # the hooks each trainer registers, by id(trainer)
+    register = PretrainTrainer.register_hooks
+
+    def recording(self, hooks) -> None:
+        hooks = list(hooks)
+        registered.setdefault(id(self), []).extend(hooks)
+        register(self, hooks)
+
+    monkeypatch.setattr(PretrainTrainer, "register_hooks", recording)
     out = tmp_path / "run"
     beta = {"LOSS.BETA_INF_EPOCHS": 1.0}  # beta = inf for the first 3 iterations
     first = _run(tiny_opts(image_folder, out, **beta))
@@ -125,7 +137,7 @@ def test_a_finished_run_is_extended_keeping_its_final_model_and_beta_switch(tmp_
     assert _logged_lr(out, 6) > entry["lr"]["from"]
 
     def switch(trainer) -> int:
-        [hook] = [h for h in trainer._hooks if isinstance(h, BetaSchedule)]
+        [hook] = [h for h in registered[id(trainer)] if isinstance(h, BetaSchedule)]
         return next(i for i in range(9) if math.isfinite(hook.scheduler(i / hook.max_iter)))
 
     assert switch(first) == switch(extended) == 3

@@ -18,7 +18,8 @@ from detectron2.engine import HookBase
 from pretrain.config import load_config
 from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, sample_color_params
 from pretrain.engine.step_count import measure
-from pretrain.engine.trainer import PretrainTrainer
+from pretrain.engine.trainer import NonFiniteLossError, PretrainTrainer
+from pretrain.utils.errors import LoracError
 from tests.helpers import ROOT, tiny_opts
 
 DEMO_CONFIG = str(ROOT / "configs" / "pretrain" / "demo_fashion_mnist_r18.yaml")
@@ -39,24 +40,20 @@ def test_no_host_sync_in_a_non_logging_iteration(config, syncs):
     assert all(k.startswith("_linalg_eigh") for k in m["syncs_by_source"])
 
 
-def test_the_counter_sees_a_host_sync_and_moco_m_makes_none():
-    """MoCo-M's step with one ``.item()`` added reports exactly it: the counter sees a sync, and
-    the step itself makes none."""
+def test_the_counter_sees_a_host_sync_and_moco_m_makes_none(monkeypatch):
+    """MoCo-M's step with one ``.item()`` added (by a hook, after the backward) reports exactly
+    it: the counter sees a sync, and the step itself makes none."""
 
-    original = PretrainTrainer._backward_and_step
+    class ReadAGradient(HookBase):
+        def after_backward(self):
+            next(self.trainer.model.parameters()).grad.sum().item()
 
-    def with_a_read(self, total):
-        original(self, total)
-        total.item()
-
-    PretrainTrainer._backward_and_step = with_a_read
-    try:
-        m = measure("configs/pretrain/demo_fashion_mnist_r18_mocom.yaml", procs=1)
-    finally:
-        PretrainTrainer._backward_and_step = original
+    monkeypatch.setattr(PretrainTrainer, "extra_hooks", lambda self: [ReadAGradient()])
+    m = measure("configs/pretrain/demo_fashion_mnist_r18_mocom.yaml", procs=1)
     assert m["ops"] > 500
     assert m["host_syncs"] == 1
-    assert any("with_a_read" in where for where in m["syncs_by_source"])
+    assert any("(after_backward)" in where and "test_step_device_work.py" in where
+               for where in m["syncs_by_source"]), m["syncs_by_source"]  # fmt: skip
 
 
 @pytest.mark.parametrize("given", [False, True])
@@ -95,13 +92,29 @@ def test_non_finite_loss_between_logs_is_never_checkpointed(tmp_path, image_fold
                     next(self.trainer.model.encoder_q.parameters()).fill_(float("nan"))
 
     trainer.register_hooks([_Poison()])
-    with pytest.raises(FloatingPointError, match="non-finite loss at iteration 5"):
+    with pytest.raises(NonFiniteLossError, match="non-finite loss at iteration 5; ") as e:
         trainer.train()
+    assert isinstance(e.value, LoracError) and isinstance(e.value, FloatingPointError)
+    assert f"the last checkpoint, {out / 'model_0000003.pth'}, is intact" in str(e.value)
+    # a lower lr need not start afresh: the message says how to resume with one
+    resume = "the same command resumes from it (with --resume-with-changes SOLVER.BASE_LR"
+    assert resume in str(e.value)
     assert (out / "last_checkpoint").read_text() == "model_0000003.pth"
     assert not (out / "model_0000007.pth").exists()
     lines = [json.loads(line) for line in (out / "metrics.json").read_text().splitlines()]
     # no loss of the bad iterations was logged (the timer's and lr's values are)
     assert max(r["iteration"] for r in lines if "total_loss" in r) == 4
+
+
+def _train_forward(model, b: int) -> torch.Tensor:
+    """One training forward of ``model`` on random views of ``b`` images (one process, no
+    ShuffleBN groups); returns the keys it must enqueue: (J, b, d), the key encoder's on each key
+    crop."""
+    views = [torch.randn(b, 3, s, s) for s in model.view_sizes]
+    model.train()
+    model({"views": views})
+    with torch.no_grad():
+        return torch.stack([model.encoder_k(views[j]) for j in range(model.num_key_crops)])
 
 
 def test_queue_pointer_is_restored_from_a_checkpoint(tmp_path, image_folder):
@@ -117,31 +130,36 @@ def test_queue_pointer_is_restored_from_a_checkpoint(tmp_path, image_folder):
     model = fresh.model
     assert model.queue_ptr.tolist() == [48]
     before = model.queues.clone()
-    keys = torch.randn(1, 8, model.queues.shape[-1])
     for expected_ptr in (56, 0):
         start = model.queue_ptr.tolist()[0]
-        model._enqueue(keys)
+        keys = _train_forward(model, 8)
         assert model.queue_ptr.tolist() == [expected_ptr]
-        torch.testing.assert_close(model.queues[0, start : start + 8], keys[0], rtol=0, atol=0)
+        torch.testing.assert_close(model.queues[0, start : start + 8], keys[0], rtol=0, atol=1e-6)
     torch.testing.assert_close(model.queues[0, :48], before[0, :48], rtol=0, atol=0)
 
 
 def test_each_queue_is_written_at_its_own_pointer():
-    """Two key crops, pointers apart: one index_copy_ writes each queue's rows."""
+    """Two key crops, pointers apart: one training forward writes each queue's rows at its own
+    pointer, and no other row."""
     from pretrain.modeling import build_model
 
     opts = {"MODEL.QUEUE_SIZE": 16, "SOLVER.IMS_PER_BATCH": 4, "DATASETS.ROOT": "/x",
-            "MODEL.DEVICE": "cpu"}  # fmt: skip
+            "MODEL.DEVICE": "cpu", "INPUT.LARGE_SIZE": 32, "INPUT.SMALL_SIZE": 16,
+            "MODEL.CHANNELS_LAST": False}  # fmt: skip
     cfg = load_config(
         str(ROOT / "configs" / "pretrain" / "in100_r18_lorac_beta2.yaml"),
         [str(x) for kv in {**opts, "DATASETS.CLASS_LIST": ""}.items() for x in kv],
     )
     model = build_model(cfg)
+    assert model.num_key_crops == 2
     model.queue_ptr.copy_(torch.tensor([4, 12]))
-    keys = torch.randn(2, 4, model.queues.shape[-1])
-    model._enqueue(keys)
-    torch.testing.assert_close(model.queues[0, 4:8], keys[0], rtol=0, atol=0)
-    torch.testing.assert_close(model.queues[1, 12:16], keys[1], rtol=0, atol=0)
+    before = model.queues.clone()
+    keys = _train_forward(model, 4)
+    torch.testing.assert_close(model.queues[0, 4:8], keys[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(model.queues[1, 12:16], keys[1], rtol=0, atol=1e-6)
+    written = (model.queues != before).any(-1)  # (J, K)
+    assert written[0].nonzero().flatten().tolist() == [4, 5, 6, 7]
+    assert written[1].nonzero().flatten().tolist() == [12, 13, 14, 15]
     assert model.queue_ptr.tolist() == [8, 0]
 
 

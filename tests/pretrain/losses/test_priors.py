@@ -24,6 +24,7 @@ from pretrain.losses.priors import (
     NoPrior,
     Prior,
     build_prior,
+    register_prior,
 )
 
 
@@ -142,8 +143,10 @@ def test_config_accepts_a_prior_registered_after_import(monkeypatch, tmp_path):
     class HalfLaplace(LaplacePrior):
         name = "half_laplace"
 
-    # the registry's own map, restored by monkeypatch (fvcore offers no unregister)
-    monkeypatch.setitem(PRIOR_REGISTRY._obj_map, HalfLaplace.name, HalfLaplace)
+    # fvcore's Registry has no unregister: the registration goes into a copy of its map, which
+    # monkeypatch swaps back after the test (the one way to leave the registry as it was)
+    monkeypatch.setattr(PRIOR_REGISTRY, "_obj_map", dict(PRIOR_REGISTRY))
+    register_prior(HalfLaplace)  # as a user's module does
     cfg = get_cfg()
     cfg.DATASETS.ROOT = str(tmp_path)
     cfg.LOSS.PRIOR = "half_laplace"

@@ -78,10 +78,12 @@ def test_shufflebn_keys_are_the_key_encoders_keys_of_each_bn_group(splits, chann
     the un-shuffled key encoder's on the BN group the plan puts its row in, on its row."""
     _, model, batch = _tiny(**{"MODEL.KEY_BN_SPLITS": splits,
                                "MODEL.CHANNELS_LAST": channels_last})  # fmt: skip
-    x = model._prepare({"views": [torch.randn(v.shape) for v in batch["views"]]})[0]
-    model.encoder_k.train()
+    views = [torch.randn(v.shape) for v in batch["views"]]
     (plan,) = _plans(3, splits)
-    keys = model._encode_keys(x, plan, None)
+    model.train()  # a training forward enqueues its keys: the queue (8 rows, at 0) is all of them
+    model({"views": views, "shuffle_plans": [plan]})
+    keys = model.queues[0]
+    x = views[0].contiguous(memory_format=torch.channels_last) if channels_last else views[0]
     want = torch.empty_like(keys)
     with torch.no_grad():
         for rows in plan.global_order().tensor_split(splits):

@@ -186,7 +186,7 @@ def _compiled_cases(rank: int) -> list[dict]:
 
     results = []
     for autocast, channels_last in CASES:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         torch.manual_seed(0)
         bn = convert_batchnorm(nn.BatchNorm2d(C), SyncBatchNorm)
         nn.init.uniform_(bn.weight, 0.5, 1.5)

@@ -97,7 +97,7 @@ def test_r18_weights_train_and_evaluate(r18, tmp_path):
     assert Path(out / "model_final.pth").is_file()
 
 
-def test_the_console_printer_prints_each_iteration_once(tmp_path):
+def test_the_console_printer_prints_each_iteration_once(tmp_path, caplog):
     """detectron2's writers, with pretraining's MetricPrinter first: a stop soon after a resume
     (no "time" history yet) made ``after_train``'s second write of one iteration divide by zero
     in detectron2's own printer (tests/pretrain/engine/test_hooks.py shows it)."""
@@ -105,12 +105,18 @@ def test_the_console_printer_prints_each_iteration_once(tmp_path):
 
     from detectron2.config import CfgNode
     from detectron2.engine import default_writers
+    from detectron2.utils.events import EventStorage
 
     from pretrain.engine.hooks import MetricPrinter
     from transfer.detection.trainer import DetectionTrainer
 
     trainer = SimpleNamespace(cfg=CfgNode({"OUTPUT_DIR": str(tmp_path)}), max_iter=10)
     writers = DetectionTrainer.build_writers(trainer)
-    assert type(writers[0]) is MetricPrinter and writers[0]._max_iter == 10
+    assert type(writers[0]) is MetricPrinter
+    with EventStorage(4) as storage, caplog.at_level("INFO"):
+        storage.put_scalar("time", 60.0)
+        writers[0].write()
+    # the ETA of the 5 iterations left (max_iter 10) at 60 s each
+    assert any("eta: 0:05:00" in r.getMessage() for r in caplog.records), caplog.text
     defaults = default_writers(str(tmp_path), 10)
     assert [type(w) for w in writers[1:]] == [type(w) for w in defaults[1:]]
