@@ -1,4 +1,5 @@
-"""The argument parser of every tool, and the range-checked number types of their options.
+"""The argument parser of every tool, the range-checked number types of their options, their
+``--device``, and the options dataclasses filled from the parsed arguments.
 
 :class:`ToolParser` ends a bad command line as every user error ends (:mod:`.user_errors`): one
 ``error:`` line, exit status 2, an unknown option named with the closest known one (argparse's
