@@ -101,10 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status", action="store_true", help="print every run's state, run nothing")
     _resource_args(p)
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
-    args = parse_args_and_overrides(p, argv)  # flags after the overrides too
-    if args.opts[:1] == ["--"]:  # what ends --methods a b -- KEY VALUE
-        args.opts = args.opts[1:]
-    return args
+    return parse_args_and_overrides(p, argv)  # flags after the overrides too; "--" ends a list
 
 
 def _experiment(args: argparse.Namespace) -> Experiment:
