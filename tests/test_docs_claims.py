@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 import torchvision
 
-from pretrain.cli.arguments import check_launch_args
-from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.launching import parse_launch_args
 from pretrain.data.datasets import ImageFilesSource
 from pretrain.engine.launch import argument_parser, load_args_config
 from tests.helpers import ROOT, make_image_folder
@@ -149,9 +148,7 @@ def _convert(argv: list[str], tmp_path: Path) -> None:
 
 def _detection_config(argv: list[str], tmp_path: Path) -> None:
     """Parsed as train_net parses it, its config loaded (strict: every key exists)."""
-    parser = build_argument_parser()
-    args = parse_args_and_overrides(parser, _args(argv))
-    check_launch_args(parser, args)
+    args = parse_launch_args(build_argument_parser(), _args(argv), eval_only=True)
     cfg = load_detection_config(args.config_file, args.opts)
     assert argv[argv.index("MODEL.WEIGHTS") + 1] == cfg.MODEL.WEIGHTS
 

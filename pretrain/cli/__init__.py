@@ -1,10 +1,14 @@
-"""Command-line entry points of the pretraining side.
+"""The floor every tool stands on (here and in :mod:`transfer.cli`), and the pretraining tools.
 
-Each module holds one tool's argument parsing and ``main(argv=None) -> int``; setup.py installs
-them as ``lorac-*`` console scripts and ``tools/*.py`` are thin wrappers that call the same
-``main``. :func:`.user_errors.exit_on_user_error` gives every tool (here and in
-:mod:`transfer.cli`) the same ending for a user error: one ``error:`` line, exit status 2;
-:class:`.arguments.ToolParser` the same ending for a bad command line.
+The floor: :mod:`.arguments` (:class:`~.arguments.ToolParser`, whose bad command line is one
+``error:`` line and exit status 2, the number types, ``--device``), :mod:`.overrides` (options
+after the trailing ``KEY VALUE`` overrides), :mod:`.launching` (the tools that run under
+detectron2's ``launch``), :mod:`.quiet` (library output hidden unless ``--verbose``) and
+:mod:`.user_errors` (a user error as one ``error:`` line and status 2, a Ctrl-C as one
+``interrupted:`` line and status 130, and :func:`~.user_errors.tool_main`, the ``main`` of a tool
+that parses, then runs). The tools: ``train_pretrain`` and ``submit_pretrain``, each one
+``main(argv=None) -> int`` that setup.py installs as a ``lorac-*`` console script and that
+``tools/*.py`` call.
 
 May import: every other room (the top of the pretraining side): :mod:`pretrain.utils`,
 :mod:`pretrain.losses`, :mod:`pretrain.config`, :mod:`pretrain.data`, :mod:`pretrain.modeling`,

@@ -1,4 +1,5 @@
-"""The argument parser of every tool, and the range-checked number types of their options.
+"""The argument parser of every tool, the range-checked number types of their options, their
+``--device``, and the options dataclasses filled from the parsed arguments.
 
 :class:`ToolParser` ends a bad command line as every user error ends (:mod:`.user_errors`): one
 ``error:`` line, exit status 2, an unknown option named with the closest known one (argparse's
@@ -9,23 +10,25 @@ a typo is one wherever it stands. The number types refuse an out-of-range value 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import math
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pretrain.utils.errors import USER_ERROR_EXIT_CODE
 
 __all__ = [
     "CONFIG_KEY",
     "ToolParser",
-    "check_launch_args",
+    "add_device_arg",
     "comma_separated",
     "did_you_mean",
     "int_at_least",
     "looks_like_option",
+    "options_from_args",
     "unknown_option",
     "positive_float",
     "unknown_option_message",
@@ -35,6 +38,8 @@ __all__ = [
 CONFIG_KEY = re.compile(r"[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*")
 # argparse messages a mistyped option causes (the option meant was then missing, or left over)
 _TYPO_SYMPTOMS = ("unrecognized arguments", "the following arguments are required")
+
+_Options = TypeVar("_Options")
 
 
 def looks_like_option(token: str) -> bool:
@@ -147,15 +152,17 @@ def positive_float(text: str) -> float:
     return value
 
 
-def check_launch_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--num-gpus`` and ``--num-machines`` at least 1 (``launch`` silently runs 0 as one
-    process), and ``--machine-rank`` one of the machines."""
-    for flag in ("--num-gpus", "--num-machines"):
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value < 1:
-            parser.error(f"argument {flag}: must be >= 1, got {value}")
-    if not 0 <= args.machine_rank < args.num_machines:
-        parser.error(
-            f"argument --machine-rank: must be in [0, --num-machines {args.num_machines}), got "
-            f"{args.machine_rank}"
-        )
+def add_device_arg(parser: argparse.ArgumentParser) -> None:
+    """``--device``: a torch device name, or empty for the default (this process's GPU if any)."""
+    parser.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: auto)")
+
+
+def options_from_args(
+    cls: Callable[..., _Options], args: argparse.Namespace, **overrides: Any
+) -> _Options:
+    """The options dataclass ``cls`` with every field that ``args`` has an argument of the same
+    name for taken from ``args``, then ``overrides``; the other fields keep their defaults."""
+    values = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)
+    }
+    return cls(**{**values, **overrides})

@@ -19,11 +19,10 @@ import os
 import sys
 from datetime import timedelta
 
-from detectron2.engine import launch
 from fvcore.common.config import CfgNode
 
-from pretrain.cli.arguments import ToolParser, check_launch_args
-from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.arguments import ToolParser
+from pretrain.cli.launching import launch_tool, parse_launch_args
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from pretrain.config.defaults import check_world_size
 from pretrain.config.resume import RESUME_FLAG, RESUME_FLAG_HELP
@@ -53,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argument_parser(__doc__.splitlines()[0], ToolParser)
     parser.add_argument(RESUME_FLAG, action="store_true", help=RESUME_FLAG_HELP)
     add_log_to_arg(parser)
-    args = parse_args_and_overrides(parser, argv)
-    check_launch_args(parser, args)
+    args = parse_launch_args(parser, argv)
     log_to_names(args.log_to)  # a writer whose package is missing: before anything is written
     # Every check that reads only, once, before launch starts --num-gpus workers (which would
     # each fail alike, after their first writes); the workers check again in train(). The
@@ -65,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     set_fail_fast_env()  # inherited by launch's workers, before they create the process group
     # a second Ctrl-C (the first saves and stops at a boundary), or one before training started
     with exit_on_interrupt(lambda: restart_hint(cfg.OUTPUT_DIR)):
-        _launch(args, cfg.DIST.TIMEOUT_MINUTES)
-    return 0
+        return launch_tool(train, args, timedelta(minutes=cfg.DIST.TIMEOUT_MINUTES))
 
 
 def _warn_cpu_processes(cfg: CfgNode, processes: int) -> None:
@@ -87,18 +84,6 @@ def restart_hint(output_dir: str) -> str:
     if os.path.isfile(os.path.join(output_dir, "last_checkpoint")):
         return f"without a checkpoint; the same command resumes from the last one in {output_dir}"
     return f"no checkpoint in {output_dir} yet; the same command starts the run again"
-
-
-def _launch(args: argparse.Namespace, timeout_minutes: float) -> None:
-    launch(
-        train,
-        args.num_gpus,
-        args.num_machines,
-        args.machine_rank,
-        args.dist_url,
-        args=(args,),
-        timeout=timedelta(minutes=timeout_minutes),
-    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""The one way every tool ends on a user error: an ``error: <message>`` line and exit status 2.
+"""The one way every tool ends on a user error: an ``error: <message>`` line and exit status 2;
+on a Ctrl-C that stops it at once: an ``interrupted:`` line and status 130; and the ``main`` of
+the tools that parse, then run (:func:`tool_main`), which ends both ways.
 
 A :class:`~pretrain.utils.errors.LoracError` is an error the user can fix; anything else is a bug
 and keeps its traceback. argparse uses the same status, so a caller can tell "fix the input" from
@@ -7,6 +9,7 @@ and keeps its traceback. argparse uses the same status, so a caller can tell "fi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import signal
@@ -17,7 +20,7 @@ from typing import ParamSpec, TypeVar
 from pretrain.cli.quiet import run_quietly
 from pretrain.utils.errors import USER_ERROR_EXIT_CODE, LoracError
 
-__all__ = ["INTERRUPTED_EXIT_CODE", "exit_on_interrupt", "exit_on_user_error"]
+__all__ = ["INTERRUPTED_EXIT_CODE", "exit_on_interrupt", "exit_on_user_error", "tool_main"]
 
 # what a shell reports for a command ended by Ctrl-C
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
@@ -78,3 +81,21 @@ def exit_on_interrupt(hint: Callable[[], str]) -> Iterator[None]:
         if _is_main_process():
             print(f"interrupted: stopped at once; {hint()}", file=sys.stderr, flush=True)
         raise SystemExit(INTERRUPTED_EXIT_CODE) from None
+
+
+def tool_main(
+    parse: Callable[[list[str] | None], argparse.Namespace],
+    run: Callable[[argparse.Namespace], int | None],
+    hint: Callable[[argparse.Namespace], str],
+) -> Callable[[list[str] | None], int]:
+    """The ``main(argv=None) -> int`` of a tool that is ``run(parse(argv))`` (exit status its
+    return value, 0 for None): a user error ends it as :func:`exit_on_user_error` says, a Ctrl-C
+    that stops it at once as :func:`exit_on_interrupt` says with ``hint(args)``."""
+
+    def main(argv: list[str] | None = None) -> int:
+        args = parse(argv)
+        with exit_on_interrupt(lambda: hint(args)):
+            return run(args) or 0
+
+    main.__module__ = parse.__module__  # the tool's, as a main written there would have it
+    return exit_on_user_error(main)

@@ -29,7 +29,6 @@ __all__ = [
     "key_value",
     "model_from_args",
     "model_name",
-    "reject_eval_only",
     "RESUME_MAY_CHANGE",
     "ROW_CLASH_HINT",
     "row_owner",
@@ -144,12 +143,6 @@ def write_table_row(
     keyed = {"replace": args.replace_row, "hint": ROW_CLASH_HINT, "sources": sources}
     update_table(path, columns, row, title, **keyed)
     return path
-
-
-def reject_eval_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """detectron2's parser offers ``--eval-only``; these tools have nothing to evaluate alone."""
-    if args.eval_only:
-        parser.error("--eval-only is not supported by this tool")
 
 
 @dataclass

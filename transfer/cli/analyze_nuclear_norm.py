@@ -17,13 +17,13 @@ import argparse
 
 import torch
 
-from pretrain.cli.arguments import ToolParser, int_at_least
-from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.cli.arguments import ToolParser, int_at_least, options_from_args
+from pretrain.cli.user_errors import tool_main
 from pretrain.data.loader import AUTO_WORKERS
 from pretrain.evaluation.knn import KNN_K
 from transfer.analysis import AnalysisError
 from transfer.analysis.nuclear_norm_outputs import AnalysisOptions, analyze, write_outputs
-from transfer.cli.common import add_dataset_args, options_from_args
+from transfer.cli.common import add_dataset_args
 from transfer.run_dir import RunDir, add_run_dir_args
 
 __all__ = ["analyse", "main", "parse_args"]
@@ -74,13 +74,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with exit_on_interrupt(RunDir(args.out, "--out").restart_hint):
-        return analyse(args)
-
-
 def analyse(args: argparse.Namespace) -> int:
     """The analysis of ``args`` (checks, nuclear norms, figures, results.json)."""
     if args.accuracy_csv and args.knn_train:
@@ -111,6 +104,8 @@ def analyse(args: argparse.Namespace) -> int:
         print(f"wrote {w.png} and {w.csv}")
     return 0
 
+
+main = tool_main(parse_args, analyse, lambda args: RunDir(args.out, "--out").restart_hint())
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,25 +10,24 @@ import os
 from pretrain.cli.arguments import ToolParser
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.train_pretrain import restart_hint
-from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.cli.user_errors import tool_main
 from transfer.classification.demo import format_knn_report, format_training_summary, run_demo
 from transfer.detection.convert import D2_STEM_UNSUPPORTED, convert_checkpoint
 
-__all__ = ["main"]
+__all__ = ["main", "parse_args"]
 
 
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = ToolParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output-dir", default="output/demo")
     ap.add_argument("--knn-train", type=int, default=10000, help="kNN reference images")
     ap.add_argument("--knn-test", type=int, default=10000, help="kNN test images")
     ap.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE ...")
-    args = parse_args_and_overrides(ap, argv)
-    # Ctrl-C in pretraining saves and stops at the next iteration (run_demo); elsewhere, or a
-    # second one, stops at once
-    with exit_on_interrupt(lambda: restart_hint(args.output_dir)):
-        res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
+    return parse_args_and_overrides(ap, argv)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    res = run_demo(args.output_dir, args.opts, n_train=args.knn_train, n_test=args.knn_test)
     print()
     print(format_training_summary(res))
     print(f"checkpoint        : {res.checkpoint}")
@@ -41,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         print(why[0].upper() + why[1:] + ".")
     print(format_knn_report(res))
     return 0
+
+
+# Ctrl-C in pretraining saves and stops at the next iteration (run_demo); elsewhere, or a second
+# one, stops at once
+main = tool_main(parse_args, _demo, lambda args: restart_hint(args.output_dir))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from pretrain.cli.arguments import ToolParser, int_at_least, positive_float
-from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.cli.arguments import ToolParser, add_device_arg, int_at_least, positive_float
+from pretrain.cli.user_errors import tool_main
 from pretrain.data.datasets import dataset_type
 from pretrain.data.loader import AUTO_WORKERS, resolve_num_workers
 from pretrain.engine.writers import log_to_names, write_scalars
@@ -33,7 +33,7 @@ from transfer.classification.engine import resolve_device
 from transfer.classification.features import FeatureCache
 from transfer.classification.knn_eval import run_knn
 from transfer.classification.report import pct
-from transfer.cli.common import add_dataset_args, add_device_arg
+from transfer.cli.common import add_dataset_args, output_dir_hint
 from transfer.run_dir import RunDir, RunDirError
 from transfer.tables import data_source
 
@@ -82,13 +82,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", default="", help="feature cache (default: none)")
     add_device_arg(parser)
     return parser.parse_args(argv)
-
-
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with exit_on_interrupt(RunDir(args.output_dir, "--output-dir").restart_hint):
-        return evaluate(args)
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -152,6 +145,8 @@ def evaluate(args: argparse.Namespace) -> int:
     print(f"kNN (k={res.k}, T={res.temperature}) top-1 {pct(res.top1)} -> {csv_path}")
     return 0
 
+
+main = tool_main(parse_args, evaluate, output_dir_hint)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,12 +10,16 @@ See docs/evaluation.md for recipes, layouts and the tables it writes.
 from __future__ import annotations
 
 import argparse
+import functools
 
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.arguments import add_device_arg
+from pretrain.cli.launching import launch_parser, launch_tool, parse_launch_args
+from pretrain.cli.user_errors import exit_on_user_error, tool_main
 from transfer.classification.cli import (
+    add_model_args,
     check_table_row,
     key_value,
     start_run,
@@ -24,7 +28,7 @@ from transfer.classification.cli import (
 from transfer.classification.config import linear_probe_defaults
 from transfer.classification.probe import build_classification_sets, run_linear_probe
 from transfer.classification.report import LINEAR_COLUMNS, pct
-from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
+from transfer.cli.common import output_dir_hint
 from transfer.tables import data_source
 
 __all__ = ["TABLE", "main", "parse_args", "probe"]
@@ -34,6 +38,7 @@ TABLE = "table1_linear.csv"  # in --table-dir, with its Markdown twin
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = launch_parser(__doc__)
+    add_model_args(parser)
     parser.add_argument(
         "--data-root",
         required=True,
@@ -100,9 +105,7 @@ def probe(args: argparse.Namespace) -> None:
         print(f"top-1 {pct(result.top1)}  top-5 {pct(result.top5)}  -> {csv_path}")
 
 
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    return launch_tool(probe, parse_args(argv))
+main = tool_main(parse_args, functools.partial(launch_tool, probe), output_dir_hint)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,22 @@ See docs/evaluation.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from dataclasses import asdict
 
 from detectron2.utils import comm
 from fvcore.common.config import CfgNode
 
-from pretrain.cli.user_errors import exit_on_user_error
+from pretrain.cli.arguments import add_device_arg
+from pretrain.cli.launching import launch_parser, launch_tool, parse_launch_args
+from pretrain.cli.user_errors import exit_on_user_error, tool_main
 from pretrain.utils.errors import DatasetError
-from transfer.classification.cli import check_table_row, start_run, write_table_row
+from transfer.classification.cli import add_model_args, check_table_row, start_run, write_table_row
 from transfer.classification.config import semi_supervised_defaults
 from transfer.classification.report import SEMI_COLUMNS, pct
 from transfer.classification.semi import SemiData, run_semi_supervised, semi_data
-from transfer.cli.common import add_device_arg, launch_parser, launch_tool, parse_launch_args
+from transfer.cli.common import output_dir_hint
 from transfer.tables import data_source
 
 __all__ = ["RESULTS", "TABLE", "fine_tune", "main", "parse_args"]
@@ -35,6 +38,7 @@ TABLE = "table3_semi.csv"  # in --table-dir, with its Markdown twin
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = launch_parser(__doc__)
+    add_model_args(parser)
     parser.add_argument("--data-root", required=True, help="ImageNet root with train/ and val/")
     parser.add_argument("--split-file", default="", help="SimCLR 1percent.txt / 10percent.txt")
     add_device_arg(parser)
@@ -98,9 +102,7 @@ def fine_tune(args: argparse.Namespace) -> None:
         )
 
 
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    return launch_tool(fine_tune, parse_args(argv))
+main = tool_main(parse_args, functools.partial(launch_tool, fine_tune), output_dir_hint)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,12 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from pretrain.cli.arguments import ToolParser
+from pretrain.cli.arguments import ToolParser, options_from_args
 from pretrain.cli.overrides import parse_args_and_overrides
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import JobRequest
 from pretrain.config import load_config
 from pretrain.utils.output_dir import check_output_dir
-from transfer.cli.common import options_from_args
 from transfer.study import METHODS, StudyError, StudyInterrupted, StudyOptions, run_study
 from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_methods
 
@@ -102,10 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status", action="store_true", help="print every run's state, run nothing")
     _resource_args(p)
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
-    args = parse_args_and_overrides(p, argv)  # flags after the overrides too
-    if args.opts[:1] == ["--"]:  # what ends --methods a b -- KEY VALUE
-        args.opts = args.opts[1:]
-    return args
+    return parse_args_and_overrides(p, argv)  # flags after the overrides too; "--" ends a list
 
 
 def _experiment(args: argparse.Namespace) -> Experiment:

@@ -15,12 +15,9 @@ import argparse
 
 from fvcore.common.config import CfgNode
 
-from pretrain.cli.arguments import ToolParser
-from pretrain.cli.overrides import parse_args_and_overrides
-from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
+from pretrain.cli.user_errors import tool_main
 from transfer.classification.cli import (
     ROW_CLASH_HINT,
-    add_model_args,
     check_table_row,
     start_run,
     table_dir,
@@ -34,35 +31,20 @@ from transfer.classification.svm_benchmark import (
     run_svm_benchmark,
     write_svm_tables,
 )
-from transfer.cli.common import add_device_arg
-from transfer.run_dir import RunAction, RunDir
+from transfer.cli.common import feature_tool_parser, output_dir_hint, parse_feature_tool_args
+from transfer.run_dir import RunAction
 from transfer.tables import data_source
 
 __all__ = ["evaluate", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = ToolParser(description=__doc__)
-    parser.add_argument("--config-file", default="", metavar="FILE")
-    add_model_args(parser)
+    parser = feature_tool_parser(__doc__)
     parser.add_argument("--data-root", required=True, help="the VOC2007 folder")
     parser.add_argument(
         "--low-shot", action="store_true", help="also the low-shot SVMs (SVM.LOW_SHOT_K, draws)"
     )
-    parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
-    parser.add_argument(
-        "--resume", action="store_true", help="continue the unfinished run in --output-dir"
-    )
-    add_device_arg(parser)
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parse_args_and_overrides(parser, argv)
-
-
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with exit_on_interrupt(RunDir(args.output_dir, "--output-dir").restart_hint):
-        return evaluate(args)
+    return parse_feature_tool_args(parser, argv)
 
 
 def _sources(cfg: CfgNode, args: argparse.Namespace) -> dict[str, str]:
@@ -108,6 +90,8 @@ def evaluate(args: argparse.Namespace) -> int:
     print(f"tables: {md} (+ .csv; low-shot: voc07_svm_low_shot.{{csv,md,png}})")
     return 0
 
+
+main = tool_main(parse_args, evaluate, output_dir_hint)
 
 if __name__ == "__main__":
     raise SystemExit(main())

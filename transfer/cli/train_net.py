@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from detectron2.engine import launch
-
-from pretrain.cli.arguments import check_launch_args
-from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.launching import launch_tool, parse_launch_args
 from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
 from transfer.detection.trainer import (
     build_argument_parser,
@@ -45,22 +42,12 @@ def train(args: argparse.Namespace) -> dict:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = build_argument_parser()
-    args = parse_args_and_overrides(parser, argv)
-    check_launch_args(parser, args)
+    args = parse_launch_args(build_argument_parser(), argv, eval_only=True)
     # Fail fast in this process, before spawning workers that would each fail the same way.
     cfg, _ = load_checked_config(args)
     # the first Ctrl-C in training saves and stops at the next iteration (DetectionTrainer)
     with exit_on_interrupt(detection_run_dir(cfg).restart_hint):
-        launch(
-            train,
-            args.num_gpus,
-            num_machines=args.num_machines,
-            machine_rank=args.machine_rank,
-            dist_url=args.dist_url,
-            args=(args,),
-        )
-    return 0
+        return launch_tool(train, args)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@ import argparse
 import os
 from dataclasses import asdict
 
-from pretrain.cli.arguments import ToolParser, comma_separated
-from pretrain.cli.overrides import parse_args_and_overrides
-from pretrain.cli.user_errors import exit_on_interrupt, exit_on_user_error
-from transfer.classification.cli import ROW_CLASH_HINT, add_model_args, start_run, table_dir
+from pretrain.cli.arguments import comma_separated
+from pretrain.cli.user_errors import tool_main
+from transfer.classification.cli import ROW_CLASH_HINT, start_run, table_dir
 from transfer.classification.config import TRANSFER_PROTOCOLS, transfer_defaults
 from transfer.classification.transfer import (
     build_transfer_datasets,
@@ -38,16 +37,14 @@ from transfer.classification.transfer import (
     write_tables,
 )
 from transfer.classification.transfer_datasets import ALL_DATASET_NAMES
-from transfer.cli.common import add_device_arg
-from transfer.run_dir import RunAction, RunDir
+from transfer.cli.common import feature_tool_parser, output_dir_hint, parse_feature_tool_args
+from transfer.run_dir import RunAction
 
 __all__ = ["evaluate", "main", "parse_args"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = ToolParser(description=__doc__)
-    parser.add_argument("--config-file", default="", metavar="FILE")
-    add_model_args(parser)
+    parser = feature_tool_parser(__doc__)
     parser.add_argument("--data-root", default="", help="directory holding <key>/ per dataset")
     parser.add_argument(
         "--datasets",
@@ -55,21 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="comma-separated keys (default: the paper's 12; voc2007 on request)",
     )
-    parser.add_argument("--cache-dir", default="", help="feature cache (default: <output>/...)")
-    parser.add_argument(
-        "--resume", action="store_true", help="continue the unfinished run in --output-dir: "
-        "finished datasets and search points are read back, the interrupted one goes on",
-    )  # fmt: skip
-    add_device_arg(parser)
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides: KEY VALUE ...")
-    return parse_args_and_overrides(parser, argv)
-
-
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with exit_on_interrupt(RunDir(args.output_dir, resumable=True).restart_hint):
-        return evaluate(args)
+    kept = "finished datasets and search points are read back, the interrupted one goes on"
+    return parse_feature_tool_args(parser, argv, resume_kept=kept)
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -117,6 +101,8 @@ def evaluate(args: argparse.Namespace) -> int:
     print(f"tables: {md} (+ .csv, .png); details: {os.path.join(table_dir(args), details)}")
     return 0
 
+
+main = tool_main(parse_args, evaluate, output_dir_hint)
 
 if __name__ == "__main__":
     raise SystemExit(main())

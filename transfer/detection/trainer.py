@@ -22,7 +22,6 @@ from detectron2.engine import (
     SimpleTrainer,
     TrainerBase,
     create_ddp_model,
-    default_argument_parser,
 )
 from detectron2.evaluation import DatasetEvaluator
 from detectron2.projects.deeplab import build_lr_scheduler as build_deeplab_lr_scheduler
@@ -30,7 +29,7 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch import nn
 
-from pretrain.cli.arguments import ToolParser
+from pretrain.cli.launching import launch_parser
 from pretrain.engine.hooks import StopOnSignal
 from pretrain.engine.writers import build_writers
 from pretrain.utils.run_setup import setup_run
@@ -179,7 +178,7 @@ def last_checkpoint(output_dir: str) -> str:
 def build_argument_parser() -> argparse.ArgumentParser:
     """detectron2's ``default_argument_parser`` plus ``--overwrite``, ``--register-coco`` and
     flip pairs; its errors are one line."""
-    parser = ToolParser(parents=[default_argument_parser()], add_help=False)
+    parser = launch_parser()
     add_run_dir_args(parser)
     parser.add_argument(
         "--register-coco",

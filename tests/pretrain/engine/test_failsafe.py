@@ -129,10 +129,11 @@ def test_timeout_and_async_errors_reach_init_process_group(tmp_path, monkeypatch
 
 
 def test_the_tool_passes_the_timeout_to_detectron2_launch(tmp_path, monkeypatch):
+    import pretrain.cli.launching
     import pretrain.cli.train_pretrain as tool
 
     seen = {}
-    monkeypatch.setattr(tool, "launch", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(pretrain.cli.launching, "launch", lambda *a, **kw: seen.update(kw))
     monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
     opts = tiny_opts(tmp_path, tmp_path / "out", **{"DIST.TIMEOUT_MINUTES": 4})
     assert tool.main(["--config-file", DEMO_CONFIG, "--num-gpus", "2", *opts]) == 0
