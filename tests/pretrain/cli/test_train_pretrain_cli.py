@@ -55,12 +55,12 @@ def test_a_diverging_lr_is_one_error_line_saying_no_checkpoint_was_written(tmp_p
 def test_more_cpu_processes_than_cores_is_one_warning_line(device, tmp_path, monkeypatch):
     """On 2 cores, ``--num-gpus 3`` of a CPU run says so in one line and still launches its 3
     processes (the launch itself is left out here); 2 processes, or GPUs, say nothing."""
-    from pretrain.cli import train_pretrain
+    from pretrain.cli import launching, train_pretrain
 
     monkeypatch.setattr(train_pretrain.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the "no GPU" check
     launched = []
-    monkeypatch.setattr(train_pretrain, "launch", lambda fn, procs, *a, **k: launched.append(procs))
+    monkeypatch.setattr(launching, "launch", lambda fn, procs, *a, **k: launched.append(procs))
     data = make_image_folder(tmp_path / "data")
     sizes = {"SOLVER.IMS_PER_BATCH": 12, "MODEL.QUEUE_SIZE": 48}  # for 2 and 3 processes
     opts = tiny_opts(data, tmp_path / "run", **{"MODEL.DEVICE": device, **sizes})
