@@ -152,8 +152,7 @@ def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
 
 def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_line: str) -> int:
     from transfer.study.config import load_experiment_configs
-    from transfer.study.slurm import plan_runs
-    from transfer.study.slurm_driver import run_on_slurm
+    from transfer.study.slurm import plan_runs, run_on_slurm
 
     planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
     return run_on_slurm(

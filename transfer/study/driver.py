@@ -20,12 +20,11 @@ from fvcore.common.config import CfgNode
 from pretrain.config.resume import RESUME_MAY_CHANGE, changed_values, read_saved_config
 from pretrain.utils.locks import exclusive_dir_lock
 from pretrain.utils.run_owner import record_owner
-from transfer.analysis.study_records import read_json, write_json
-from transfer.analysis.study_setup import StudyError, StudyOptions
 
 from .config import load_method_configs, prior_never_on
-from .records import threads_per_run
-from .report import write_report
+from .experiments import StudyError, StudyOptions
+from .page import write_report
+from .records import read_json, threads_per_run, write_json
 from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
 
 __all__ = [

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 
-from transfer.analysis.study_records import read_json, write_json
-from transfer.analysis.study_setup import StudyOptions
+from .experiments import StudyOptions
+from .records import read_json, write_json
 
 if TYPE_CHECKING:
     import torch

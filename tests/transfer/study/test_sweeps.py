@@ -8,7 +8,7 @@ import math
 
 from pretrain.modeling import build_model
 from tests.helpers.analysis import assert_png_not_blank, make_fashion_mnist, study_record
-from transfer.analysis.study_setup import sweep_methods
+from transfer.study.experiments import sweep_methods
 from transfer.study import StudyOptions, run_study
 from transfer.study.config import load_method_configs
 
@@ -122,8 +122,8 @@ def test_a_finished_run_writes_its_record(tmp_path, monkeypatch):
 def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
     """An invocation that ran something is appended to the records' invocations.json; one that
     ran nothing is not, and the page shows the sum over all of them."""
-    from transfer.analysis.study_page import _invocation_lines
-    from transfer.analysis.study_records import INVOCATIONS
+    from transfer.study.page import _invocation_lines
+    from transfer.study.records import INVOCATIONS
     from transfer.study.records import log_invocation
 
     opt = _options(tmp_path, "beta", tmp_path, records=str(tmp_path / "records"))

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from transfer.analysis.paper_tables import PAPER_TABLES
 from transfer.analysis.report_tables import Table
-from transfer.analysis.study_setup import StudyOptions
-from transfer.analysis.study_stats import (
+
+from .experiments import StudyOptions
+from .stats import (
     METRICS,
     NEVER_ON,
     MethodSummary,
