@@ -25,7 +25,7 @@ from .config import load_method_configs, prior_never_on
 from .experiments import StudyError, StudyOptions
 from .page import write_report
 from .records import read_json, threads_per_run, write_json
-from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
+from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_config, run_log
 
 __all__ = [
     "RunOutcome",
@@ -143,10 +143,7 @@ def evaluate_and_record(
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_json(run.study_json, result)
-    record = _record_path(opt, run)
-    if record:  # as soon as it exists: the next session may not have this run directory
-        os.makedirs(opt.records, exist_ok=True)
-        write_json(record, result)
+    _keep_record(opt, run, result)  # as soon as it exists: the next session may lack the run
     return result
 
 
@@ -155,11 +152,9 @@ def collect_results(opt: StudyOptions) -> tuple[list[dict], list[RunPaths]]:
     study's order, and the runs that are not."""
     results, missing = [], []
     for run in (RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds):
-        record = _record_path(opt, run)
-        if os.path.isfile(run.study_json):
-            results.append(read_json(run.study_json))
-        elif record and os.path.isfile(record):
-            results.append(read_json(record))
+        done = _result_file(opt, run)
+        if done:
+            results.append(read_json(done))
         else:
             missing.append(run)
     return results, missing
@@ -176,9 +171,18 @@ def write_page_when_complete(opt: StudyOptions) -> bool:
 
 def _record_path(opt: StudyOptions, run: RunPaths) -> str:
     """Where ``opt.records`` keeps this run's study.json ("" without records)."""
-    if not opt.records:
-        return ""
-    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json")
+    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json") if opt.records else ""
+
+
+def _result_file(opt: StudyOptions, run: RunPaths) -> str:
+    """The run's study.json, else its record; "" when the run is not done."""
+    return next((p for p in (run.study_json, _record_path(opt, run)) if os.path.isfile(p)), "")
+
+
+def _keep_record(opt: StudyOptions, run: RunPaths, result: dict) -> None:
+    if opt.records:
+        os.makedirs(opt.records, exist_ok=True)
+        write_json(_record_path(opt, run), result)
 
 
 def _log_done(head: str, result: dict, eta: str) -> None:
@@ -203,7 +207,8 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     cfgs = load_method_configs(opt)  # every check before anything runs
     check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
     os.makedirs(opt.output_dir, exist_ok=True)
-    with _one_study_at_a_time(opt.output_dir):
+    # a second study in the same folder would train the same runs into the same checkpoints
+    with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
         record_owner(opt.output_dir, "study")
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
@@ -212,27 +217,16 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         outcomes: dict[int, RunOutcome] = {}
         pending: list[_Pending] = []
         for i, run in enumerate(runs, 1):
-            label = opt.method_table[run.method].label
-            head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
-            record = _record_path(opt, run)
-            if not os.path.isfile(run.study_json) and record and os.path.isfile(record):
-                result = read_json(record)
-                logger.info("%s: skipped, its record %s exists", head, record)
-                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
+            head = f"[{i}/{len(runs)}] {opt.method_table[run.method].label} seed {run.seed}"
+            done = _result_file(opt, run)
+            if not done:
+                pending.append((i, run, run_config(cfgs[run.method], run), head))
                 continue
-            if os.path.isfile(run.study_json):
-                result = read_json(run.study_json)
-                if record and not os.path.isfile(record):
-                    os.makedirs(opt.records, exist_ok=True)
-                    write_json(record, result)
-                logger.info("%s: skipped, %s exists", head, run.study_json)
-                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
-                continue
-            cfg = cfgs[run.method].clone()
-            cfg.defrost()
-            cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
-            cfg.freeze()
-            pending.append((i, run, cfg, head))
+            result = read_json(done)
+            if not os.path.isfile(_record_path(opt, run)):  # --records given after the run
+                _keep_record(opt, run, result)
+            logger.info("%s: skipped, %s exists", head, done)
+            outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
 
         training = {run.method for _, run, _, _ in pending}
         late = prior_never_on(opt, {m: cfgs[m] for m in opt.methods if m in training})
@@ -269,8 +263,7 @@ def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, s
     differently from what ``opt`` asks: its overrides and evaluation settings (a finished run's
     study.json or record), or its config (an unfinished run's config.yaml)."""
     run = RunPaths.of(opt.output_dir, method, seed)
-    record = os.path.join(opt.records, f"{method}_seed{seed}.json") if opt.records else ""
-    done = next((p for p in (run.study_json, record) if p and os.path.isfile(p)), "")
+    done = _result_file(opt, run)
     if done:
         result = read_json(done)
         found = []  # a record without them (written by hand, or a test's) is not compared
@@ -282,10 +275,7 @@ def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, s
     saved = read_saved_config(run.dir)  # None: nothing trained yet
     if saved is None:
         return []
-    cfg = cfgs[method].clone()
-    cfg.defrost()
-    cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
-    changes = changed_values(saved, cfg, RESUME_MAY_CHANGE)
+    changes = changed_values(saved, run_config(cfgs[method], run), RESUME_MAY_CHANGE)
     return [f"{k} {old} (now {new})" for k, (old, new) in changes.items()]
 
 
@@ -310,14 +300,6 @@ def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
             f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
             "the same settings resume the study, and more --seeds or --methods with them add runs"
         )
-
-
-@contextmanager
-def _one_study_at_a_time(output_dir: str) -> Iterator[None]:
-    """An exclusive lock on ``<output_dir>/.study.lock``: a second study there would train the
-    same runs into the same checkpoint files."""
-    with exclusive_dir_lock(output_dir, "--output-dir", "study", ".study.lock", StudyError):
-        yield
 
 
 class _Stop:

@@ -42,11 +42,16 @@ from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.locks import exclusive_dir_lock
 
 from .config import prior_never_on
-from .driver import collect_results, evaluate_and_record, write_page_when_complete
+from .driver import (
+    check_same_settings,
+    collect_results,
+    evaluate_and_record,
+    write_page_when_complete,
+)
 from .experiments import Experiment, StudyError, StudyOptions
 from .page import missing_section, write_report
 from .records import read_json
-from .run import RunPaths, WriteTrainStats
+from .run import RunPaths, WriteTrainStats, run_config
 
 __all__ = [
     "EvaluateJob",
@@ -130,10 +135,7 @@ def plan_runs(
         method = opt.method_table[m]
         for seed in opt.seeds:
             run = RunPaths.of(os.path.abspath(opt.output_dir), m, seed)  # jobs run anywhere
-            cfg = cfgs[m].clone()
-            cfg.defrost()
-            cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
-            cfg.freeze()
+            cfg = run_config(cfgs[m], run)
             key = os.path.basename(run.dir)
             args = [str(o) for o in (*opt.opts, *method.opts)]
             pre = dataclasses.replace(
@@ -424,9 +426,11 @@ def run_on_slurm(
         print(status_table(run_states(planned)))
         return 0
     check_requests(planned)
+    cfgs = {p.paths.method: p.cfg for p in planned}
+    check_same_settings(opt, cfgs)  # as a local study: no run of other settings is reused
     queued_jobs()  # SLURM answers: asked before anything is written
     if not exp.cluster:  # a budget that ends before the prior turns on: said before the queue
-        late = prior_never_on(opt, {p.paths.method: p.cfg for p in planned})
+        late = prior_never_on(opt, cfgs)
         if late:
             print(f"warning: {late}")
     os.makedirs(opt.output_dir, exist_ok=True)

@@ -122,8 +122,7 @@ def test_an_imagenet_experiment_page_shows_the_runs_done_and_names_the_missing(t
     from transfer.cli.study import parse_args, study_options
     from transfer.study.config import load_experiment_configs
     from transfer.study.experiments import EXPERIMENTS
-    from transfer.study.slurm import plan_runs, run_states
-    from transfer.study.slurm_driver import write_page
+    from transfer.study.slurm import plan_runs, run_states, write_page
 
     exp = EXPERIMENTS["in100-priors"]
     argv = ["--output-dir", str(tmp_path / "exp"), "--seeds", "0", "1", "--methods", "lorac",

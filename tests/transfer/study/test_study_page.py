@@ -12,9 +12,9 @@ import shlex
 import pytest
 
 from tests.helpers import ROOT
+from transfer.cli.study import parse_args
 from transfer.study.page import Invocation, render_page
 from transfer.study.records import INVOCATIONS, load_records, read_json
-from transfer.cli.study import parse_args
 
 # the "Generated" time of the pages these tests render; none of them reads it
 STAMP = datetime.datetime(2026, 1, 1).isoformat()
@@ -64,8 +64,8 @@ def test_the_page_names_the_runs_whose_prior_never_turned_on():
     page names those runs, so that their numbers, MoCo-M's own, are not read as a comparison;
     runs whose prior turned on, and records without `prior_on_iter`, add nothing."""
     from tests.helpers.analysis import study_record
-    from transfer.study.page import prior_never_on_section
     from transfer.study.experiments import StudyOptions
+    from transfer.study.page import prior_never_on_section
 
     opt = StudyOptions(seeds=(0, 1), methods=("lorac", "mocom"))
     late = [study_record("lorac", "LORAC", s, 80.0, 6.0, prior_on_iter=64) for s in (0, 1)]

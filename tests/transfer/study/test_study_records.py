@@ -10,12 +10,12 @@ import re
 import pytest
 
 from tests.helpers.analysis import assert_png_not_blank, exit_status, study_record
+from transfer.cli.make_report import main as report_main
 from transfer.study.comparison import comparison
+from transfer.study.experiments import METHODS, StudyError, sweep_methods
 from transfer.study.page import Invocation, render_page
 from transfer.study.records import load_records
-from transfer.study.experiments import METHODS, StudyError, sweep_methods
 from transfer.study.stats import summarize
-from transfer.cli.make_report import main as report_main
 
 # Per-seed kNN: LORAC is 0.5 +- 0.1 above MoCo-M on every seed (beyond the spread).
 KNN = {
