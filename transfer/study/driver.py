@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
@@ -101,9 +101,7 @@ def _init_worker(stop_event: EventType) -> None:
     _stop_event = stop_event
 
 
-def _do_run(
-    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict, threads: int = 0
-) -> dict:
+def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths, threads: int = 0) -> dict:
     """Pretrain (resuming) and evaluate one run; ``threads`` > 0 (a ``--jobs`` worker): set
     torch's threads and this fresh process's loggers first."""
     if _stop_event is not None and _stop_event.is_set():
@@ -115,12 +113,10 @@ def _do_run(
         torch.set_num_threads(threads)
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
-    return evaluate_and_record(opt, cfg, run, label, settings)
+    return evaluate_and_record(opt, cfg, run)
 
 
-def evaluate_and_record(
-    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict | None = None
-) -> dict:
+def evaluate_and_record(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
     """Pretrain ``run`` (resuming; nothing when its checkpoint is final, as after its SLURM
     pretraining job) and evaluate it; write its study.json and record and return the result."""
     start = time.perf_counter()
@@ -131,7 +127,7 @@ def evaluate_and_record(
     gc.collect()
     result = {
         "method": run.method,
-        "label": label,
+        "label": opt.method_table[run.method].label,
         "seed": run.seed,
         "config": os.path.relpath(opt.method_table[run.method].config),
         "overrides": opt.overrides(run.method),
@@ -139,7 +135,7 @@ def evaluate_and_record(
         **metrics,
         "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
         "invocation_seconds": time.perf_counter() - start,
-        "eval_settings": settings or opt.eval_settings(),
+        "eval_settings": opt.eval_settings(),
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_json(run.study_json, result)
@@ -213,7 +209,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
-        settings = opt.eval_settings()
         outcomes: dict[int, RunOutcome] = {}
         pending: list[_Pending] = []
         for i, run in enumerate(runs, 1):
@@ -232,11 +227,10 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
         late = prior_never_on(opt, {m: cfgs[m] for m in opt.methods if m in training})
         if late:  # runs to train that would be MoCo-M under another name
             logger.warning(late)
-        work = _Work(opt, pending, settings, outcomes)
         if opt.jobs <= 1:
-            _run_sequentially(work)
+            _run_sequentially(opt, pending, outcomes)
         elif pending:
-            _run_in_parallel(work)
+            _run_in_parallel(opt, pending, outcomes)
         ordered = [outcomes[i] for i in sorted(outcomes)]
         runs_done = sum(o.status == "done" for o in ordered)
         write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start, runs_done)
@@ -345,24 +339,16 @@ def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
     ]
 
 
-@dataclass
-class _Work:
-    """The runs this invocation does, and what they give (filled in as they end)."""
-
-    opt: StudyOptions
-    pending: list[_Pending]
-    settings: dict  # opt.eval_settings(), recorded in each study.json
-    outcomes: dict[int, RunOutcome]  # by run number; the skipped runs' are already in
-    spent: list[float] = field(default_factory=list)  # seconds of the runs done by this invocation
-
-
-def _run_sequentially(work: _Work) -> None:
+# ``outcomes``: by run number, the skipped runs' already in; each run done adds its own
+def _run_sequentially(
+    opt: StudyOptions, pending: list[_Pending], outcomes: dict[int, RunOutcome]
+) -> None:
     """One run after another in this process. SIGINT or SIGTERM while training: the trainer
     saves a checkpoint at the next iteration; while evaluating: stop at once (it runs again on
     resume)."""
     from pretrain.engine.hooks import Preempted
 
-    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
+    spent: list[float] = []  # seconds of the runs done by this invocation
     with _handling_stops() as stop:
 
         def on_first() -> None:
@@ -375,9 +361,8 @@ def _run_sequentially(work: _Work) -> None:
             if stop.signum:  # it came during a run's last iteration, which then finished
                 raise StudyInterrupted(stop.signum, _resumable(opt, pending))
             _starting(run, head, _eta(spent, len(pending) - k))
-            label = opt.method_table[run.method].label
             try:
-                result = _do_run(opt, cfg, run, label, work.settings)
+                result = _do_run(opt, cfg, run)
             except Preempted:
                 signum = stop.signum or signal.SIGTERM
                 raise StudyInterrupted(signum, _resumable(opt, pending)) from None
@@ -386,14 +371,16 @@ def _run_sequentially(work: _Work) -> None:
             _log_done(head, result, _eta(spent, len(pending) - k - 1))
 
 
-def _run_in_parallel(work: _Work) -> None:
+def _run_in_parallel(
+    opt: StudyOptions, pending: list[_Pending], outcomes: dict[int, RunOutcome]
+) -> None:
     """``opt.jobs`` runs at once in spawned workers. On SIGINT/SIGTERM or a failed run every
     worker gets a SIGTERM (:func:`_init_worker`), the queued runs are cancelled and the driver
     waits for the workers: no run goes on training after the study has stopped."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
+    spent: list[float] = []
     ctx = mp.get_context("spawn")
     stop_event = ctx.Event()
     threads = threads_per_run(opt.jobs)
@@ -415,9 +402,7 @@ def _run_in_parallel(work: _Work) -> None:
     ):
         stop.on_first = halt
         for i, run, cfg, head in pending:
-            label = opt.method_table[run.method].label
-            args = (opt, cfg, run, label, work.settings, threads)
-            futures[pool.submit(_do_run, *args)] = (i, run, head)
+            futures[pool.submit(_do_run, opt, cfg, run, threads)] = (i, run, head)
         for _, run, _, head in pending[: opt.jobs]:
             _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
         try:

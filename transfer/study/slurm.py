@@ -81,14 +81,14 @@ class EvaluateJob:
     """The evaluation job of one study run: the study's own evaluation of the final checkpoint
     (what a local run does after pretraining), then the page once every run is done."""
 
-    def __init__(self, opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str) -> None:
-        self.opt, self.cfg, self.run, self.label = opt, cfg, run, label
+    def __init__(self, opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> None:
+        self.opt, self.cfg, self.run = opt, cfg, run
 
     def __repr__(self) -> str:
         return f"the study's evaluation of {self.run.checkpoint} (kNN, linear probe, ||Q_hat||_*)"
 
     def __call__(self) -> str:
-        evaluate_and_record(self.opt, self.cfg, self.run, self.label)
+        evaluate_and_record(self.opt, self.cfg, self.run)
         write_page_when_complete(self.opt)
         return self.run.study_json
 
@@ -104,13 +104,22 @@ def _probe_dir(run: RunPaths) -> str:
     return os.path.join(run.dir, "linear")
 
 
+def _probe_top1(p: PlannedRun) -> float | None:
+    """The linear probe's top-1 of an ImageNet run (its Table 1 CSV); None before it ends."""
+    path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return float(next(csv.DictReader(f))["Top-1"])
+
+
 def _evaluation_request(
     exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths, template: JobRequest
 ) -> JobRequest:
     """The evaluation job of a run: the study's own (one CPU task) or the linear probe tool."""
     label = opt.method_table[m].label
     if exp.evaluation.tool == "study":
-        job = EvaluateJob(opt, cfg, run, label)
+        job = EvaluateJob(opt, cfg, run)
         return dataclasses.replace(
             template, entry=FUNCTION_ENTRY, function=job, nodes=1, gpus_per_node=0,
             tasks_per_node=1,
@@ -192,7 +201,7 @@ class RunState:
 def _is_done(p: PlannedRun) -> bool:
     if p.evaluate.entry == FUNCTION_ENTRY:
         return os.path.isfile(p.paths.study_json)
-    return os.path.isfile(os.path.join(_probe_dir(p.paths), "table1_linear.csv"))
+    return _probe_top1(p) is not None
 
 
 def _latest_jobs(p: PlannedRun) -> tuple[str, str]:
@@ -236,11 +245,9 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
     if os.path.isfile(p.paths.study_json):
         r = read_json(p.paths.study_json)
         return str(r.get("max_iter", "")), f"linear {r['linear_top1']:.2f}%"
-    csv_path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
-    if os.path.isfile(csv_path):
-        with open(csv_path) as f:
-            row = next(csv.DictReader(f), {})
-        return "", f"linear {row.get('Top-1', '?')}%"
+    top1 = _probe_top1(p)
+    if top1 is not None:
+        return "", f"linear {top1:.2f}%"
     path = os.path.join(p.paths.dir, "metrics.json")
     last = {}
     if os.path.isfile(path):
@@ -338,11 +345,6 @@ def _missing_lines(states: Sequence[RunState]) -> list[str]:
         for s in states
         if s.state != "done"
     ]
-
-
-def _probe_top1(p: PlannedRun) -> float:
-    with open(os.path.join(p.paths.dir, "linear", "table1_linear.csv")) as f:
-        return float(next(csv.DictReader(f))["Top-1"])
 
 
 def _probe_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> str:
