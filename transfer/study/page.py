@@ -24,16 +24,17 @@ from transfer.analysis.report_tables import Table
 from transfer.tables import markdown_table
 
 from .comparison import Comparison, comparison, mean_table
-from .experiments import Method, StudyOptions
+from .experiments import Experiment, Method, StudyOptions
 from .figures import write_plots
 from .records import INVOCATIONS, cpu_cores, log_invocation, threads_per_run
-from .stats import MethodSummary, never_on_label, prior_never_on, summarize
+from .stats import MethodSummary, mean_std, never_on_label, prior_never_on, summarize
 
 __all__ = [
     "TARGETS",
     "Invocation",
     "missing_section",
     "prior_never_on_section",
+    "probe_page",
     "render_page",
     "report_sections",
     "seed_table",
@@ -381,3 +382,29 @@ def report_sections(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
             sec.figures.append(Figure(title, path, f"from {d}"))
         sections.append(sec)
     return sections
+
+
+def probe_page(exp: Experiment, opt: StudyOptions, top1: Mapping, missing: Sequence[str]) -> str:
+    """An ImageNet experiment's page: linear top-1 per method (``top1``: its (seed, value) of
+    the runs that are done), mean ± sample std over those seeds, every seed's value, and the
+    ``missing`` runs."""
+    rows = []
+    for m in opt.methods:
+        done = top1.get(m, [])
+        s = MethodSummary(m, "", [seed for seed, _ in done], {"linear_top1": [v for _, v in done]})
+        mean = mean_std(s, "linear_top1") if done else "-"
+        seeds = ", ".join(f"{seed}: {v:.2f}" for seed, v in done)
+        rows.append([opt.method_table[m].label, f"{len(done)}/{len(opt.seeds)}", mean, seeds])
+    table = markdown_table(["method", "seeds done", "linear top-1 (%)", "per seed"], rows)
+    later = ["Later evaluations (their own tools):", *(f"- {t}" for t in exp.evaluation.later)]
+    return "\n".join([
+        f"# {exp.name}: paper {exp.paper}, linear top-1",
+        "",
+        f"Written by `{opt.command}`; mean ± sample standard deviation (ddof = 1) over seeds.",
+        "",
+        *missing_section(missing),
+        "",
+        table,
+        *(["", *later] if exp.evaluation.later else []),
+        "",
+    ])  # fmt: skip

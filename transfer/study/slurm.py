@@ -49,7 +49,7 @@ from .driver import (
     write_page_when_complete,
 )
 from .experiments import Experiment, StudyError, StudyOptions
-from .page import missing_section, write_report
+from .page import probe_page, write_report
 from .records import read_json
 from .run import RunPaths, WriteTrainStats, run_config
 
@@ -347,36 +347,6 @@ def _missing_lines(states: Sequence[RunState]) -> list[str]:
     ]
 
 
-def _probe_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> str:
-    """An ImageNet experiment's page: linear top-1 per method, mean ± sample std over the seeds
-    that are done, every seed's value, and the missing runs."""
-    import numpy as np
-
-    from transfer.tables import markdown_table
-
-    rows = []
-    for m in opt.methods:
-        done = [s for s in states if s.run.paths.method == m and s.state == "done"]
-        values = [_probe_top1(s.run) for s in done]
-        std = f"{np.std(values, ddof=1):.2f}" if len(values) > 1 else "n/a"
-        mean = f"{np.mean(values):.2f} ± {std}" if values else "-"
-        seeds = ", ".join(f"{s.run.paths.seed}: {v:.2f}" for s, v in zip(done, values, strict=True))
-        rows.append([opt.method_table[m].label, f"{len(values)}/{len(opt.seeds)}", mean, seeds])
-    table = markdown_table(["method", "seeds done", "linear top-1 (%)", "per seed"], rows)
-    return "\n".join([
-        f"# {exp.name}: paper {exp.paper}, linear top-1",
-        "",
-        f"Written by `{opt.command}`; mean ± sample standard deviation (ddof = 1) over seeds.",
-        "",
-        *missing_section(_missing_lines(states)),
-        "",
-        table,
-        *(["", "Later evaluations (their own tools):", *(f"- {t}" for t in exp.evaluation.later)]
-          if exp.evaluation.later else []),
-        "",
-    ])  # fmt: skip
-
-
 def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> None:
     """The page of the runs that are done, the others listed as missing."""
     if exp.evaluation.tool == "study":
@@ -385,8 +355,12 @@ def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -
         shown = StudyOptions(**{**vars(opt), "methods": [m for m in opt.methods if m in done]})
         write_report(shown, results, 0.0, 0, _missing_lines(states))
         return
+    top1: dict[str, list[tuple[int, float]]] = {}
+    for s in (s for s in states if s.state == "done"):
+        top1.setdefault(s.run.paths.method, []).append((s.run.paths.seed, _probe_top1(s.run)))
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
-    atomic_write_bytes(opt.results, _probe_page(exp, opt, states).encode())
+    page = probe_page(exp, opt, top1, _missing_lines(states))
+    atomic_write_bytes(opt.results, page.encode())
 
 
 def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
