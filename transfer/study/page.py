@@ -142,10 +142,7 @@ def _titled(table: Table) -> list[str]:
 
 
 def _paragraphs(texts: Sequence[str]) -> list[str]:
-    lines: list[str] = []
-    for text in texts:
-        lines += [text, ""]
-    return lines[:-1]
+    return [line for text in texts for line in ("", text)][1:]  # a blank line between texts
 
 
 def _head(opt: StudyOptions, results: Sequence[Mapping], title: str, stamp: str) -> list[str]:
