@@ -146,26 +146,20 @@ def plan_runs(
             run = RunPaths.of(os.path.abspath(opt.output_dir), m, seed)  # jobs run anywhere
             cfg = run_config(cfgs[m], run)
             key = os.path.basename(run.dir)
-            args = [str(o) for o in (*opt.opts, *method.opts)]
+            # the study's records need the train stats a local run writes (the page's budget)
+            hooks = [WriteTrainStats(run.train_stats)] if exp.evaluation.tool == "study" else []
             pre = dataclasses.replace(
-                template,
-                entry="pretrain",
-                config_file=method.config,
-                args=[*args, "SEED", str(seed), "OUTPUT_DIR", run.dir],
-                job_name=f"{exp.name}:{key}",
-                job_dir=os.path.join(run.dir, "submitit"),
-                # the study's records need the train stats a local run writes (the page's budget)
-                extra_hooks=[WriteTrainStats(run.train_stats)]
-                if exp.evaluation.tool == "study"
-                else [],
-            )
-            label = f"{method.label} seed {seed}"
-            ev = _evaluation_request(exp, opt, m, cfg, run, template)
+                template, entry="pretrain", config_file=method.config,
+                args=[*opt.overrides(m), "SEED", str(seed), "OUTPUT_DIR", run.dir],
+                job_name=f"{exp.name}:{key}", job_dir=os.path.join(run.dir, "submitit"),
+                extra_hooks=hooks,
+            )  # fmt: skip
             ev = dataclasses.replace(
-                ev,
+                _evaluation_request(exp, opt, m, cfg, run, template),
                 job_name=f"{exp.name}:{key}:eval",
                 job_dir=os.path.join(run.dir, "submitit", "evaluate"),
             )
+            label = f"{method.label} seed {seed}"
             planned.append(PlannedRun(key, label, run, cfg, pre, ev))
     return planned
 
