@@ -21,15 +21,17 @@ from pretrain.cli.arguments import ToolParser, unknown_option, unknown_option_me
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import ENTRIES, JobRequest, dry_run_text, submit
 
-__all__ = ["main", "parse_args"]
+__all__ = ["add_resource_arguments", "main", "parse_args", "resource_request"]
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    p = ToolParser(description=__doc__)
-    p.add_argument("--entry", default="pretrain", choices=sorted(ENTRIES))
-    p.add_argument("--config-file", default="")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=1, help="one process per GPU")
+def add_resource_arguments(p: argparse.ArgumentParser, nodes: int | None = 1,
+                           gpus_per_node: int | None = 1) -> None:  # fmt: skip
+    """A job's resource flags (:class:`JobRequest`'s fields) on ``p`` or one of its groups, for
+    this tool and ``tools/study.py --executor slurm`` (whose defaults, None, are the
+    experiment's)."""
+    p.add_argument("--nodes", type=int, default=nodes, help="nodes per (pretraining) job")
+    p.add_argument("--gpus-per-node", type=int, default=gpus_per_node,
+                   help="one process per GPU; 0: CPU processes")  # fmt: skip
     p.add_argument("--tasks-per-node", type=int, default=None,
                    help="CPU processes per node, with --gpus-per-node 0")  # fmt: skip
     p.add_argument("--partition", default=None)
@@ -41,10 +43,27 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p.add_argument("--account", default=None)
     p.add_argument("--qos", default=None)
     p.add_argument("--constraint", default=None)
-    p.add_argument("--job-name", default="lorac")
-    p.add_argument("--job-dir", default="", help="submitit folder (default OUTPUT_DIR/submitit)")
     p.add_argument("--signal-delay", type=int, default=120,
                    help="save and requeue this many seconds before the time limit")  # fmt: skip
+
+
+def resource_request(flags: argparse.Namespace, **fields: object) -> JobRequest:
+    """The :class:`JobRequest` of the flags of :func:`add_resource_arguments`, and ``fields``."""
+    return JobRequest(
+        nodes=flags.nodes, gpus_per_node=flags.gpus_per_node, tasks_per_node=flags.tasks_per_node,
+        partition=flags.partition, timeout_min=flags.timeout, cpus_per_task=flags.cpus_per_task,
+        mem_gb=flags.mem, account=flags.account, qos=flags.qos, constraint=flags.constraint,
+        signal_delay_s=flags.signal_delay, **fields,
+    )  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    p = ToolParser(description=__doc__)
+    p.add_argument("--entry", default="pretrain", choices=sorted(ENTRIES))
+    p.add_argument("--config-file", default="")
+    add_resource_arguments(p)
+    p.add_argument("--job-name", default="lorac")
+    p.add_argument("--job-dir", default="", help="submitit folder (default OUTPUT_DIR/submitit)")
     p.add_argument("--dry-run", action="store_true", help="print, do not submit")
     p.add_argument("--local", action="store_true", help="run on this machine (submitit local)")
     # the rest: config overrides (KEY VALUE ...), or the tool's own flags for other entries
@@ -58,13 +77,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(argv)
-    req = JobRequest(
-        entry=args.entry, config_file=args.config_file, args=rest, nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
-        partition=args.partition, timeout_min=args.timeout, cpus_per_task=args.cpus_per_task,
-        mem_gb=args.mem, account=args.account, qos=args.qos, constraint=args.constraint,
-        job_name=args.job_name, job_dir=args.job_dir, signal_delay_s=args.signal_delay,
-    )  # fmt: skip
+    req = resource_request(args, entry=args.entry, config_file=args.config_file, args=rest,
+                           job_name=args.job_name, job_dir=args.job_dir)  # fmt: skip
     if args.dry_run:
         print(dry_run_text(req, local=args.local), end="")
         return 0

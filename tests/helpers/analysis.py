@@ -17,7 +17,9 @@ from PIL import Image
 
 from pretrain.config import load_config
 from pretrain.modeling import build_model
+from tests.helpers import tiny_opts
 from transfer.classification.demo import DEMO_CONFIG
+from transfer.study import METHODS, StudyOptions
 
 TINY = {
     "DATASETS.TYPE": "imagefolder",
@@ -136,3 +138,23 @@ def study_record(method, label, seed, knn, nuc, **extra):
         "train_images": 40, "epochs": 2.0, "views": 3, "probe_train_images": 40,
         "probe_test_images": 20, **extra,
     }  # fmt: skip
+
+
+def study_options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
+    """A study of the three methods at test size: two iterations, 40 kNN references, 4 images
+    of the nuclear norm; ``overrides``, ``seeds`` and ``methods`` as keywords."""
+    overrides = {"DATASETS.TYPE": "fashion_mnist", "INPUT.LARGE_SIZE": 16, "SOLVER.MAX_ITER": 2}
+    opts = tiny_opts(root, out, **{**overrides, **kw.pop("overrides", {})})
+    return StudyOptions(
+        output_dir=str(out),
+        results=str(results),
+        seeds=kw.pop("seeds", (0, 1)),
+        methods=kw.pop("methods", tuple(METHODS)),
+        knn_train=40,
+        knn_test=20,
+        nuclear_images=4,
+        probe_epochs=2,
+        probe_heldout_per_class=1,
+        opts=opts,
+        command="python tools/study.py (test)",
+    )

@@ -1,11 +1,10 @@
 """Analysis of pretrained models and of finished experiments (paper Fig. 3-4, Tables 1-5): the
 nuclear-norm statistic (:mod:`.nuclear_norm_stats`), the HTML + Markdown report (:mod:`.report`)
-with the paper's tables (:mod:`.paper_tables`), the figures (:mod:`.plots`), and a study's
-records, numbers and pages (``study_*``), which the driver :mod:`transfer.study` asks to render.
+with the paper's tables (:mod:`.paper_tables`) and the figures (:mod:`.plots`); a study's
+sections come from its caller (:mod:`transfer.study.page`).
 
 Every input file problem raises :class:`AnalysisError` (the result readers'
-:class:`~pretrain.utils.errors.ResultsError`) naming the file; a bad study record raises
-:class:`.study_setup.StudyError`, which the report turns into one.
+:class:`~pretrain.utils.errors.ResultsError`) naming the file.
 
 May import: :mod:`pretrain.utils`, :mod:`pretrain.config`, :mod:`pretrain.data`,
 :mod:`pretrain.evaluation`, :mod:`pretrain.losses`, :mod:`pretrain.modeling`,

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pretrain.evaluation.collapse import MIN_EFFECTIVE_RANK, MIN_STD_RATIO
@@ -25,11 +25,6 @@ from transfer.analysis.report_sections import Figure, Section
 from transfer.analysis.report_tables import Table, compare_table, csv_table, runs_table
 from transfer.analysis.results import collect_results
 from transfer.analysis.runs import CURVES, RunData, load_run
-from transfer.analysis.study_comparison import comparison, mean_table
-from transfer.analysis.study_figures import write_plots
-from transfer.analysis.study_records import load_records
-from transfer.analysis.study_setup import StudyError
-from transfer.analysis.study_stats import summarize
 from transfer.tables import markdown_table, read_csv, write_csv
 
 __all__ = ["Figure", "Report", "build_report"]
@@ -176,21 +171,6 @@ def _nuclear(nuclear_dir: str, fig_dir: str) -> Section:
     return sec
 
 
-def _studies(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
-    """One section per folder of study records: the sentences, tables and plots of its page."""
-    sections = []
-    for i, (d, opt, results) in enumerate(loaded):
-        summaries = summarize(results, opt.methods)
-        found = comparison(opt, summaries)
-        sec = Section(f"{found.title} ({len(results)} runs: {d})", text=list(found.text))
-        sec.tables += [t for t in (found.table, mean_table(summaries)) if t.rows]
-        stem = os.path.join(fig_dir, f"study{i + 1}_{opt.sweep or 'methods'}")
-        for title, path in write_plots(opt, summaries, stem):
-            sec.figures.append(Figure(title, path, f"from {d}"))
-        sections.append(sec)
-    return sections
-
-
 def build_report(
     run_specs: Sequence[str],
     out_dir: str,
@@ -200,16 +180,13 @@ def build_report(
     ablation_dirs: Sequence[str] = (),
     nuclear_dir: str = "",
     study_records: Sequence[str] = (),
+    study_sections: Callable[[str], list[Section]] | None = None,
     title: str = "LORAC experiment report",
     embedding_images: int = 300,
 ) -> Report:
-    """Read everything first (so a bad file fails before anything is written), then write."""
-    studies = []
-    for d in study_records:
-        try:
-            studies.append((d, *load_records(d)))
-        except StudyError as e:
-            raise AnalysisError(str(e)) from None
+    """Read everything first (so a bad file fails before anything is written), then write.
+    ``study_sections``: the sections of the study records ``study_records`` (read by the caller,
+    :func:`transfer.study.page.report_sections`), given the figures folder to draw into."""
     runs = [load_run(s) for s in run_specs]
     labels = [r.label for r in runs]
     if len(set(labels)) != len(labels):
@@ -240,7 +217,7 @@ def build_report(
         sec.text.append("not run: no knn.csv (tools/knn_eval.py) found.")
     sections.append(sec)
     sections.append(_nuclear(nuclear_dir, fig_dir))
-    sections += _studies(studies, fig_dir)
+    sections += study_sections(fig_dir) if study_sections else []
     other = [t for t in results.other if os.path.basename(t.path) != "knn.csv"]
     if other:
         sections.append(

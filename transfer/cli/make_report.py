@@ -29,6 +29,8 @@ from pretrain.utils.output_dir import check_output_dir
 from pretrain.utils.run_owner import record_owner
 from transfer.analysis import AnalysisError
 from transfer.analysis.report import build_report
+from transfer.study.page import report_sections
+from transfer.study.records import load_records
 
 __all__ = ["main", "parse_args"]
 
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--embedding-images {args.embedding_images}: 0 (no picture) or at least 4 (t-SNE)"
         )
     check_output_dir(args.out, "--out", AnalysisError, owner="make_report")
+    # read before anything is written: a bad record stops the report naming its file
+    studies = [(d, *load_records(d)) for d in args.study_records]
     report = build_report(
         args.runs,
         args.out,
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         ablation_dirs=args.ablation_dir,
         nuclear_dir=args.nuclear_dir,
         study_records=args.study_records,
+        study_sections=lambda fig_dir: report_sections(studies, fig_dir),
         title=args.title,
         embedding_images=args.embedding_images,
     )

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from pretrain.cli.arguments import ToolParser, options_from_args
 from pretrain.cli.overrides import parse_args_and_overrides
+from pretrain.cli.submit_pretrain import add_resource_arguments, resource_request
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.cluster.submit import JobRequest
 from pretrain.config import load_config
@@ -43,24 +44,6 @@ from transfer.study.experiments import EXPERIMENTS, Experiment, experiment_metho
 __all__ = ["main", "parse_args", "status_command"]
 
 _SWEEP_EXPERIMENTS = {"": "study", "beta": "study-beta", "views": "study-views"}
-
-
-def _resource_args(p: argparse.ArgumentParser) -> None:
-    """--executor slurm's job resources, as tools/submit_pretrain.py names them (defaults: the
-    experiment's, docs/cluster.md)."""
-    g = p.add_argument_group("--executor slurm (as tools/submit_pretrain.py)")
-    g.add_argument("--nodes", type=int, help="nodes per pretraining job")
-    g.add_argument("--gpus-per-node", type=int, help="one process per GPU; 0: CPU processes")
-    g.add_argument("--tasks-per-node", type=int, help="CPU processes per node (GPUs 0)")
-    g.add_argument("--partition")
-    g.add_argument("--timeout", type=int, default=72 * 60, help="time limit in minutes")
-    g.add_argument("--cpus-per-task", type=int)
-    g.add_argument("--mem", type=float, help="memory per node in GB")
-    g.add_argument("--account")
-    g.add_argument("--qos")
-    g.add_argument("--constraint")
-    g.add_argument("--signal-delay", type=int, default=120,
-                   help="save and requeue this many seconds before the time limit")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,7 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
     p.add_argument("--dry-run", action="store_true", help="print every job's sbatch script")
     p.add_argument("--status", action="store_true", help="print every run's state, run nothing")
-    _resource_args(p)
+    # --executor slurm's job resources (None: the experiment's, docs/cluster.md)
+    g = p.add_argument_group("--executor slurm (as tools/submit_pretrain.py)")
+    add_resource_arguments(g, nodes=None, gpus_per_node=None)
     p.add_argument("opts", nargs=argparse.REMAINDER, help="pretraining overrides KEY VALUE ...")
     return parse_args_and_overrides(p, argv)  # flags after the overrides too; "--" ends a list
 
@@ -125,15 +110,12 @@ def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> St
 
 
 def _job_template(args: argparse.Namespace, exp: Experiment) -> JobRequest:
-    gpus = exp.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
-    return JobRequest(
-        nodes=exp.nodes if args.nodes is None else args.nodes, gpus_per_node=gpus,
-        tasks_per_node=args.tasks_per_node if args.tasks_per_node is not None
-        else (None if gpus else 1), partition=args.partition,
-        timeout_min=args.timeout, cpus_per_task=args.cpus_per_task, mem_gb=args.mem,
-        account=args.account, qos=args.qos, constraint=args.constraint,
-        signal_delay_s=args.signal_delay,
-    )  # fmt: skip
+    req = resource_request(args)
+    req.nodes = exp.nodes if args.nodes is None else args.nodes
+    req.gpus_per_node = exp.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
+    if req.tasks_per_node is None and not req.gpus_per_node:
+        req.tasks_per_node = 1
+    return req
 
 
 def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
@@ -148,8 +130,7 @@ def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
 
 def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_line: str) -> int:
     from transfer.study.config import load_experiment_configs
-    from transfer.study.slurm import plan_runs
-    from transfer.study.slurm_driver import run_on_slurm
+    from transfer.study.slurm import plan_runs, run_on_slurm
 
     planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
     return run_on_slurm(

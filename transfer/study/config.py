@@ -9,9 +9,8 @@ import os
 from fvcore.common.config import CfgNode
 
 from pretrain.config.defaults import load_config
-from transfer.analysis.study_setup import StudyError, StudyOptions
 
-from .experiments import Experiment
+from .experiments import Experiment, StudyError, StudyOptions
 
 __all__ = [
     "FASHION_MNIST_CLASSES",

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
@@ -20,13 +20,12 @@ from fvcore.common.config import CfgNode
 from pretrain.config.resume import RESUME_MAY_CHANGE, changed_values, read_saved_config
 from pretrain.utils.locks import exclusive_dir_lock
 from pretrain.utils.run_owner import record_owner
-from transfer.analysis.study_records import read_json, write_json
-from transfer.analysis.study_setup import StudyError, StudyOptions
 
 from .config import load_method_configs, prior_never_on
-from .records import threads_per_run
-from .report import write_report
-from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_log
+from .experiments import StudyError, StudyOptions
+from .page import write_report
+from .records import read_json, threads_per_run, write_json
+from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_config, run_log
 
 __all__ = [
     "RunOutcome",
@@ -102,9 +101,7 @@ def _init_worker(stop_event: EventType) -> None:
     _stop_event = stop_event
 
 
-def _do_run(
-    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict, threads: int = 0
-) -> dict:
+def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths, threads: int = 0) -> dict:
     """Pretrain (resuming) and evaluate one run; ``threads`` > 0 (a ``--jobs`` worker): set
     torch's threads and this fresh process's loggers first."""
     if _stop_event is not None and _stop_event.is_set():
@@ -116,12 +113,10 @@ def _do_run(
         torch.set_num_threads(threads)
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
-    return evaluate_and_record(opt, cfg, run, label, settings)
+    return evaluate_and_record(opt, cfg, run)
 
 
-def evaluate_and_record(
-    opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str, settings: dict | None = None
-) -> dict:
+def evaluate_and_record(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
     """Pretrain ``run`` (resuming; nothing when its checkpoint is final, as after its SLURM
     pretraining job) and evaluate it; write its study.json and record and return the result."""
     start = time.perf_counter()
@@ -132,7 +127,7 @@ def evaluate_and_record(
     gc.collect()
     result = {
         "method": run.method,
-        "label": label,
+        "label": opt.method_table[run.method].label,
         "seed": run.seed,
         "config": os.path.relpath(opt.method_table[run.method].config),
         "overrides": opt.overrides(run.method),
@@ -140,14 +135,11 @@ def evaluate_and_record(
         **metrics,
         "eval_seconds": sum(metrics[k] for k in metrics if k.endswith("_seconds")),
         "invocation_seconds": time.perf_counter() - start,
-        "eval_settings": settings or opt.eval_settings(),
+        "eval_settings": opt.eval_settings(),
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_json(run.study_json, result)
-    record = _record_path(opt, run)
-    if record:  # as soon as it exists: the next session may not have this run directory
-        os.makedirs(opt.records, exist_ok=True)
-        write_json(record, result)
+    _keep_record(opt, run, result)  # as soon as it exists: the next session may lack the run
     return result
 
 
@@ -156,11 +148,9 @@ def collect_results(opt: StudyOptions) -> tuple[list[dict], list[RunPaths]]:
     study's order, and the runs that are not."""
     results, missing = [], []
     for run in (RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds):
-        record = _record_path(opt, run)
-        if os.path.isfile(run.study_json):
-            results.append(read_json(run.study_json))
-        elif record and os.path.isfile(record):
-            results.append(read_json(record))
+        done = _result_file(opt, run)
+        if done:
+            results.append(read_json(done))
         else:
             missing.append(run)
     return results, missing
@@ -177,9 +167,18 @@ def write_page_when_complete(opt: StudyOptions) -> bool:
 
 def _record_path(opt: StudyOptions, run: RunPaths) -> str:
     """Where ``opt.records`` keeps this run's study.json ("" without records)."""
-    if not opt.records:
-        return ""
-    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json")
+    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json") if opt.records else ""
+
+
+def _result_file(opt: StudyOptions, run: RunPaths) -> str:
+    """The run's study.json, else its record; "" when the run is not done."""
+    return next((p for p in (run.study_json, _record_path(opt, run)) if os.path.isfile(p)), "")
+
+
+def _keep_record(opt: StudyOptions, run: RunPaths, result: dict) -> None:
+    if opt.records:
+        os.makedirs(opt.records, exist_ok=True)
+        write_json(_record_path(opt, run), result)
 
 
 def _log_done(head: str, result: dict, eta: str) -> None:
@@ -204,46 +203,34 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     cfgs = load_method_configs(opt)  # every check before anything runs
     check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
     os.makedirs(opt.output_dir, exist_ok=True)
-    with _one_study_at_a_time(opt.output_dir):
+    # a second study in the same folder would train the same runs into the same checkpoints
+    with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
         record_owner(opt.output_dir, "study")
         for name in LOGGERS:
             setup_logger(opt.output_dir, name=name)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
-        settings = opt.eval_settings()
         outcomes: dict[int, RunOutcome] = {}
         pending: list[_Pending] = []
         for i, run in enumerate(runs, 1):
-            label = opt.method_table[run.method].label
-            head = f"[{i}/{len(runs)}] {label} seed {run.seed}"
-            record = _record_path(opt, run)
-            if not os.path.isfile(run.study_json) and record and os.path.isfile(record):
-                result = read_json(record)
-                logger.info("%s: skipped, its record %s exists", head, record)
-                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
+            head = f"[{i}/{len(runs)}] {opt.method_table[run.method].label} seed {run.seed}"
+            done = _result_file(opt, run)
+            if not done:
+                pending.append((i, run, run_config(cfgs[run.method], run), head))
                 continue
-            if os.path.isfile(run.study_json):
-                result = read_json(run.study_json)
-                if record and not os.path.isfile(record):
-                    os.makedirs(opt.records, exist_ok=True)
-                    write_json(record, result)
-                logger.info("%s: skipped, %s exists", head, run.study_json)
-                outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
-                continue
-            cfg = cfgs[run.method].clone()
-            cfg.defrost()
-            cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
-            cfg.freeze()
-            pending.append((i, run, cfg, head))
+            result = read_json(done)
+            if not os.path.isfile(_record_path(opt, run)):  # --records given after the run
+                _keep_record(opt, run, result)
+            logger.info("%s: skipped, %s exists", head, done)
+            outcomes[i] = RunOutcome(run.method, run.seed, "skipped", 0.0, result)
 
         training = {run.method for _, run, _, _ in pending}
         late = prior_never_on(opt, {m: cfgs[m] for m in opt.methods if m in training})
         if late:  # runs to train that would be MoCo-M under another name
             logger.warning(late)
-        work = _Work(opt, pending, settings, outcomes)
         if opt.jobs <= 1:
-            _run_sequentially(work)
+            _run_sequentially(opt, pending, outcomes)
         elif pending:
-            _run_in_parallel(work)
+            _run_in_parallel(opt, pending, outcomes)
         ordered = [outcomes[i] for i in sorted(outcomes)]
         runs_done = sum(o.status == "done" for o in ordered)
         write_report(opt, [o.result for o in ordered], time.perf_counter() - study_start, runs_done)
@@ -270,8 +257,7 @@ def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, s
     differently from what ``opt`` asks: its overrides and evaluation settings (a finished run's
     study.json or record), or its config (an unfinished run's config.yaml)."""
     run = RunPaths.of(opt.output_dir, method, seed)
-    record = os.path.join(opt.records, f"{method}_seed{seed}.json") if opt.records else ""
-    done = next((p for p in (run.study_json, record) if p and os.path.isfile(p)), "")
+    done = _result_file(opt, run)
     if done:
         result = read_json(done)
         found = []  # a record without them (written by hand, or a test's) is not compared
@@ -283,10 +269,7 @@ def _run_differences(opt: StudyOptions, cfgs: dict[str, CfgNode], method: str, s
     saved = read_saved_config(run.dir)  # None: nothing trained yet
     if saved is None:
         return []
-    cfg = cfgs[method].clone()
-    cfg.defrost()
-    cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
-    changes = changed_values(saved, cfg, RESUME_MAY_CHANGE)
+    changes = changed_values(saved, run_config(cfgs[method], run), RESUME_MAY_CHANGE)
     return [f"{k} {old} (now {new})" for k, (old, new) in changes.items()]
 
 
@@ -311,14 +294,6 @@ def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
             f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
             "the same settings resume the study, and more --seeds or --methods with them add runs"
         )
-
-
-@contextmanager
-def _one_study_at_a_time(output_dir: str) -> Iterator[None]:
-    """An exclusive lock on ``<output_dir>/.study.lock``: a second study there would train the
-    same runs into the same checkpoint files."""
-    with exclusive_dir_lock(output_dir, "--output-dir", "study", ".study.lock", StudyError):
-        yield
 
 
 class _Stop:
@@ -364,24 +339,16 @@ def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
     ]
 
 
-@dataclass
-class _Work:
-    """The runs this invocation does, and what they give (filled in as they end)."""
-
-    opt: StudyOptions
-    pending: list[_Pending]
-    settings: dict  # opt.eval_settings(), recorded in each study.json
-    outcomes: dict[int, RunOutcome]  # by run number; the skipped runs' are already in
-    spent: list[float] = field(default_factory=list)  # seconds of the runs done by this invocation
-
-
-def _run_sequentially(work: _Work) -> None:
+# ``outcomes``: by run number, the skipped runs' already in; each run done adds its own
+def _run_sequentially(
+    opt: StudyOptions, pending: list[_Pending], outcomes: dict[int, RunOutcome]
+) -> None:
     """One run after another in this process. SIGINT or SIGTERM while training: the trainer
     saves a checkpoint at the next iteration; while evaluating: stop at once (it runs again on
     resume)."""
     from pretrain.engine.hooks import Preempted
 
-    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
+    spent: list[float] = []  # seconds of the runs done by this invocation
     with _handling_stops() as stop:
 
         def on_first() -> None:
@@ -394,9 +361,8 @@ def _run_sequentially(work: _Work) -> None:
             if stop.signum:  # it came during a run's last iteration, which then finished
                 raise StudyInterrupted(stop.signum, _resumable(opt, pending))
             _starting(run, head, _eta(spent, len(pending) - k))
-            label = opt.method_table[run.method].label
             try:
-                result = _do_run(opt, cfg, run, label, work.settings)
+                result = _do_run(opt, cfg, run)
             except Preempted:
                 signum = stop.signum or signal.SIGTERM
                 raise StudyInterrupted(signum, _resumable(opt, pending)) from None
@@ -405,14 +371,16 @@ def _run_sequentially(work: _Work) -> None:
             _log_done(head, result, _eta(spent, len(pending) - k - 1))
 
 
-def _run_in_parallel(work: _Work) -> None:
+def _run_in_parallel(
+    opt: StudyOptions, pending: list[_Pending], outcomes: dict[int, RunOutcome]
+) -> None:
     """``opt.jobs`` runs at once in spawned workers. On SIGINT/SIGTERM or a failed run every
     worker gets a SIGTERM (:func:`_init_worker`), the queued runs are cancelled and the driver
     waits for the workers: no run goes on training after the study has stopped."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    opt, pending, outcomes, spent = work.opt, work.pending, work.outcomes, work.spent
+    spent: list[float] = []
     ctx = mp.get_context("spawn")
     stop_event = ctx.Event()
     threads = threads_per_run(opt.jobs)
@@ -434,9 +402,7 @@ def _run_in_parallel(work: _Work) -> None:
     ):
         stop.on_first = halt
         for i, run, cfg, head in pending:
-            label = opt.method_table[run.method].label
-            args = (opt, cfg, run, label, work.settings, threads)
-            futures[pool.submit(_do_run, *args)] = (i, run, head)
+            futures[pool.submit(_do_run, opt, cfg, run, threads)] = (i, run, head)
         for _, run, _, head in pending[: opt.jobs]:
             _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
         try:

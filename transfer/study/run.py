@@ -17,13 +17,21 @@ from typing import TYPE_CHECKING
 from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 
-from transfer.analysis.study_records import read_json, write_json
-from transfer.analysis.study_setup import StudyOptions
+from .experiments import StudyOptions
+from .records import read_json, write_json
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RunPaths", "WriteTrainStats", "evaluate_run", "pretrain_run", "run_log", "train_stats"]
+__all__ = [
+    "RunPaths",
+    "WriteTrainStats",
+    "evaluate_run",
+    "pretrain_run",
+    "run_config",
+    "run_log",
+    "train_stats",
+]
 
 logger = logging.getLogger(__name__)
 LOGGERS = ("pretrain", "detectron2", "transfer", "fvcore")  # the loggers a study run writes
@@ -55,6 +63,15 @@ class RunPaths:
     def has_checkpoint(self) -> bool:
         """Whether training saved anything (detectron2's ``last_checkpoint`` pointer exists)."""
         return os.path.isfile(os.path.join(self.dir, "last_checkpoint"))
+
+
+def run_config(cfg: CfgNode, run: RunPaths) -> CfgNode:
+    """The config of ``run``: ``cfg`` (its method's) with the run's seed and output directory."""
+    cfg = cfg.clone()
+    cfg.defrost()
+    cfg.merge_from_list(["SEED", run.seed, "OUTPUT_DIR", run.dir])
+    cfg.freeze()
+    return cfg
 
 
 @contextmanager

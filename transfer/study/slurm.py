@@ -12,8 +12,9 @@ A run's jobs are those its submitit folders hold (``<run>/submitit/<job id>`` fo
 ``<run>/submitit/evaluate/<job id>`` for evaluation); one ``squeue`` says which are queued.
 Running the command again skips the runs that are done, leaves those with a job in the queue
 alone, resubmits the others (a failed job, a cancelled one) and says so run by run; a run whose
-pretraining finished gets its evaluation only. ``--status`` prints every run's state without
-submitting.
+pretraining finished gets its evaluation only, and the page of the runs that are done is written,
+naming the others with their state. ``--status`` prints every run's state, ``--dry-run`` every
+job's sbatch script; neither submits.
 """
 
 from __future__ import annotations
@@ -37,11 +38,20 @@ from pretrain.cluster.submit import (
     queued_jobs,
     submit,
 )
-from transfer.analysis.study_records import read_json
-from transfer.analysis.study_setup import StudyError, StudyOptions
+from pretrain.utils.atomic_io import atomic_write_bytes
+from pretrain.utils.locks import exclusive_dir_lock
 
-from .experiments import Experiment
-from .run import RunPaths, WriteTrainStats
+from .config import prior_never_on
+from .driver import (
+    check_same_settings,
+    collect_results,
+    evaluate_and_record,
+    write_page_when_complete,
+)
+from .experiments import Experiment, StudyError, StudyOptions
+from .page import probe_page, write_report
+from .records import read_json
+from .run import RunPaths, WriteTrainStats, run_config
 
 __all__ = [
     "EvaluateJob",
@@ -50,6 +60,7 @@ __all__ = [
     "check_requests",
     "dry_run",
     "plan_runs",
+    "run_on_slurm",
     "run_states",
     "status_table",
     "submit_experiment",
@@ -70,16 +81,14 @@ class EvaluateJob:
     """The evaluation job of one study run: the study's own evaluation of the final checkpoint
     (what a local run does after pretraining), then the page once every run is done."""
 
-    def __init__(self, opt: StudyOptions, cfg: CfgNode, run: RunPaths, label: str) -> None:
-        self.opt, self.cfg, self.run, self.label = opt, cfg, run, label
+    def __init__(self, opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> None:
+        self.opt, self.cfg, self.run = opt, cfg, run
 
     def __repr__(self) -> str:
         return f"the study's evaluation of {self.run.checkpoint} (kNN, linear probe, ||Q_hat||_*)"
 
     def __call__(self) -> str:
-        from .driver import evaluate_and_record, write_page_when_complete
-
-        evaluate_and_record(self.opt, self.cfg, self.run, self.label)
+        evaluate_and_record(self.opt, self.cfg, self.run)
         write_page_when_complete(self.opt)
         return self.run.study_json
 
@@ -95,13 +104,22 @@ def _probe_dir(run: RunPaths) -> str:
     return os.path.join(run.dir, "linear")
 
 
+def _probe_top1(p: PlannedRun) -> float | None:
+    """The linear probe's top-1 of an ImageNet run (its Table 1 CSV); None before it ends."""
+    path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return float(next(csv.DictReader(f))["Top-1"])
+
+
 def _evaluation_request(
     exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths, template: JobRequest
 ) -> JobRequest:
     """The evaluation job of a run: the study's own (one CPU task) or the linear probe tool."""
     label = opt.method_table[m].label
     if exp.evaluation.tool == "study":
-        job = EvaluateJob(opt, cfg, run, label)
+        job = EvaluateJob(opt, cfg, run)
         return dataclasses.replace(
             template, entry=FUNCTION_ENTRY, function=job, nodes=1, gpus_per_node=0,
             tasks_per_node=1,
@@ -126,31 +144,22 @@ def plan_runs(
         method = opt.method_table[m]
         for seed in opt.seeds:
             run = RunPaths.of(os.path.abspath(opt.output_dir), m, seed)  # jobs run anywhere
-            cfg = cfgs[m].clone()
-            cfg.defrost()
-            cfg.merge_from_list(["SEED", seed, "OUTPUT_DIR", run.dir])
-            cfg.freeze()
+            cfg = run_config(cfgs[m], run)
             key = os.path.basename(run.dir)
-            args = [str(o) for o in (*opt.opts, *method.opts)]
+            # the study's records need the train stats a local run writes (the page's budget)
+            hooks = [WriteTrainStats(run.train_stats)] if exp.evaluation.tool == "study" else []
             pre = dataclasses.replace(
-                template,
-                entry="pretrain",
-                config_file=method.config,
-                args=[*args, "SEED", str(seed), "OUTPUT_DIR", run.dir],
-                job_name=f"{exp.name}:{key}",
-                job_dir=os.path.join(run.dir, "submitit"),
-                # the study's records need the train stats a local run writes (the page's budget)
-                extra_hooks=[WriteTrainStats(run.train_stats)]
-                if exp.evaluation.tool == "study"
-                else [],
-            )
-            label = f"{method.label} seed {seed}"
-            ev = _evaluation_request(exp, opt, m, cfg, run, template)
+                template, entry="pretrain", config_file=method.config,
+                args=[*opt.overrides(m), "SEED", str(seed), "OUTPUT_DIR", run.dir],
+                job_name=f"{exp.name}:{key}", job_dir=os.path.join(run.dir, "submitit"),
+                extra_hooks=hooks,
+            )  # fmt: skip
             ev = dataclasses.replace(
-                ev,
+                _evaluation_request(exp, opt, m, cfg, run, template),
                 job_name=f"{exp.name}:{key}:eval",
                 job_dir=os.path.join(run.dir, "submitit", "evaluate"),
             )
+            label = f"{method.label} seed {seed}"
             planned.append(PlannedRun(key, label, run, cfg, pre, ev))
     return planned
 
@@ -186,7 +195,7 @@ class RunState:
 def _is_done(p: PlannedRun) -> bool:
     if p.evaluate.entry == FUNCTION_ENTRY:
         return os.path.isfile(p.paths.study_json)
-    return os.path.isfile(os.path.join(_probe_dir(p.paths), "table1_linear.csv"))
+    return _probe_top1(p) is not None
 
 
 def _latest_jobs(p: PlannedRun) -> tuple[str, str]:
@@ -230,11 +239,9 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
     if os.path.isfile(p.paths.study_json):
         r = read_json(p.paths.study_json)
         return str(r.get("max_iter", "")), f"linear {r['linear_top1']:.2f}%"
-    csv_path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
-    if os.path.isfile(csv_path):
-        with open(csv_path) as f:
-            row = next(csv.DictReader(f), {})
-        return "", f"linear {row.get('Top-1', '?')}%"
+    top1 = _probe_top1(p)
+    if top1 is not None:
+        return "", f"linear {top1:.2f}%"
     path = os.path.join(p.paths.dir, "metrics.json")
     last = {}
     if os.path.isfile(path):
@@ -321,3 +328,85 @@ def submit_experiment(
         say(f"{p.key}: {why}: " + ", ".join(f"{k} job {v}" for k, v in jobs.items()))
         submitted += 1
     return submitted, queued
+
+
+def _missing_lines(states: Sequence[RunState]) -> list[str]:
+    """A line per run without a result: its state (a queued run's job, a failed run's log)."""
+    return [
+        f"{s.run.label} (`{s.run.key}`): {s.state}"
+        + (f" (job {s.job_id})" if s.queued else "")
+        + (f", log `{s.log}`" if s.log else "")
+        for s in states
+        if s.state != "done"
+    ]
+
+
+def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> None:
+    """The page of the runs that are done, the others listed as missing."""
+    if exp.evaluation.tool == "study":
+        results, _ = collect_results(opt)
+        done = {r["method"] for r in results}
+        shown = StudyOptions(**{**vars(opt), "methods": [m for m in opt.methods if m in done]})
+        write_report(shown, results, 0.0, 0, _missing_lines(states))
+        return
+    top1: dict[str, list[tuple[int, float]]] = {}
+    for s in (s for s in states if s.state == "done"):
+        top1.setdefault(s.run.paths.method, []).append((s.run.paths.seed, _probe_top1(s.run)))
+    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
+    page = probe_page(exp, opt, top1, _missing_lines(states))
+    atomic_write_bytes(opt.results, page.encode())
+
+
+def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
+    """The page of the runs that are done, the others named with their state as it is after
+    this invocation's submissions (a run submitted now is queued, not "not started")."""
+    states = run_states(planned)
+    if not any(s.state == "done" for s in states):
+        return
+    write_page(exp, opt, states)
+    left = sum(s.state != "done" for s in states)
+    print(f"wrote {opt.results}" + (f" ({left} run(s) missing)" if left else ""))
+    # the last evaluation job writes the whole page when it ends; had it ended after the states
+    # above were read, this page would hide its result: write the whole page then
+    if left and exp.evaluation.tool == "study" and write_page_when_complete(opt):
+        print(f"wrote {opt.results} (every run done)")
+
+
+def run_on_slurm(
+    exp: Experiment,
+    opt: StudyOptions,
+    planned: Sequence[PlannedRun],
+    dry_run_only: bool = False,
+    status: bool = False,
+    status_line: str = "",
+) -> int:
+    """``--dry-run``: print every job; ``--status``: print every run's state; else submit what
+    is neither done nor queued (under the study's lock) and write the page of what is done,
+    naming the others with their state. ``status_line``: the command that shows the states
+    (``--status`` before the overrides), printed at the end."""
+    if dry_run_only:
+        if exp.hours:
+            print(
+                f"# {exp.name} (paper {exp.paper}): {len(planned)} runs; a pretraining job at the "
+                f"paper's scale takes about {exp.hours:g} h (an estimate, docs/cluster.md)"
+            )
+        print(dry_run(planned))
+        return 0
+    if status:
+        print(status_table(run_states(planned)))
+        return 0
+    check_requests(planned)
+    cfgs = {p.paths.method: p.cfg for p in planned}
+    check_same_settings(opt, cfgs)  # as a local study: no run of other settings is reused
+    queued_jobs()  # SLURM answers: asked before anything is written
+    if not exp.cluster:  # a budget that ends before the prior turns on: said before the queue
+        late = prior_never_on(opt, cfgs)
+        if late:
+            print(f"warning: {late}")
+    os.makedirs(opt.output_dir, exist_ok=True)
+    with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
+        submitted, queued = submit_experiment(planned, print)
+        _write_partial_page(exp, opt, planned)
+    shows = f"`{status_line}`" if status_line else "--status"
+    print(f"{submitted} run(s) submitted now, {queued} already queued; {shows} shows them")
+    return 0

@@ -275,6 +275,7 @@ def test_a_run_whose_prior_never_turned_on_is_labelled_so_in_the_analysis_and_re
 
     from tests.helpers.analysis import study_record
     from transfer.analysis import plots
+    from transfer.cli.make_report import main as make_report_main
 
     torch.set_num_threads(1)
     data = tmp_path / "data"
@@ -301,7 +302,9 @@ def test_a_run_whose_prior_never_turned_on_is_labelled_so_in_the_analysis_and_re
         for seed in (0, 1):
             r = study_record(method, label, seed, 80.0 + seed, 6.0, prior_on_iter=prior_on)
             (records / f"{method}_seed{seed}.json").write_text(json.dumps(r))
-    build_report([str(quick), str(on)], str(tmp_path / "out"), study_records=[str(records)])
+    # the report's study section comes from the study (tools/make_report.py --study-records)
+    argv = [str(quick), str(on), "--out", str(tmp_path / "out"), "--study-records", str(records)]
+    assert make_report_main(argv) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert f"| quick | laplace | {never} |" in md and "| on | laplace | 2.00 |" in md
     assert "| LORAC (prior never on: β = ∞ throughout) | 2 |" in md

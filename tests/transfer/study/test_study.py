@@ -14,28 +14,14 @@ import numpy as np
 import pytest
 
 from pretrain.config.defaults import load_config
-from tests.helpers import tiny_opts
-from tests.helpers.analysis import assert_png_not_blank, exit_status, make_fashion_mnist
+from tests.helpers.analysis import (
+    assert_png_not_blank,
+    exit_status,
+    make_fashion_mnist,
+    study_options,
+)
 from transfer.cli.study import main as study_main
 from transfer.study import METHODS, Method, StudyError, StudyOptions, run_study
-
-
-def _options(root: Path, out: Path, results: Path, **kw) -> StudyOptions:
-    overrides = {"DATASETS.TYPE": "fashion_mnist", "INPUT.LARGE_SIZE": 16, "SOLVER.MAX_ITER": 2}
-    opts = tiny_opts(root, out, **{**overrides, **kw.pop("overrides", {})})
-    return StudyOptions(
-        output_dir=str(out),
-        results=str(results),
-        seeds=kw.pop("seeds", (0, 1)),
-        methods=kw.pop("methods", tuple(METHODS)),
-        knn_train=40,
-        knn_test=20,
-        nuclear_images=4,
-        probe_epochs=2,
-        probe_heldout_per_class=1,
-        opts=opts,
-        command="python tools/study.py (test)",
-    )
 
 
 def _mtimes(out: Path) -> dict[str, int]:
@@ -45,7 +31,7 @@ def _mtimes(out: Path) -> dict[str, int]:
 def test_study_runs_reports_and_resumes(tmp_path):
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
     out, results = tmp_path / "study", tmp_path / "docs" / "results.md"
-    opt = _options(root, out, results)
+    opt = study_options(root, out, results)
 
     first = run_study(opt)
     assert [(o.method, o.seed, o.status) for o in first] == [
@@ -109,7 +95,7 @@ def test_study_runs_reports_and_resumes(tmp_path):
 def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
     out = tmp_path / "study"
-    opt = _options(
+    opt = study_options(
         root,
         out,
         tmp_path / "results.md",
@@ -162,8 +148,8 @@ def test_jobs_run_in_parallel_processes_and_match_sequential_runs(tmp_path):
     """--jobs 2: two runs at once in their own processes, with the same numbers as one by one
     (runs are seeded and single-threaded in both cases)."""
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
-    seq = _options(root, tmp_path / "seq", tmp_path / "seq.md", methods=("mocom",))
-    par = _options(root, tmp_path / "par", tmp_path / "par.md", methods=("mocom",))
+    seq = study_options(root, tmp_path / "seq", tmp_path / "seq.md", methods=("mocom",))
+    par = study_options(root, tmp_path / "par", tmp_path / "par.md", methods=("mocom",))
     par.jobs = 2
     one = run_study(seq)
     two = run_study(par)
@@ -181,7 +167,7 @@ def test_a_second_study_on_the_same_directory_is_refused(tmp_path, capsys):
 
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
     out = tmp_path / "study"
-    opt = _options(root, out, tmp_path / "results.md", methods=("mocom",), seeds=(0,))
+    opt = study_options(root, out, tmp_path / "results.md", methods=("mocom",), seeds=(0,))
     out.mkdir()
     lock = out / ".study.lock"
     with open(lock, "w") as held:  # as a running study holds it

@@ -122,8 +122,7 @@ def test_an_imagenet_experiment_page_shows_the_runs_done_and_names_the_missing(t
     from transfer.cli.study import parse_args, study_options
     from transfer.study.config import load_experiment_configs
     from transfer.study.experiments import EXPERIMENTS
-    from transfer.study.slurm import plan_runs, run_states
-    from transfer.study.slurm_driver import write_page
+    from transfer.study.slurm import plan_runs, run_states, write_page
 
     exp = EXPERIMENTS["in100-priors"]
     argv = ["--output-dir", str(tmp_path / "exp"), "--seeds", "0", "1", "--methods", "lorac",
@@ -253,3 +252,21 @@ def test_the_status_command_puts_status_before_the_overrides(argv):
     args = parse_args(argv)
     again = parse_args(shlex.split(status_command(argv, args.opts))[2:])
     assert again.status and again.opts == args.opts and again.methods == args.methods
+
+
+def test_a_slurm_submission_refuses_runs_made_with_other_settings(tmp_path, monkeypatch, capsys):
+    """As a local study: a finished run made with other overrides would be reused as if made
+    with these and the page would mix the two; one error line names the difference, and
+    nothing is submitted or written."""
+    out = tmp_path / "exp"
+    argv = _slurm_argv(tmp_path, out, ["lorac_beta1"])
+    (out / "lorac_beta1_seed0").mkdir(parents=True)
+    done = study_record("lorac_beta1", "LORAC β=1", 0, 80.0, 7.0, overrides=["LOSS.BETA", "3.0"])
+    (out / "lorac_beta1_seed0" / "study.json").write_text(json.dumps(done))
+    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path / 'bin')}:/usr/bin:/bin")
+    before = snapshot(out)
+    assert exit_status(study_main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --output-dir "), err
+    assert "made with other settings: " in err[0] and "; LOSS.BETA 3.0 (now 1.0); " in err[0]
+    assert snapshot(out) == before and not (tmp_path / "bin" / "count").exists()

@@ -5,8 +5,7 @@ when training ends before LORAC's prior turns on (then LORAC equals MoCo-M)."""
 from __future__ import annotations
 
 from tests.helpers import tiny_opts
-from tests.helpers.analysis import exit_status, make_fashion_mnist
-from tests.transfer.study.test_study import _options
+from tests.helpers.analysis import exit_status, make_fashion_mnist, study_options
 from transfer.cli.study import main as study_main
 
 
@@ -52,7 +51,7 @@ def test_no_warning_when_the_prior_turns_on(tmp_path):
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
     for max_iter, warned in ((2, True), (3, False)):
         short = {"SOLVER.MAX_ITER": max_iter, "LOSS.BETA_INF_EPOCHS": 0.5}
-        opt = _options(root, tmp_path / "s", tmp_path / "r.md", overrides=short)
+        opt = study_options(root, tmp_path / "s", tmp_path / "r.md", overrides=short)
         assert bool(prior_never_on(opt, load_method_configs(opt))) is warned
 
 

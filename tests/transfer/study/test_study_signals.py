@@ -97,15 +97,17 @@ def test_a_signal_in_a_runs_last_iteration_stops_before_the_next_run(tmp_path, m
     root = make_fashion_mnist(tmp_path / "fmnist", n_train=40, n_test=20)
     started = []
 
-    def finishing_run(opt, cfg, run, label, settings):
+    def finishing_run(cfg, run):
         started.append(run.seed)
         # as StopOnSignal during the last iteration: SIGTERM recorded, then the run ends normally
         previous = signal.signal(signal.SIGTERM, lambda *a: None)
         signal.raise_signal(signal.SIGINT)  # Ctrl-C: the driver forwards it as a SIGTERM
         signal.signal(signal.SIGTERM, previous)
-        return {"invocation_seconds": 1.0, "knn_top1": 1.0, "linear_top1": 1.0, "nuclear_mean": 6}
+        return {}
 
-    monkeypatch.setattr(driver, "_do_run", finishing_run)
+    monkeypatch.setattr(driver, "pretrain_run", finishing_run)
+    evaluated = {"knn_top1": 1.0, "linear_top1": 1.0, "nuclear_mean": 6.0}
+    monkeypatch.setattr(driver, "evaluate_run", lambda cfg, run, opt: dict(evaluated))
     opt = StudyOptions(
         output_dir=str(tmp_path / "study"),
         results=str(tmp_path / "results.md"),

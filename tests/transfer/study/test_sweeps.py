@@ -8,9 +8,9 @@ import math
 
 from pretrain.modeling import build_model
 from tests.helpers.analysis import assert_png_not_blank, make_fashion_mnist, study_record
-from transfer.analysis.study_setup import sweep_methods
 from transfer.study import StudyOptions, run_study
 from transfer.study.config import load_method_configs
+from transfer.study.experiments import sweep_methods
 
 
 def _options(tmp_path, sweep, root, **kw):
@@ -122,9 +122,8 @@ def test_a_finished_run_writes_its_record(tmp_path, monkeypatch):
 def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
     """An invocation that ran something is appended to the records' invocations.json; one that
     ran nothing is not, and the page shows the sum over all of them."""
-    from transfer.analysis.study_page import _invocation_lines
-    from transfer.analysis.study_records import INVOCATIONS
-    from transfer.study.records import log_invocation
+    from transfer.study.page import Invocation, render_page
+    from transfer.study.records import INVOCATIONS, log_invocation
 
     opt = _options(tmp_path, "beta", tmp_path, records=str(tmp_path / "records"))
     assert log_invocation(opt, 600.0, 0) == []  # nothing ran, nothing logged
@@ -134,5 +133,7 @@ def test_invocations_are_logged_and_summed_on_the_page(tmp_path):
     assert [(i["minutes"], i["runs_done"]) for i in logged] == [(59.0, 18), (30.0, 6)]
     on_disk = json.loads((tmp_path / "records" / INVOCATIONS).read_text())["invocations"]
     assert on_disk == logged
-    (line,) = _invocation_lines(logged)
+    results = [study_record("mocom", "MoCo-M", seed, 70.0, 5.0) for seed in opt.seeds]
+    page = render_page(opt, results, "p.png", Invocation("2026-01-01T00:00:00", 0.0, 0, logged))
+    (line,) = [ln for ln in page.splitlines() if ln.startswith("- Wall time of the target")]
     assert "89.0 min" in line and "59.0 min, 18 runs" in line and "30.0 min, 6 runs" in line

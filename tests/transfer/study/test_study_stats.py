@@ -1,4 +1,4 @@
-"""A study's numbers and words (transfer.analysis.study_stats, .study_comparison): the sample
+"""A study's numbers and words (transfer.study.stats, .study_comparison): the sample
 std, the seed-paired difference and its t interval checked by hand, and the sentences that say
 what they show."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from transfer.analysis.study_comparison import (
+from transfer.study.comparison import (
     paired_verdict,
     paper_main_comparison,
     spread_sentence,
     verdict,
 )
-from transfer.analysis.study_setup import METHODS
-from transfer.analysis.study_stats import MethodSummary, PairedDifference, paired_difference
+from transfer.study.experiments import METHODS
+from transfer.study.stats import MethodSummary, PairedDifference, paired_difference
 
 
 def _summary(key: str, knn: list[float], linear: list[float]) -> MethodSummary:

@@ -1,38 +1,44 @@
 """A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``): a
-list of sections, each a short function returning its lines. The page is a function of the
-records, the options and the :class:`Invocation` that writes it alone, so rewritten from the
-committed records it comes out byte for byte.
+list of sections, each a short function returning its lines, and the same study as sections of
+the HTML report (:func:`report_sections`, ``tools/make_report.py --study-records``). The page is a
+function of the records, the options and the :class:`Invocation` that writes it alone, so
+rewritten from the committed records it comes out byte for byte; :func:`write_report` logs the
+invocation, draws the plots and writes it.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pretrain.evaluation.knn import KNN_K, KNN_T
+from pretrain.utils.atomic_io import atomic_write_bytes
+from transfer.analysis.report_sections import Figure, Section
 from transfer.analysis.report_tables import Table
-from transfer.analysis.study_comparison import Comparison, comparison, mean_table
-from transfer.analysis.study_records import INVOCATIONS
-from transfer.analysis.study_setup import Method, StudyOptions
-from transfer.analysis.study_stats import (
-    MethodSummary,
-    never_on_label,
-    prior_never_on,
-    summarize,
-)
 from transfer.tables import markdown_table
+
+from .comparison import Comparison, comparison, mean_table
+from .experiments import Experiment, Method, StudyOptions
+from .figures import write_plots
+from .records import INVOCATIONS, cpu_cores, log_invocation, threads_per_run
+from .stats import MethodSummary, mean_std, never_on_label, prior_never_on, summarize
 
 __all__ = [
     "TARGETS",
     "Invocation",
     "missing_section",
     "prior_never_on_section",
+    "probe_page",
     "render_page",
+    "report_sections",
     "seed_table",
+    "write_report",
 ]
 
 TARGETS = {"": "make study", "beta": "make study-beta", "views": "make study-views"}
@@ -91,7 +97,7 @@ def missing_section(missing: Sequence[str]) -> list[str]:
 
 
 def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> list[str]:
-    """The runs whose prior never turned on (:func:`~.study_stats.prior_never_on`), whose
+    """The runs whose prior never turned on (:func:`.stats.prior_never_on`), whose
     numbers say nothing about the prior; [] when there are none."""
     late: dict[str, list[Mapping]] = {}
     for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
@@ -136,10 +142,7 @@ def _titled(table: Table) -> list[str]:
 
 
 def _paragraphs(texts: Sequence[str]) -> list[str]:
-    lines: list[str] = []
-    for text in texts:
-        lines += [text, ""]
-    return lines[:-1]
+    return [line for text in texts for line in ("", text)][1:]  # a blank line between texts
 
 
 def _head(opt: StudyOptions, results: Sequence[Mapping], title: str, stamp: str) -> list[str]:
@@ -318,3 +321,87 @@ def _hardware(opt: StudyOptions, results: Sequence[Mapping], inv: Invocation) ->
         f"{inv.threads_per_run} torch thread(s) and shared the machine, so "
         "its wall time is longer than alone.",
     ]
+
+
+def hardware() -> dict[str, str]:
+    import torch
+
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    return {
+        "CPU cores (nproc)": str(cpu_cores()),
+        "CPU model": model,
+        "torch": f"{torch.__version__} ({torch.get_num_threads()} threads)",
+        "GPU": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none used",
+    }
+
+
+def write_report(
+    opt: StudyOptions,
+    results: Sequence[Mapping],
+    wall_seconds: float,
+    runs_done: int | None = None,
+    missing: Sequence[str] = (),
+) -> str:
+    """Write ``opt.results`` (Markdown) and its plots beside it, logging the invocation in the
+    records when it ran ``runs_done`` > 0 runs; ``missing``: the runs without a result."""
+    invocation = Invocation(
+        stamp=datetime.datetime.now().isoformat(timespec="seconds"),
+        seconds=wall_seconds,
+        runs_done=runs_done,
+        logged=log_invocation(opt, wall_seconds, runs_done or 0),
+        machine=hardware(),
+        threads_per_run=threads_per_run(opt.jobs),
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
+    summaries = summarize(results, opt.methods)
+    png = write_plots(opt, summaries, os.path.splitext(opt.results)[0])[0][1]
+    atomic_write_bytes(opt.results, render_page(opt, results, png, invocation, missing).encode())
+    return png
+
+
+def report_sections(loaded: Sequence[tuple], fig_dir: str) -> list[Section]:
+    """One report section per ``(folder, options, results)`` of :func:`.records.load_records`:
+    the sentences, tables and plots of its page, the plots drawn into ``fig_dir``."""
+    sections = []
+    for i, (d, opt, results) in enumerate(loaded):
+        summaries = summarize(results, opt.methods)
+        found = comparison(opt, summaries)
+        sec = Section(f"{found.title} ({len(results)} runs: {d})", text=list(found.text))
+        sec.tables += [t for t in (found.table, mean_table(summaries)) if t.rows]
+        stem = os.path.join(fig_dir, f"study{i + 1}_{opt.sweep or 'methods'}")
+        for title, path in write_plots(opt, summaries, stem):
+            sec.figures.append(Figure(title, path, f"from {d}"))
+        sections.append(sec)
+    return sections
+
+
+def probe_page(exp: Experiment, opt: StudyOptions, top1: Mapping, missing: Sequence[str]) -> str:
+    """An ImageNet experiment's page: linear top-1 per method (``top1``: its (seed, value) of
+    the runs that are done), mean ± sample std over those seeds, every seed's value, and the
+    ``missing`` runs."""
+    rows = []
+    for m in opt.methods:
+        done = top1.get(m, [])
+        s = MethodSummary(m, "", [seed for seed, _ in done], {"linear_top1": [v for _, v in done]})
+        mean = mean_std(s, "linear_top1") if done else "-"
+        seeds = ", ".join(f"{seed}: {v:.2f}" for seed, v in done)
+        rows.append([opt.method_table[m].label, f"{len(done)}/{len(opt.seeds)}", mean, seeds])
+    table = markdown_table(["method", "seeds done", "linear top-1 (%)", "per seed"], rows)
+    later = ["Later evaluations (their own tools):", *(f"- {t}" for t in exp.evaluation.later)]
+    return "\n".join([
+        f"# {exp.name}: paper {exp.paper}, linear top-1",
+        "",
+        f"Written by `{opt.command}`; mean ± sample standard deviation (ddof = 1) over seeds.",
+        "",
+        *missing_section(missing),
+        "",
+        table,
+        *(["", *later] if exp.evaluation.later else []),
+        "",
+    ])  # fmt: skip

@@ -1,6 +1,8 @@
-"""What a study shows about LORAC vs MoCo-M, in numbers and words: the sentences and the table
-that its Markdown page (:mod:`.study_page`) and the HTML report (:mod:`.report`,
-``tools/make_report.py --study-records``) both show, computed from the same records."""
+"""What a study shows about LORAC vs MoCo-M, in numbers and words: the table and the sentences
+that its Markdown page (:mod:`.page`) and the HTML report both show, computed from the same
+records. Every conclusion is a row of :data:`CLAIMS`: what a comparison may claim for each
+outcome of its numbers (:func:`outcome`), so that no tie, NaN or overlapping interval is read as
+a difference."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from dataclasses import dataclass
 
 from transfer.analysis.paper_tables import PAPER_TABLES
 from transfer.analysis.report_tables import Table
-from transfer.analysis.study_setup import StudyOptions
-from transfer.analysis.study_stats import (
+
+from .experiments import StudyOptions
+from .stats import (
     METRICS,
     NEVER_ON,
     MethodSummary,
@@ -21,11 +24,13 @@ from transfer.analysis.study_stats import (
 )
 
 __all__ = [
+    "CLAIMS",
     "PAPER_SHAPES",
     "TITLES",
     "Comparison",
     "comparison",
     "mean_table",
+    "outcome",
     "paired_table",
     "paired_verdict",
     "paper_main_comparison",
@@ -56,6 +61,74 @@ SWEEP_TITLE = "The sweep"
 PAIRED_TITLE = "LORAC − MoCo-M, paired by seed"
 _ACCURACIES = (("knn_top1", "kNN"), ("linear_top1", "linear-probe"))
 
+_NO_COLLAPSE = "no collapse at β = {x} (the paper's collapse below β = 1 is not seen)"
+# What each comparison may claim, by the outcome of its numbers. A LORAC - MoCo-M difference is
+# "above" / "below" when it lies beyond the seed spread on that side (its paired 95 % interval
+# excludes 0; unpaired, the mean difference exceeds the larger of the two seed stds), "within"
+# when it does not, "one seed" when there is no spread to compare with (NaN: fewer than two
+# seeds). "tie": values equal at the digits the page shows, from which no peak or trend is read;
+# "never on": LORAC's prior never turned on, so LORAC is MoCo-M under another name; "missing":
+# a method of the comparison was not run. An outcome a row does not list is never claimed.
+CLAIMS: dict[str, dict[str, str]] = {
+    "study": {  # the whole study page, before any number is read
+        "missing": "LORAC and MoCo-M were not both run, so there is no LORAC vs MoCo-M comparison.",
+        "never on": f"LORAC's prior never turned on ({NEVER_ON}): LORAC and MoCo-M trained the "
+        "same objective, so this study draws no LORAC vs MoCo-M conclusion.",
+    },
+    "unpaired": {  # one accuracy's means against the seed spread
+        "above": "LORAC beats MoCo-M",
+        "below": "MoCo-M beats LORAC",
+        "within": "within the seed spread",
+        "one seed": "With a single seed per method there is no seed spread, so this study cannot "
+        "say whether LORAC beats MoCo-M.",
+    },
+    "paired": {  # one accuracy's paired difference
+        "above": "LORAC beats MoCo-M beyond the seed spread",
+        "below": "MoCo-M beats LORAC beyond the seed spread",
+        "within": "no difference beyond the seed spread at this scale",
+        "one seed": "Fewer than two common seeds: no paired interval.",
+    },
+    "where": {  # a sweep's paired kNN differences, grouped by outcome
+        "above": "LORAC is above MoCo-M beyond the seed spread at {symbol} = {at}",
+        "below": "below it beyond the seed spread at {symbol} = {at}",
+        "within": "within it at {symbol} = {at}",
+        "none": "at no {symbol} does LORAC differ from MoCo-M in kNN beyond the seed spread "
+        "(every paired 95 % CI includes 0)",
+    },
+    "sweep": {  # a sweep as a whole
+        "one seed": "Here: one seed (no seed spread, no interval), so no peak, trend or gap is "
+        "read from these numbers.",
+        "never on β": f"Here: no LORAC run turned its prior on ({NEVER_ON} at β = {{at}}), so "
+        "the sweep says nothing about β.",
+        "never on M": "Here: no LORAC run turned its prior on (β = ∞ throughout), so the sweep "
+        "says nothing about M.",
+        "left out": f" LORAC at β = {{at}} is left out: {NEVER_ON}.",
+    },
+    "peak": {  # the β sweep's highest kNN mean
+        "one": "kNN is highest at β = {at} ({top} %; the paper's peak is at β = 2)",
+        "tie": "kNN ties at its top ({top} %) at β = {at}, so no peak is read",
+    },
+    "trend": {  # the test ‖Q̂‖∗ means in β order
+        "tie": "the test ‖Q̂‖∗ ties at β = {at}, so no trend is read",
+        "grows": "the test ‖Q̂‖∗ grows with β (as the paper's Fig. 3b)",
+        "other": "the test ‖Q̂‖∗ does not grow monotonically with β (unlike the paper's Fig. 3b)",
+    },
+    "collapse": {  # LORAC at the lowest β against MoCo-M, paired kNN
+        "below": "at β = {x} kNN is below MoCo-M's beyond the seed spread, as the paper's "
+        "collapse below β = 1",
+        "above": _NO_COLLAPSE,
+        "within": _NO_COLLAPSE,
+    },
+    "gap": {"grows": "growing", "other": "not growing"},  # the views sweep's kNN gap over M
+}
+
+
+def outcome(d: PairedDifference) -> str:
+    """The :data:`CLAIMS` key of ``d``: "above", "below", "within" or "one seed" (no interval)."""
+    if math.isnan(d.low):
+        return "one seed"
+    return {1: "above", -1: "below", 0: "within"}[d.beyond_spread]
+
 
 @dataclass
 class Comparison:
@@ -75,20 +148,11 @@ def comparison(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> Compari
         table = paired_table(summaries)
         pair = _lorac_and_mocom(summaries)
         if pair and pair[0].never_on:
-            found = [_SAME_OBJECTIVE]
+            found = [CLAIMS["study"]["never on"]]
         else:
             found = [paired_verdict(summaries), verdict(summaries)]
         text = [t for t in (*found, paper_main_comparison()) if t]
     return Comparison(TITLES[opt.sweep], text, table)
-
-
-_SAME_OBJECTIVE = (
-    f"LORAC's prior never turned on ({NEVER_ON}): LORAC and MoCo-M trained the same objective, "
-    "so this study draws no LORAC vs MoCo-M conclusion."
-)
-_ONE_SEED = (
-    "one seed (no seed spread, no interval), so no peak, trend or gap is read from these numbers"
-)
 
 
 def _lorac_and_mocom(summaries: Sequence[MethodSummary]) -> tuple[MethodSummary, ...]:
@@ -102,27 +166,19 @@ def verdict(summaries: Sequence[MethodSummary]) -> str:
     of their two seed standard deviations, or is the difference within the seed spread?"""
     pair = _lorac_and_mocom(summaries)
     if not pair:
-        return "LORAC and MoCo-M were not both run, so there is no LORAC vs MoCo-M comparison."
+        return CLAIMS["study"]["missing"]
     lorac, mocom = pair
     if min(len(lorac.seeds), len(mocom.seeds)) < 2:
-        return (
-            "With a single seed per method there is no seed spread, so this study cannot say "
-            "whether LORAC beats MoCo-M."
-        )
+        return CLAIMS["unpaired"]["one seed"]
     parts = []
     for metric, name in _ACCURACIES:
         diff = lorac.mean(metric) - mocom.mean(metric)
         spread = max(lorac.std(metric), mocom.std(metric))
-        if diff > spread:
-            what = "LORAC beats MoCo-M"
-        elif diff < -spread:
-            what = "MoCo-M beats LORAC"
-        else:
-            what = "within the seed spread"
+        found = "above" if diff > spread else "below" if diff < -spread else "within"
         parts.append(
             f"on {name} top-1 LORAC's mean is {abs(diff):.2f} points "
             f"{'above' if diff >= 0 else 'below'} MoCo-M's against a seed spread of "
-            f"{spread:.2f} points ({what})"
+            f"{spread:.2f} points ({CLAIMS['unpaired'][found]})"
         )
     return (
         f"Unpaired, {parts[0]}, and {parts[1]}, the seed spread being the larger of the two "
@@ -138,21 +194,47 @@ def paired_verdict(summaries: Sequence[MethodSummary]) -> str:
     pair = _lorac_and_mocom(summaries)
     if not pair:
         return ""
-    parts = []
-    for metric, name in _ACCURACIES:
-        d = paired_difference(*pair, metric)
-        if math.isnan(d.low):
-            return "Fewer than two common seeds: no paired interval."
-        what = {
-            1: "LORAC beats MoCo-M beyond the seed spread",
-            -1: "MoCo-M beats LORAC beyond the seed spread",
-            0: "no difference beyond the seed spread at this scale",
-        }[d.beyond_spread]
-        parts.append(
-            f"{name} top-1 {d.mean:+.2f} points, 95 % CI [{d.low:+.2f}, {d.high:+.2f}] ({what})"
-        )
-    n = len(paired_difference(*pair, "knn_top1").seeds)
-    return f"Paired by seed ({n} seeds), LORAC - MoCo-M: {parts[0]}; {parts[1]}."
+    diffs = [(name, paired_difference(*pair, metric)) for metric, name in _ACCURACIES]
+    if any(outcome(d) == "one seed" for _, d in diffs):
+        return CLAIMS["paired"]["one seed"]
+    knn, linear = (
+        f"{name} top-1 {d.mean:+.2f} points, 95 % CI [{d.low:+.2f}, {d.high:+.2f}] "
+        f"({CLAIMS['paired'][outcome(d)]})"
+        for name, d in diffs
+    )
+    return f"Paired by seed ({len(diffs[0][1].seeds)} seeds), LORAC - MoCo-M: {knn}; {linear}."
+
+
+def spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]]) -> str:
+    """Where the paired kNN interval of LORAC - MoCo-M excludes 0, in words."""
+    at = {r: ", ".join(f"{x:g}" for x, d in gaps if outcome(d) == r) for r in CLAIMS["where"]}
+    if not at["above"] and not at["below"]:
+        return CLAIMS["where"]["none"].format(symbol=symbol)
+    found = [r for r in ("above", "below", "within") if at[r]]
+    return ", ".join(CLAIMS["where"][r].format(symbol=symbol, at=at[r]) for r in found)
+
+
+def _beta_sentence(found: Sequence[tuple[float, float, float, PairedDifference]]) -> str:
+    """What the sweep shows beside the paper's Fig. 3, from means as shown on the page: no peak
+    from tied means, no trend from tied norms, nothing at all from one seed."""
+    if any(outcome(f[3]) == "one seed" for f in found):
+        return CLAIMS["sweep"]["one seed"]
+    ordered = sorted(found, key=lambda f: f[0])
+    digits, nuc_digits = METRICS["knn_top1"][1], METRICS["nuclear_mean"][1]
+    knn = [round(f[1], digits) for f in ordered]
+    peaks = [f"{f[0]:g}" for f, v in zip(ordered, knn, strict=True) if v == max(knn)]
+    peak = CLAIMS["peak"]["tie" if len(peaks) > 1 else "one"]
+    nuc = [round(f[2], nuc_digits) for f in ordered]
+    tied = [f"{f[0]:g}" for f, v in zip(ordered, nuc, strict=True) if nuc.count(v) > 1]
+    grows = all(a[2] < b[2] for a, b in zip(ordered, ordered[1:], strict=False))
+    trend = CLAIMS["trend"]["tie" if tied else "grows" if grows else "other"]
+    low = ordered[0]
+    return (
+        f"Here: {peak.format(at=', '.join(peaks), top=f'{max(knn):.{digits}f}')}; "
+        f"{trend.format(at=', '.join(tied))}; "
+        f"{CLAIMS['collapse'][outcome(low[3])].format(x=f'{low[0]:g}')}; "
+        f"{spread_sentence('β', [(f[0], f[3]) for f in ordered])}."
+    )
 
 
 def paper_main_comparison() -> str:
@@ -202,28 +284,6 @@ def paired_table(summaries: Sequence[MethodSummary]) -> Table:
     return table
 
 
-def spread_sentence(symbol: str, gaps: Sequence[tuple[float, PairedDifference]]) -> str:
-    """Where the paired kNN interval of LORAC - MoCo-M excludes 0, in words."""
-    above = [f"{x:g}" for x, d in gaps if d.beyond_spread == 1]
-    below = [f"{x:g}" for x, d in gaps if d.beyond_spread == -1]
-    if not above and not below:
-        return (
-            f"at no {symbol} does LORAC differ from MoCo-M in kNN beyond the seed spread (every "
-            "paired 95 % CI includes 0)"
-        )
-    parts = []
-    if above:
-        parts.append(
-            f"LORAC is above MoCo-M beyond the seed spread at {symbol} = {', '.join(above)}"
-        )
-    if below:
-        parts.append(f"below it beyond the seed spread at {symbol} = {', '.join(below)}")
-    rest = [f"{x:g}" for x, d in gaps if d.beyond_spread == 0]
-    if rest:
-        parts.append(f"within it at {symbol} = {', '.join(rest)}")
-    return ", ".join(parts)
-
-
 def _sweep(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[Table, str]:
     """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and one sentence on
     what it shows next to the paper's curve shapes, computed from the numbers."""
@@ -258,56 +318,9 @@ def _beta_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[lis
         rows.append(row)
     at = ", ".join(never)
     if found:
-        left_out = f" LORAC at β = {at} is left out: {NEVER_ON}." if never else ""
+        left_out = CLAIMS["sweep"]["left out"].format(at=at) if never else ""
         return rows, _beta_sentence(found) + left_out
-    if never:
-        nothing = f"no LORAC run turned its prior on ({NEVER_ON} at β = {at})"
-        return rows, f"Here: {nothing}, so the sweep says nothing about β."
-    return rows, ""
-
-
-def _ties(values: Sequence[tuple[float, float]], digits: int) -> list[float]:
-    """The x of the values that tie (equal at the ``digits`` shown) with another one."""
-    shown = [round(v, digits) for _, v in values]
-    return [x for (x, _), v in zip(values, shown, strict=True) if shown.count(v) > 1]
-
-
-def _beta_sentence(found: Sequence[tuple[float, float, float, PairedDifference]]) -> str:
-    """What the sweep shows beside the paper's Fig. 3, from means as shown on the page: no peak
-    from tied means, no trend from tied norms, nothing at all from one seed."""
-    if any(math.isnan(f[3].low) for f in found):
-        return f"Here: {_ONE_SEED}."
-    ordered = sorted(found, key=lambda f: f[0])
-    knn, digits = [(f[0], f[1]) for f in ordered], METRICS["knn_top1"][1]
-    top = max(round(v, digits) for _, v in knn)
-    peaks = [x for x, v in knn if round(v, digits) == top]
-    if len(peaks) == 1:
-        peak = (
-            f"kNN is highest at β = {peaks[0]:g} ({top:.{digits}f} %; the paper's peak is at β = 2)"
-        )
-    else:
-        at = ", ".join(f"{x:g}" for x in peaks)
-        peak = f"kNN ties at its top ({top:.{digits}f} %) at β = {at}, so no peak is read"
-    nuc, nuc_digits = [(f[0], f[2]) for f in ordered], METRICS["nuclear_mean"][1]
-    tied = _ties(nuc, nuc_digits)
-    if tied:
-        at = ", ".join(f"{x:g}" for x in tied)
-        trend = f"the test ‖Q̂‖∗ ties at β = {at}, so no trend is read"
-    elif all(a[1] < b[1] for a, b in zip(nuc, nuc[1:], strict=False)):
-        trend = "the test ‖Q̂‖∗ grows with β (as the paper's Fig. 3b)"
-    else:
-        trend = "the test ‖Q̂‖∗ does not grow monotonically with β (unlike the paper's Fig. 3b)"
-    low = ordered[0]
-    collapse = (
-        f"at β = {low[0]:g} kNN is below MoCo-M's beyond the seed spread, as the paper's "
-        "collapse below β = 1"
-        if low[3].beyond_spread == -1
-        else f"no collapse at β = {low[0]:g} (the paper's collapse below β = 1 is not seen)"
-    )
-    return (
-        f"Here: {peak}; {trend}; {collapse}; "
-        f"{spread_sentence('β', [(f[0], f[3]) for f in ordered])}."
-    )
+    return rows, CLAIMS["sweep"]["never on β"].format(at=at) if never else ""
 
 
 def _views_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:
@@ -335,18 +348,12 @@ def _views_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[li
             }
         )
     if not gaps:
-        return rows, (
-            "Here: no LORAC run turned its prior on (β = ∞ throughout), so the sweep says "
-            "nothing about M."
-            if never
-            else ""
-        )
-    if any(math.isnan(d.low) for _, d in gaps):
-        return rows, f"Here: {_ONE_SEED}."
-    grows = gaps[-1][1].mean > gaps[0][1].mean
+        return rows, CLAIMS["sweep"]["never on M"] if never else ""
+    if any(outcome(d) == "one seed" for _, d in gaps):
+        return rows, CLAIMS["sweep"]["one seed"]
+    (first, d0), (last, d1) = gaps[0], gaps[-1]
     return rows, (
-        f"Here: {spread_sentence('M', gaps)}; the mean kNN gap is "
-        f"{gaps[0][1].mean:+.2f} at M = {gaps[0][0]:g} and "
-        f"{gaps[-1][1].mean:+.2f} at M = {gaps[-1][0]:g} "
-        f"({'growing' if grows else 'not growing'} with M)."
+        f"Here: {spread_sentence('M', gaps)}; the mean kNN gap is {d0.mean:+.2f} at M = "
+        f"{first:g} and {d1.mean:+.2f} at M = {last:g} "
+        f"({CLAIMS['gap']['grows' if d1.mean > d0.mean else 'other']} with M)."
     )

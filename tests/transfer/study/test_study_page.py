@@ -12,9 +12,9 @@ import shlex
 import pytest
 
 from tests.helpers import ROOT
-from transfer.analysis.study_page import Invocation, render_page
-from transfer.analysis.study_records import INVOCATIONS, load_records, read_json
 from transfer.cli.study import parse_args
+from transfer.study.page import Invocation, render_page
+from transfer.study.records import INVOCATIONS, load_records, read_json
 
 # the "Generated" time of the pages these tests render; none of them reads it
 STAMP = datetime.datetime(2026, 1, 1).isoformat()
@@ -64,8 +64,8 @@ def test_the_page_names_the_runs_whose_prior_never_turned_on():
     page names those runs, so that their numbers, MoCo-M's own, are not read as a comparison;
     runs whose prior turned on, and records without `prior_on_iter`, add nothing."""
     from tests.helpers.analysis import study_record
-    from transfer.analysis.study_page import prior_never_on_section
-    from transfer.analysis.study_setup import StudyOptions
+    from transfer.study.experiments import StudyOptions
+    from transfer.study.page import prior_never_on_section
 
     opt = StudyOptions(seeds=(0, 1), methods=("lorac", "mocom"))
     late = [study_record("lorac", "LORAC", s, 80.0, 6.0, prior_on_iter=64) for s in (0, 1)]
@@ -88,7 +88,7 @@ def _beta_sweep(seeds, knn, nuc, prior_on_iter=4):
     """A β sweep's records: LORAC at every β and MoCo-M; ``knn(x, seed)`` and ``nuc(x, seed)``
     give each run's numbers; LORAC's prior turns on at ``prior_on_iter`` (each run: 10 it.)."""
     from tests.helpers.analysis import study_record
-    from transfer.analysis.study_setup import StudyOptions, sweep_methods
+    from transfer.study.experiments import StudyOptions, sweep_methods
 
     table = sweep_methods("beta", 2.0)
     results = [
@@ -136,9 +136,9 @@ def test_a_run_whose_prior_never_turned_on_is_labelled_so_on_the_page_and_in_the
     not by their configured β; the main study's comparison says LORAC trained MoCo-M's
     objective; the HTML report's study section (the same Comparison) says the same."""
     from tests.helpers.analysis import study_record
-    from transfer.analysis.study_comparison import comparison
-    from transfer.analysis.study_setup import StudyOptions
-    from transfer.analysis.study_stats import summarize
+    from transfer.study.comparison import comparison
+    from transfer.study.experiments import StudyOptions
+    from transfer.study.stats import summarize
 
     opt, results = _beta_sweep((0,), lambda x, s: 80.0, lambda x, s: 6.0, prior_on_iter=64)
     page = render_page(opt, results, "r.png", Invocation(STAMP, 1.0, 1))

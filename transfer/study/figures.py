@@ -8,8 +8,9 @@ import math
 from collections.abc import Sequence
 
 from transfer.analysis.plots import plot_scatter_means, plot_seed_spread, plot_sweep
-from transfer.analysis.study_setup import StudyOptions
-from transfer.analysis.study_stats import METRICS, NEVER_ON, MethodSummary
+
+from .experiments import StudyOptions
+from .stats import METRICS, NEVER_ON, MethodSummary
 
 __all__ = ["write_plots"]
 

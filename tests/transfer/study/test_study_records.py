@@ -1,4 +1,4 @@
-"""A study's committed records read back (transfer.analysis.study_records) and shown in the HTML
+"""A study's committed records read back (transfer.study.records) and shown in the HTML
 report (tools/make_report.py --study-records) with the same verdict as its Markdown page."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import re
 import pytest
 
 from tests.helpers.analysis import assert_png_not_blank, exit_status, study_record
-from transfer.analysis.study_comparison import comparison
-from transfer.analysis.study_page import Invocation, render_page
-from transfer.analysis.study_records import load_records
-from transfer.analysis.study_setup import METHODS, StudyError, sweep_methods
-from transfer.analysis.study_stats import summarize
 from transfer.cli.make_report import main as report_main
+from transfer.study.comparison import comparison
+from transfer.study.experiments import METHODS, StudyError, sweep_methods
+from transfer.study.page import Invocation, render_page
+from transfer.study.records import load_records
+from transfer.study.stats import summarize
 
 # Per-seed kNN: LORAC is 0.5 +- 0.1 above MoCo-M on every seed (beyond the spread).
 KNN = {
