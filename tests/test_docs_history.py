@@ -2,7 +2,7 @@
 a table row that names the commit its figures were measured on (a results table's provenance),
 never in prose ("On <date> ...", "Until <date> ...", dated "before and after" sections). The
 study pages that ``tools/study.py`` generates state when they were generated; their dates are the
-records' and are checked byte for byte by tests/transfer/analysis/test_study_page.py. And
+records' and are checked byte for byte by tests/transfer/study/test_study_page.py. And
 docs/performance.md stays a reference page: at most 265 lines."""
 
 from __future__ import annotations
