@@ -19,7 +19,7 @@ from fvcore.common.config import CfgNode
 import pretrain.engine.trainer as trainer_module
 from pretrain.config import load_config
 from pretrain.data.loader import build_pretrain_loader, shuffle_plans
-from pretrain.engine.step_count import make_images, tiny_opts
+from pretrain.diagnostics.step_count import make_images, tiny_opts
 
 ROOT = Path(__file__).resolve().parents[1]
 # real photographs beside the checkout

@@ -218,7 +218,7 @@ def _count_syncs(method: str, x: torch.Tensor) -> collections.Counter[str]:
     """Host syncs of a forward + backward and a no-grad forward, as a GPU would make them:
     ``x`` counts as a device tensor (the step counter, which also sees the syncs
     inside ops such as eigh's error check)."""
-    from pretrain.engine.op_counter import StepCounter
+    from pretrain.diagnostics.op_counter import StepCounter
 
     leaf = x.detach().clone().requires_grad_(True)
     counter = StepCounter()

@@ -15,7 +15,7 @@ host syncs among them, each with the source line it comes from:
   input and output differ in memory layout (NCCL moves raw bytes: a channels_last input gathered
   into NCHW buffers scrambles the data).
 
-:func:`pretrain.engine.step_count.measure` counts one training step with it.
+:func:`pretrain.diagnostics.step_count.measure` counts one training step with it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ _OUT_IN_OPS = {
     "_reduce_scatter_base_",
 }
 # frames of the counting itself, never where an op was asked for
-_COUNTING_FILES = ("/engine/op_counter.py", "/engine/step_count.py")
+_COUNTING_FILES = ("/diagnostics/op_counter.py", "/diagnostics/step_count.py")
 
 
 class StepCounter(TorchDispatchMode):

@@ -2,7 +2,7 @@
 
 :func:`measure` builds the trainer from a shipped config shrunk to tiny images (the view layout,
 model, loss, optimiser and hooks stay as shipped) and counts with a
-:class:`~pretrain.engine.op_counter.StepCounter` one iteration that neither logs nor checkpoints,
+:class:`~pretrain.diagnostics.op_counter.StepCounter` one iteration that neither logs nor checkpoints,
 hooks included and the data fetch excluded (the loader's decoding and cropping run on the host
 on a GPU too). The model's parameters and buffers, the optimiser's state and the loader's views
 are device tensors; parameters drawn on the host (colour augmentation's, ShuffleBN's
@@ -27,7 +27,7 @@ from PIL import Image
 import pretrain.engine.trainer as trainer_module
 import pretrain.losses.nuclear as nuclear_module
 from pretrain.config import load_config
-from pretrain.engine.op_counter import ROOT, StepCounter
+from pretrain.diagnostics.op_counter import ROOT, StepCounter
 from pretrain.engine.trainer import PretrainTrainer
 
 __all__ = ["COUNTED_ITER", "make_images", "measure", "tiny_opts"]
@@ -171,7 +171,7 @@ def measure(
     on ``procs`` processes; ``extra_opts``: more KEY VALUE overrides. With ``record`` (iteration
     numbers, none of them logging: SOLVER.MAX_ITER beyond them), the counts are those
     iterations' together and ``sequences`` holds each one's device ops and collectives, in
-    order, with their arguments described (:func:`~pretrain.engine.op_counter.describe`)."""
+    order, with their arguments described (:func:`~pretrain.diagnostics.op_counter.describe`)."""
     with tempfile.TemporaryDirectory() as tmp:
         data = make_images(Path(tmp) / "data")
         # 32 and 24 px, not 16: there a ResNet's layer4.0.conv1 sees 1x1 maps, where the CPU
