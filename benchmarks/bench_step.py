@@ -1,7 +1,7 @@
 """What one non-logging pretraining iteration asks of the device: ops, host syncs, collectives.
 
-Counted on the CPU as a GPU would run it (:func:`pretrain.diagnostics.step_count.measure`), or on CUDA
-with ``--device cuda``.
+Counted on the CPU as a GPU would run it (:func:`pretrain.diagnostics.step_count.measure`), or
+on CUDA with ``--device cuda``.
 
 Run: .venv/bin/python -m benchmarks.bench_step [--config C ...] [--procs 1 2] [--json OUT]
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import IN1K_CONFIGS, write_json
+from common import IN1K_CONFIGS, write_json
 from pretrain.diagnostics.step_count import measure
 
 

@@ -33,7 +33,7 @@ from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.common import IN1K_CONFIGS, check_cuda, project_cfg, report_json, train_on_replays
+from common import IN1K_CONFIGS, check_cuda, project_cfg, report_json, train_on_replays
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.engine.trainer import PretrainTrainer
 

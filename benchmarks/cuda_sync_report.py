@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import write_json
+from common import write_json
 from pretrain.diagnostics.cuda_syncs import report
 
 DEFAULT_CONFIGS = [

@@ -47,10 +47,11 @@ import statistics
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import quick_checks
+import quick_checks
 
 CONFIG = "configs/pretrain/in1k_r50_lorac_200ep.yaml"
 VARIANTS = {  # name: overrides of the shipped config
@@ -140,12 +141,15 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
     return Steps()
 
 
-def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | None) -> dict:
-    """One LORAC variant's figures (see the module docstring) over replayed loader batches."""
+def step_part(
+    device: str, batch: int, variant: str, tiny: bool, flops: int | None, hooks: Sequence = ()
+) -> dict:
+    """One LORAC variant's figures (see the module docstring) over replayed loader batches;
+    ``hooks``: more trainer hooks (a test plants a fault with one)."""
     import torch
     from torch._dynamo.utils import counters
 
-    from benchmarks.common import project_cfg, train_on_replays
+    from common import project_cfg, train_on_replays
     from pretrain.engine.recompiles import RecompileWatch, compiled_graphs
     from pretrain.engine.trainer import PretrainTrainer
 
@@ -174,7 +178,7 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
                 torch.cuda.reset_peak_memory_stats()
             trainer = PretrainTrainer(cfg)
             trainer.color_augment.one_pass = True  # a GPU's default; the CPU's is by chunks
-            trainer.register_hooks([steps])
+            trainer.register_hooks([steps, *hooks])
             with RecompileWatch(lambda c: causes.append(f"iteration {steps.trainer.iter}: {c}")):
                 train_on_replays(trainer)
             history = trainer.storage.history("total_loss").values()
@@ -357,7 +361,7 @@ def _ddp(device: str, backend: str) -> dict:
             "tolerance": 1e-4 if device == "cuda" else 1e-5}  # fmt: skip
 
 
-def _world1(device: str, fn: Callable[[], dict]) -> dict:
+def world1(device: str, fn: Callable[[], dict]) -> dict:
     """``fn`` inside a process group of one (NCCL on a GPU, gloo on the CPU)."""
     import torch.distributed as dist
 
@@ -368,6 +372,18 @@ def _world1(device: str, fn: Callable[[], dict]) -> dict:
             return fn()
         finally:
             dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Measures:
+    """Where :func:`main` takes its figures from, one function a kind (a test plants its own):
+    ``plain(**kwargs)`` the plain torchvision step (None: bench_throughput's ``measure_plain``),
+    ``step`` one LORAC variant (:func:`step_part`'s arguments), ``world1`` a collectives check
+    in a process group of one (:func:`world1`'s)."""
+
+    plain: Callable[..., dict] | None = None
+    step: Callable[..., dict] = step_part
+    world1: Callable[[str, Callable[[], dict]], dict] = world1
 
 
 class QuickReport:
@@ -459,7 +475,7 @@ def _say_plain(row: dict) -> str:
     return f"{row['seconds_per_iteration'] * 1e3:.1f} ms/step, {row['tflops']:.3g} TFLOP/s"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, measures: Measures | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder of quick.json and the caches")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -483,8 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(cores))
     import torch
 
-    from benchmarks.bench_throughput import measure_plain
-    from benchmarks.common import check_cuda
+    from bench_throughput import measure_plain
+    from common import check_cuda
+
+    measures = measures or Measures()
+    measure_plain = measures.plain or measure_plain
 
     check_cuda(parser, args.device)
     torch._inductor.config.compile_threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
@@ -517,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in ("eager", "compiled", "cudagraphs"):
 
         def run(v: str = variant, flops: int | None = flops) -> dict:
-            row = _step_part(args.device, batch, v, args.tiny, flops)
+            row = measures.step(args.device, batch, v, args.tiny, flops)
             _ratios(row, refs)
             return row
 
@@ -547,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         q.write()
 
     def static() -> dict:
-        row = _step_part(args.device, batch, "static", args.tiny, flops)
+        row = measures.step(args.device, batch, "static", args.tiny, flops)
         _ratios(row, refs)
         return row
 
@@ -556,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (("all_to_all", _exchange), ("syncbn", _syncbn), ("ddp", _ddp)):
         q.part(
             f"collectives_world1_{name}",
-            lambda fn=fn: _world1(args.device, lambda: fn(args.device, backend)),
+            lambda fn=fn: measures.world1(args.device, lambda: fn(args.device, backend)),
             quick_checks.collective_failures,
         )
     failures = q.report["failures"]

@@ -1,11 +1,11 @@
 """CUDA's own word on host syncs: a short run with ``torch.cuda.set_sync_debug_mode``.
 
-:mod:`pretrain.diagnostics.step_count` counts on the CPU what a GPU would synchronise on; this asks a
-GPU. :func:`report` trains a config for a few iterations (small generated images, the config's
-model, views, loss and optimiser) with CUDA's sync detector on in every iteration that neither
-logs nor checkpoints, so that each synchronising call (a value read, a blocking copy, an op whose
-kernel waits) is reported with the Python line it came from. ``benchmarks/cuda_sync_report.py``
-prints it for the shipped configs.
+:mod:`pretrain.diagnostics.step_count` counts on the CPU what a GPU would synchronise on; this
+asks a GPU. :func:`report` trains a config for a few iterations (small generated images, the
+config's model, views, loss and optimiser) with CUDA's sync detector on in every iteration that
+neither logs nor checkpoints, so that each synchronising call (a value read, a blocking copy, an
+op whose kernel waits) is reported with the Python line it came from.
+``benchmarks/cuda_sync_report.py`` prints it for the shipped configs.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class SyncDebug(HookBase):
             warnings.showwarning, self._previous = self._previous, None
 
     def showwarning(self, message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-        """``warnings.showwarning`` in a checked window: keeps CUDA's sync warnings, drops others."""
+        """``warnings.showwarning`` in a checked window: keeps CUDA's sync warnings only."""
         if "synchroniz" not in str(message):
             return
         stack = traceback.extract_stack()[:-1]

@@ -2,13 +2,14 @@
 
 :func:`measure` builds the trainer from a shipped config shrunk to tiny images (the view layout,
 model, loss, optimiser and hooks stay as shipped) and counts with a
-:class:`~pretrain.diagnostics.op_counter.StepCounter` one iteration that neither logs nor checkpoints,
-hooks included and the data fetch excluded (the loader's decoding and cropping run on the host
-on a GPU too). The model's parameters and buffers, the optimiser's state and the loader's views
-are device tensors; parameters drawn on the host (colour augmentation's, ShuffleBN's
-permutation) stay host tensors, as on a GPU. Where the code takes another path on the CPU than on
-a GPU (colour augmentation in cache-sized chunks; the nuclear norm's "auto" eigensolver), the
-count takes the GPU's. ``benchmarks/bench_step.py`` prints it for the shipped configs.
+:class:`~pretrain.diagnostics.op_counter.StepCounter` one iteration that neither logs nor
+checkpoints, hooks included and the data fetch excluded (the loader's decoding and cropping run
+on the host on a GPU too). The model's parameters and buffers, the optimiser's state and the
+loader's views are device tensors; parameters drawn on the host (colour augmentation's,
+ShuffleBN's permutation) stay host tensors, as on a GPU. Where the code takes another path on
+the CPU than on a GPU (colour augmentation in cache-sized chunks; the nuclear norm's "auto"
+eigensolver), the count takes the GPU's. ``benchmarks/bench_step.py`` prints it for the shipped
+configs.
 """
 
 from __future__ import annotations
