@@ -376,10 +376,8 @@ def world1(device: str, fn: Callable[[], dict]) -> dict:
 
 @dataclass(frozen=True)
 class Measures:
-    """Where :func:`main` takes its figures from, one function a kind (a test plants its own):
-    ``plain(**kwargs)`` the plain torchvision step (None: bench_throughput's ``measure_plain``),
-    ``step`` one LORAC variant (:func:`step_part`'s arguments), ``world1`` a collectives check
-    in a process group of one (:func:`world1`'s)."""
+    """Where :func:`main` takes its figures from (a test plants its own): the plain step (None:
+    bench_throughput's ``measure_plain``), a LORAC variant's, the world-1 collectives'."""
 
     plain: Callable[..., dict] | None = None
     step: Callable[..., dict] = step_part
