@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
 import logging
 import os
@@ -76,7 +75,7 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # the runtime calls that 
 
 def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 - a HookBase
     """A trainer hook (registered last: its ``after_step`` follows the checkpointer's and the
-    writers'): a mark after every step (CUDA events on a GPU, the host clock always), the FLOPs
+    writers'): a mark after every step (CUDA events on a GPU, else the host clock), the FLOPs
     of step 0 (``count_flops``), the graphs dynamo made by the end of step 1, and a profile of
     step ``profiled`` alone. (Built here: detectron2 and torch are imported after the
     environment of inductor is set.)"""
@@ -84,21 +83,16 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
     from detectron2.engine import HookBase
     from torch.utils.flop_counter import FlopCounterMode
 
+    from bench_throughput import Clock
     from pretrain.engine.recompiles import compiled_graphs
 
     class Steps(HookBase):
         def __init__(self) -> None:
             self.flops = FlopCounterMode(display=False) if count_flops else None
-            self.host: list[float] = []
-            self.events: list = []
+            self.clock = Clock("cuda" if cuda else "cpu")
+            self.mark = self.clock.mark
             self.graphs_after_step_1 = 0
             self.kernels = self.graph_launches = -1
-
-        def mark(self) -> None:
-            self.host.append(time.perf_counter())
-            if cuda:
-                self.events.append(torch.cuda.Event(enable_timing=True))
-                self.events[-1].record()
 
         def before_step(self) -> None:
             it = self.trainer.iter
@@ -133,10 +127,7 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
 
         def step_seconds(self) -> list[float]:
             """Seconds of every step, mark to mark (device time on a GPU)."""
-            if cuda:
-                torch.cuda.synchronize()
-                return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(self.events)]
-            return [b - a for a, b in itertools.pairwise(self.host)]
+            return self.clock.windows()
 
     return Steps()
 
@@ -531,18 +522,20 @@ def main(argv: list[str] | None = None, measures: Measures | None = None) -> int
     runs: dict = {}
     flops = None
     graph_launch_required = cuda or args.require_graph_launch
-    for variant in ("eager", "compiled", "cudagraphs"):
 
-        def run(v: str = variant, flops: int | None = flops) -> dict:
-            row = measures.step(args.device, batch, v, args.tiny, flops)
-            _ratios(row, refs)
-            return row
+    def run(variant: str, flops: int | None) -> dict:
+        row = measures.step(args.device, batch, variant, args.tiny, flops)
+        _ratios(row, refs)
+        return row
+
+    for variant in ("eager", "compiled", "cudagraphs"):
 
         def check(row: dict, v: str = variant) -> list[str]:
             graphs = v == "cudagraphs" and graph_launch_required
             return quick_checks.step_failures(row, v in COMPILED, graphs)
 
-        runs[variant] = q.part(f"lorac_{variant}", run, check, _say_step)
+        part = lambda v=variant, f=flops: run(v, f)
+        runs[variant] = q.part(f"lorac_{variant}", part, check, _say_step)
         if variant == "eager" and runs["eager"]:
             flops = runs["eager"]["flops_per_step"]
     if runs["eager"] and any(runs.get(v) for v in COMPILED):
@@ -562,14 +555,8 @@ def main(argv: list[str] | None = None, measures: Measures | None = None) -> int
             if "tflops" in row:
                 _ratios(row, {"plain_compiled": refs["plain_compiled"]})
         q.write()
-
-    def static() -> dict:
-        row = measures.step(args.device, batch, "static", args.tiny, flops)
-        _ratios(row, refs)
-        return row
-
-    q.part("lorac_static", static, lambda r: quick_checks.step_failures(r, False, False),
-           _say_step)  # fmt: skip
+    static_failures = lambda r: quick_checks.step_failures(r, False, False)
+    q.part("lorac_static", lambda: run("static", flops), static_failures, _say_step)
     for name, fn in (("all_to_all", _exchange), ("syncbn", _syncbn), ("ddp", _ddp)):
         q.part(
             f"collectives_world1_{name}",
