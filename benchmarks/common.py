@@ -19,7 +19,7 @@ from fvcore.common.config import CfgNode
 import pretrain.engine.trainer as trainer_module
 from pretrain.config import load_config
 from pretrain.data.loader import build_pretrain_loader, shuffle_plans
-from pretrain.diagnostics.step_count import make_images, tiny_opts
+from pretrain.diagnostics.step_count import toy_opts
 
 ROOT = Path(__file__).resolve().parents[1]
 # real photographs beside the checkout
@@ -79,9 +79,6 @@ def project_cfg(
     and so does the one logging iteration (the step's values read on the host, the writers):
     the ``total_iters`` iterations are steady-state steps. The prior is on from the first
     iteration (the costlier phase)."""
-    data = tmp / "data"
-    if images:
-        make_images(data, per_class=max(16, math.ceil(batch / 2)))
     keys = {
         "MODEL.DEVICE": device,
         "SOLVER.IMS_PER_BATCH": batch,
@@ -97,7 +94,7 @@ def project_cfg(
         keys["MODEL.QUEUE_SIZE"] = queue
     if sizes is not None:
         keys["INPUT.LARGE_SIZE"], keys["INPUT.SMALL_SIZE"] = sizes
-    flat = tiny_opts(data, tmp / "out", **keys) + [str(o) for o in opts]
+    flat = toy_opts(tmp, keys, opts, per_class=max(16, math.ceil(batch / 2)), images=images)
     return load_config(str(ROOT / config), flat)
 
 

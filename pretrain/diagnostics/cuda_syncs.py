@@ -22,7 +22,7 @@ from detectron2.engine import HookBase
 
 from pretrain.config import load_config
 from pretrain.diagnostics.op_counter import ROOT, innermost_frame, short_path
-from pretrain.diagnostics.step_count import make_images, tiny_opts
+from pretrain.diagnostics.step_count import toy_opts
 from pretrain.engine.trainer import PretrainTrainer
 
 __all__ = ["SyncDebug", "report"]
@@ -82,12 +82,11 @@ def report(config: str, extra: list[str] | None = None, iters: int = 8) -> dict:
     """Syncs per checked iteration, by source line, of ``config`` (relative to the checkout)
     trained ``iters`` steps on CUDA; ``extra``: more KEY VALUE overrides."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = make_images(Path(tmp) / "data", size=80)
         keys = {"MODEL.DEVICE": "cuda", "MODEL.QUEUE_SIZE": 64, "SOLVER.IMS_PER_BATCH": 8,
                 "INPUT.LARGE_SIZE": 64, "INPUT.SMALL_SIZE": 32, "SOLVER.MAX_ITER": iters,
                 "SOLVER.LOG_PERIOD": iters - 1, "SOLVER.CHECKPOINT_PERIOD": 1000,
                 "DATALOADER.NUM_WORKERS": 2}  # fmt: skip
-        opts = tiny_opts(data, Path(tmp) / "out", **keys) + list(extra or [])
+        opts = toy_opts(Path(tmp), keys, extra or (), size=80)
         trainer = PretrainTrainer(load_config(str(ROOT / config), opts))
         hook = SyncDebug("warn")
         trainer.register_hooks([hook])
