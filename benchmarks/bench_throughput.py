@@ -81,7 +81,7 @@ def _figures(flops: int, batch: int, windows: list[float], iters: int) -> dict:
     }
 
 
-class _Probe(HookBase):
+class Probe(HookBase):
     """Counts the FLOPs of iteration 0 and marks the clock after the iterations ``marks``.
 
     Registered last: its ``after_step`` follows every other hook's, so a window holds whole
@@ -141,7 +141,7 @@ def measure(
             torch.cuda.reset_peak_memory_stats()
         trainer = PretrainTrainer(cfg)
         clock = Clock(device)
-        probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
+        probe = Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
         trainer.register_hooks([probe])
         try:
             train_on_replays(trainer)

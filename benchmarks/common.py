@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from fvcore.common.config import CfgNode
@@ -124,9 +125,6 @@ def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]
 def train_on_replays(trainer: trainer_module.PretrainTrainer) -> None:
     """``trainer.train()`` fed from a few batches of its real loader, replayed: no decoding in
     the timed iterations, so that a figure is the step's."""
-    real = trainer_module.build_pretrain_loader
-    trainer_module.build_pretrain_loader = _replayed_loader(trainer.cfg, trainer.source)
-    try:
+    replayed = _replayed_loader(trainer.cfg, trainer.source)
+    with mock.patch.object(trainer_module, "build_pretrain_loader", replayed):
         trainer.train()
-    finally:
-        trainer_module.build_pretrain_loader = real

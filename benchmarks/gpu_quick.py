@@ -40,7 +40,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
+import logging.handlers
 import os
 import statistics
 import tempfile
@@ -75,31 +75,27 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # the runtime calls that 
 
 def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 - a HookBase
     """A trainer hook (registered last: its ``after_step`` follows the checkpointer's and the
-    writers'): a mark after every step (CUDA events on a GPU, else the host clock), the FLOPs
-    of step 0 (``count_flops``), the graphs dynamo made by the end of step 1, and a profile of
-    step ``profiled`` alone. (Built here: detectron2 and torch are imported after the
-    environment of inductor is set.)"""
+    writers'): bench_throughput's probe marking the clock before step 0 and after every step
+    (CUDA events on a GPU, else the host clock) and counting the FLOPs of step 0
+    (``count_flops``), the graphs dynamo made by the end of step 1, and a profile of step
+    ``profiled`` alone. (Built here: detectron2 and torch are imported after the environment of
+    inductor is set.)"""
     import torch
-    from detectron2.engine import HookBase
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from bench_throughput import Clock
+    from bench_throughput import Clock, Probe
     from pretrain.engine.recompiles import compiled_graphs
 
-    class Steps(HookBase):
+    class Steps(Probe):
         def __init__(self) -> None:
-            self.flops = FlopCounterMode(display=False) if count_flops else None
-            self.clock = Clock("cuda" if cuda else "cpu")
-            self.mark = self.clock.mark
+            super().__init__(Clock("cuda" if cuda else "cpu"), range(1 << 62), count_flops)
             self.graphs_after_step_1 = 0
             self.kernels = self.graph_launches = -1
 
         def before_step(self) -> None:
             it = self.trainer.iter
             if it == 0:
-                self.mark()
-                if self.flops is not None:
-                    self.flops.__enter__()
+                self.clock.mark()
+            super().before_step()
             if it == profiled:
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if cuda:
@@ -109,8 +105,6 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
 
         def after_step(self) -> None:
             it = self.trainer.iter
-            if it == 0 and self.flops is not None:
-                self.flops.__exit__(None, None, None)
             if it == profiled:
                 if cuda:
                     torch.cuda.synchronize()
@@ -121,13 +115,9 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
                     1 for e in ev if (e.device_type == kernel if cuda else e.name[:6] == "aten::")
                 )
                 self.graph_launches = sum(1 for e in ev if e.name in GRAPH_LAUNCHES)
-            self.mark()  # after the profiler's exit: the next step starts here
+            super().after_step()  # after the profiler's exit: the next step starts here
             if it == 1:
                 self.graphs_after_step_1 = compiled_graphs()
-
-        def step_seconds(self) -> list[float]:
-            """Seconds of every step, mark to mark (device time on a GPU)."""
-            return self.clock.windows()
 
     return Steps()
 
@@ -155,7 +145,9 @@ def step_part(
         toy = {"sizes": (32, 24), "queue": 16 * batch}
     counters.clear()
     torch._dynamo.reset()
-    skipped = _Messages()  # inductor says why it skips CUDA graphs in a warning of this logger
+    # inductor says why it skips CUDA graphs in a warning of this logger
+    skipped = logging.handlers.BufferingHandler(capacity=1 << 20)
+    skipped.setLevel(logging.WARNING)
     torch._logging.set_logs(cudagraphs=True)
     log = torch._logging.getArtifactLogger("torch._inductor.cudagraph_utils", "cudagraphs")
     log.addHandler(skipped)
@@ -186,10 +178,10 @@ def step_part(
     finally:
         log.removeHandler(skipped)
         torch._logging.set_logs()
-    seconds = steps.step_seconds()
+    seconds = steps.clock.windows()  # every step's, mark to mark (device time on a GPU)
     timed_s = seconds[warmup:profiled]
     ms = statistics.median(timed_s) * 1e3
-    flops = steps.flops.get_total_flops() if steps.flops is not None else flops
+    flops = steps.counter.get_total_flops() if steps.count else flops
     return {
         "opts": opts,
         "steps": {"warmup": warmup, "timed": timed, "profiled": 1, "last_logs_and_saves": 1},
@@ -206,20 +198,11 @@ def step_part(
         "graph_launches": steps.graph_launches,
         "kernels_per_step": steps.kernels,  # CUDA kernels (a CPU: aten ops) in the profiled step
         "cudagraph_skips": cudagraph_skips,
-        "cudagraph_skip_reasons": skipped.messages,
+        "cudagraph_skip_reasons": [r.getMessage()[:500] for r in skipped.buffer],
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "losses": losses,
         "_queues": queues,
     }
-
-
-class _Messages(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage()[:500])
 
 
 def _equal_numbers(eager: dict, other: dict) -> dict:

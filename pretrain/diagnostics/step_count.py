@@ -38,10 +38,8 @@ COUNTED_ITER = 2  # warm (not the first), neither logging nor checkpointing
 PER_PROC_BATCH = 8
 
 
-def toy_opts(
-    tmp: Path, keys: dict, extra: Sequence = (), per_class: int = 16, size: int = 40,
-    images: bool = True,
-) -> list[str]:  # fmt: skip
+def toy_opts(tmp: Path, keys: dict, extra: Sequence = (), per_class: int = 16, size: int = 40,
+             images: bool = True) -> list[str]:  # fmt: skip
     """KEY VALUE overrides that train a shipped config on ``tmp``/data, an ImageFolder of 2 x
     ``per_class`` random RGB PNGs (made here unless not ``images``), writing to ``tmp``/out, the
     prior on from the first iteration and the kNN monitor off; ``keys`` (MODEL.DEVICE, sizes,
