@@ -3,7 +3,7 @@
 importable (pretrain and transfer, not the checkout's root).
 
 One driver process runs them all, as the interpreter does for each form (a process per run
-would cost its ~3 s of imports, 2 x 12 times): ``sys.path[0]`` is the script's folder for a
+would cost its ~3 s of imports, twice per benchmark): ``sys.path[0]`` is the script's folder for a
 path and the current folder for ``-m``, and the benchmarks' modules and path entries of the run
 before are dropped first, so that no run finds what another imported."""
 
