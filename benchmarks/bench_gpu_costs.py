@@ -19,8 +19,8 @@ import statistics
 import torch
 
 import pretrain.losses.lorac as lorac
-from benchmarks.bench_throughput import measure
-from benchmarks.common import report_json
+from bench_throughput import measure
+from common import report_json
 from pretrain.solver.build import LARS
 
 

@@ -31,7 +31,7 @@ from PIL import Image
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from benchmarks.common import PHOTOS, ROOT, interleaved_timings, write_json
+from common import PHOTOS, ROOT, interleaved_timings, write_json
 from pretrain.config import load_config
 from pretrain.data.datasets import read_class_list
 from pretrain.evaluation.features import batch_shards

@@ -38,7 +38,7 @@ import torch
 from fvcore.common.config import CfgNode
 from PIL import Image
 
-from benchmarks.common import PHOTOS, ROOT
+from common import PHOTOS, ROOT
 from pretrain.config import load_config
 from pretrain.data.datasets import ImageFolderSource
 from pretrain.data.loader import PretrainDataset, build_pretrain_loader, build_train_transform

@@ -10,14 +10,17 @@ Run: .venv/bin/python -m benchmarks.bench_loss
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import interleaved_timings
+from common import interleaved_timings
 from pretrain.losses.lorac import LoracLoss
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help
     torch.manual_seed(0)
     views = F.normalize(torch.randn(8, 64, 128), dim=-1).requires_grad_()  # view 0: the key's
     keys = F.normalize(torch.randn(1, 64, 128), dim=-1)

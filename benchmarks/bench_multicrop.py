@@ -13,6 +13,7 @@ Run: .venv/bin/python -m benchmarks.bench_multicrop
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import tempfile
@@ -25,7 +26,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image, ImageDraw, ImageFilter
 
-from benchmarks.common import interleaved_timings
+from common import interleaved_timings
 from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, Grayscale, Jitter
 from pretrain.data.transforms import CropSpec, MultiCropTransform, mocov2_specs, multicrop_specs
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
@@ -152,6 +153,7 @@ def bench(name: str, crops: list[CropSpec], color: ColorSpec, paths: list[Path])
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help
     torch.set_num_threads(1)
     random.seed(0)
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ from unittest import mock
 
 import torch
 
-from benchmarks.common import interleaved_timings
+from common import interleaved_timings
 from pretrain.losses import nuclear
 from pretrain.losses.nuclear import jacobi_eigh, jacobi_sweeps, nuclear_norm
 

@@ -1,7 +1,7 @@
 """What one non-logging pretraining iteration asks of the device: ops, host syncs, collectives.
 
-Counted on the CPU as a GPU would run it (:func:`pretrain.engine.step_count.measure`), or on CUDA
-with ``--device cuda``.
+Counted on the CPU as a GPU would run it (:func:`pretrain.diagnostics.step_count.measure`), or
+on CUDA with ``--device cuda``.
 
 Run: .venv/bin/python -m benchmarks.bench_step [--config C ...] [--procs 1 2] [--json OUT]
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import IN1K_CONFIGS, write_json
-from pretrain.engine.step_count import measure
+from common import IN1K_CONFIGS, write_json
+from pretrain.diagnostics.step_count import measure
 
 
 def _print(name: str, m: dict, verbose: bool) -> None:

@@ -33,7 +33,7 @@ from detectron2.engine import HookBase
 from fvcore.common.config import CfgNode
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.common import IN1K_CONFIGS, check_cuda, project_cfg, report_json, train_on_replays
+from common import IN1K_CONFIGS, check_cuda, project_cfg, report_json, train_on_replays
 from pretrain.cli.user_errors import exit_on_user_error
 from pretrain.engine.trainer import PretrainTrainer
 
@@ -44,7 +44,7 @@ FULL = {"batch": [32, 64], "plain_batch": 256, "plain_arch": "resnet50", "plain_
         "sizes": None, "queue_batches": None, "warmup": 5, "windows": 3, "iters": 20}  # fmt: skip
 
 
-class _Clock:
+class Clock:
     """Marks on the device's timeline (CUDA events) or the host's; windows between marks."""
 
     def __init__(self, device: str) -> None:
@@ -81,13 +81,13 @@ def _figures(flops: int, batch: int, windows: list[float], iters: int) -> dict:
     }
 
 
-class _Probe(HookBase):
+class Probe(HookBase):
     """Counts the FLOPs of iteration 0 and marks the clock after the iterations ``marks``.
 
     Registered last: its ``after_step`` follows every other hook's, so a window holds whole
     iterations, hooks included."""
 
-    def __init__(self, clock: _Clock, marks: set[int], count: bool = True) -> None:
+    def __init__(self, clock: Clock, marks: set[int], count: bool = True) -> None:
         self.clock, self.marks, self.count = clock, marks, count
         self.counter = FlopCounterMode(display=False)
         self.counting = False
@@ -140,8 +140,8 @@ def measure(
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         trainer = PretrainTrainer(cfg)
-        clock = _Clock(device)
-        probe = _Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
+        clock = Clock(device)
+        probe = Probe(clock, {warmup - 1 + k * iters for k in range(windows + 1)}, flops is None)
         trainer.register_hooks([probe])
         try:
             train_on_replays(trainer)
@@ -221,7 +221,7 @@ def measure_plain(
     net = torch.compile(model, backend=backend) if compiled else model
     for _ in range(warmup):
         step(net)
-    clock = _Clock(device)
+    clock = Clock(device)
     clock.mark()
     for _ in range(windows):
         for _ in range(iters):

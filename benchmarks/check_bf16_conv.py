@@ -1,6 +1,6 @@
 """Is this build's CPU bfloat16 conv weight gradient right where a strided 3x3 conv sees 1x1 maps?
 
-Counts the faults :func:`pretrain.engine.cpu_bfloat16.padding_tap_faults` finds for float32,
+Counts the faults :func:`pretrain.diagnostics.cpu_bfloat16.padding_tap_faults` finds for float32,
 float16 and bfloat16, NCHW and channels_last.
 
 Run: .venv/bin/python -m benchmarks.check_bf16_conv [--trials 40]
@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from pretrain.engine.cpu_bfloat16 import padding_tap_faults
+from pretrain.diagnostics.cpu_bfloat16 import padding_tap_faults
 
 
 def _onednn_version() -> str:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from fvcore.common.config import CfgNode
@@ -19,7 +20,7 @@ from fvcore.common.config import CfgNode
 import pretrain.engine.trainer as trainer_module
 from pretrain.config import load_config
 from pretrain.data.loader import build_pretrain_loader, shuffle_plans
-from pretrain.engine.step_count import make_images, tiny_opts
+from pretrain.diagnostics.step_count import toy_opts
 
 ROOT = Path(__file__).resolve().parents[1]
 # real photographs beside the checkout
@@ -79,9 +80,6 @@ def project_cfg(
     and so does the one logging iteration (the step's values read on the host, the writers):
     the ``total_iters`` iterations are steady-state steps. The prior is on from the first
     iteration (the costlier phase)."""
-    data = tmp / "data"
-    if images:
-        make_images(data, per_class=max(16, math.ceil(batch / 2)))
     keys = {
         "MODEL.DEVICE": device,
         "SOLVER.IMS_PER_BATCH": batch,
@@ -97,7 +95,7 @@ def project_cfg(
         keys["MODEL.QUEUE_SIZE"] = queue
     if sizes is not None:
         keys["INPUT.LARGE_SIZE"], keys["INPUT.SMALL_SIZE"] = sizes
-    flat = tiny_opts(data, tmp / "out", **keys) + [str(o) for o in opts]
+    flat = toy_opts(tmp, keys, opts, per_class=max(16, math.ceil(batch / 2)), images=images)
     return load_config(str(ROOT / config), flat)
 
 
@@ -127,9 +125,6 @@ def _replayed_loader(cfg: CfgNode, source: Any) -> Callable[..., Iterator[dict]]
 def train_on_replays(trainer: trainer_module.PretrainTrainer) -> None:
     """``trainer.train()`` fed from a few batches of its real loader, replayed: no decoding in
     the timed iterations, so that a figure is the step's."""
-    real = trainer_module.build_pretrain_loader
-    trainer_module.build_pretrain_loader = _replayed_loader(trainer.cfg, trainer.source)
-    try:
+    replayed = _replayed_loader(trainer.cfg, trainer.source)
+    with mock.patch.object(trainer_module, "build_pretrain_loader", replayed):
         trainer.train()
-    finally:
-        trainer_module.build_pretrain_loader = real

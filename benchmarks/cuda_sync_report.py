@@ -1,7 +1,7 @@
 """CUDA's own word on host syncs: a short run with ``torch.cuda.set_sync_debug_mode``.
 
 Prints and writes, per config, the syncs per checked iteration by source line
-(:func:`pretrain.engine.cuda_syncs.report`).
+(:func:`pretrain.diagnostics.cuda_syncs.report`).
 
 Run (on a GPU): python -m benchmarks.cuda_sync_report [--config C ...] [--json OUT]
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import write_json
-from pretrain.engine.cuda_syncs import report
+from common import write_json
+from pretrain.diagnostics.cuda_syncs import report
 
 DEFAULT_CONFIGS = [
     "configs/pretrain/in100_r18_lorac_beta2.yaml",

@@ -39,18 +39,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
-import logging
+import logging.handlers
 import os
 import statistics
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import quick_checks
+import quick_checks
 
 CONFIG = "configs/pretrain/in1k_r50_lorac_200ep.yaml"
 VARIANTS = {  # name: overrides of the shipped config
@@ -75,36 +75,27 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # the runtime calls that 
 
 def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 - a HookBase
     """A trainer hook (registered last: its ``after_step`` follows the checkpointer's and the
-    writers'): a mark after every step (CUDA events on a GPU, the host clock always), the FLOPs
-    of step 0 (``count_flops``), the graphs dynamo made by the end of step 1, and a profile of
-    step ``profiled`` alone. (Built here: detectron2 and torch are imported after the
-    environment of inductor is set.)"""
+    writers'): bench_throughput's probe marking the clock before step 0 and after every step
+    (CUDA events on a GPU, else the host clock) and counting the FLOPs of step 0
+    (``count_flops``), the graphs dynamo made by the end of step 1, and a profile of step
+    ``profiled`` alone. (Built here: detectron2 and torch are imported after the environment of
+    inductor is set.)"""
     import torch
-    from detectron2.engine import HookBase
-    from torch.utils.flop_counter import FlopCounterMode
 
+    from bench_throughput import Clock, Probe
     from pretrain.engine.recompiles import compiled_graphs
 
-    class Steps(HookBase):
+    class Steps(Probe):
         def __init__(self) -> None:
-            self.flops = FlopCounterMode(display=False) if count_flops else None
-            self.host: list[float] = []
-            self.events: list = []
+            super().__init__(Clock("cuda" if cuda else "cpu"), range(1 << 62), count_flops)
             self.graphs_after_step_1 = 0
             self.kernels = self.graph_launches = -1
-
-        def mark(self) -> None:
-            self.host.append(time.perf_counter())
-            if cuda:
-                self.events.append(torch.cuda.Event(enable_timing=True))
-                self.events[-1].record()
 
         def before_step(self) -> None:
             it = self.trainer.iter
             if it == 0:
-                self.mark()
-                if self.flops is not None:
-                    self.flops.__enter__()
+                self.clock.mark()
+            super().before_step()
             if it == profiled:
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if cuda:
@@ -114,8 +105,6 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
 
         def after_step(self) -> None:
             it = self.trainer.iter
-            if it == 0 and self.flops is not None:
-                self.flops.__exit__(None, None, None)
             if it == profiled:
                 if cuda:
                     torch.cuda.synchronize()
@@ -126,26 +115,22 @@ def _steps_hook(cuda: bool, count_flops: bool, profiled: int):  # noqa: ANN202 -
                     1 for e in ev if (e.device_type == kernel if cuda else e.name[:6] == "aten::")
                 )
                 self.graph_launches = sum(1 for e in ev if e.name in GRAPH_LAUNCHES)
-            self.mark()  # after the profiler's exit: the next step starts here
+            super().after_step()  # after the profiler's exit: the next step starts here
             if it == 1:
                 self.graphs_after_step_1 = compiled_graphs()
-
-        def step_seconds(self) -> list[float]:
-            """Seconds of every step, mark to mark (device time on a GPU)."""
-            if cuda:
-                torch.cuda.synchronize()
-                return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(self.events)]
-            return [b - a for a, b in itertools.pairwise(self.host)]
 
     return Steps()
 
 
-def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | None) -> dict:
-    """One LORAC variant's figures (see the module docstring) over replayed loader batches."""
+def step_part(
+    device: str, batch: int, variant: str, tiny: bool, flops: int | None, hooks: Sequence = ()
+) -> dict:
+    """One LORAC variant's figures (see the module docstring) over replayed loader batches;
+    ``hooks``: more trainer hooks (a test plants a fault with one)."""
     import torch
     from torch._dynamo.utils import counters
 
-    from benchmarks.common import project_cfg, train_on_replays
+    from common import project_cfg, train_on_replays
     from pretrain.engine.recompiles import RecompileWatch, compiled_graphs
     from pretrain.engine.trainer import PretrainTrainer
 
@@ -160,7 +145,9 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
         toy = {"sizes": (32, 24), "queue": 16 * batch}
     counters.clear()
     torch._dynamo.reset()
-    skipped = _Messages()  # inductor says why it skips CUDA graphs in a warning of this logger
+    # inductor says why it skips CUDA graphs in a warning of this logger
+    skipped = logging.handlers.BufferingHandler(capacity=1 << 20)
+    skipped.setLevel(logging.WARNING)
     torch._logging.set_logs(cudagraphs=True)
     log = torch._logging.getArtifactLogger("torch._inductor.cudagraph_utils", "cudagraphs")
     log.addHandler(skipped)
@@ -174,7 +161,7 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
                 torch.cuda.reset_peak_memory_stats()
             trainer = PretrainTrainer(cfg)
             trainer.color_augment.one_pass = True  # a GPU's default; the CPU's is by chunks
-            trainer.register_hooks([steps])
+            trainer.register_hooks([steps, *hooks])
             with RecompileWatch(lambda c: causes.append(f"iteration {steps.trainer.iter}: {c}")):
                 train_on_replays(trainer)
             history = trainer.storage.history("total_loss").values()
@@ -191,10 +178,10 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
     finally:
         log.removeHandler(skipped)
         torch._logging.set_logs()
-    seconds = steps.step_seconds()
+    seconds = steps.clock.windows()  # every step's, mark to mark (device time on a GPU)
     timed_s = seconds[warmup:profiled]
     ms = statistics.median(timed_s) * 1e3
-    flops = steps.flops.get_total_flops() if steps.flops is not None else flops
+    flops = steps.counter.get_total_flops() if steps.count else flops
     return {
         "opts": opts,
         "steps": {"warmup": warmup, "timed": timed, "profiled": 1, "last_logs_and_saves": 1},
@@ -211,20 +198,11 @@ def _step_part(device: str, batch: int, variant: str, tiny: bool, flops: int | N
         "graph_launches": steps.graph_launches,
         "kernels_per_step": steps.kernels,  # CUDA kernels (a CPU: aten ops) in the profiled step
         "cudagraph_skips": cudagraph_skips,
-        "cudagraph_skip_reasons": skipped.messages,
+        "cudagraph_skip_reasons": [r.getMessage()[:500] for r in skipped.buffer],
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "losses": losses,
         "_queues": queues,
     }
-
-
-class _Messages(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage()[:500])
 
 
 def _equal_numbers(eager: dict, other: dict) -> dict:
@@ -357,7 +335,7 @@ def _ddp(device: str, backend: str) -> dict:
             "tolerance": 1e-4 if device == "cuda" else 1e-5}  # fmt: skip
 
 
-def _world1(device: str, fn: Callable[[], dict]) -> dict:
+def world1(device: str, fn: Callable[[], dict]) -> dict:
     """``fn`` inside a process group of one (NCCL on a GPU, gloo on the CPU)."""
     import torch.distributed as dist
 
@@ -368,6 +346,16 @@ def _world1(device: str, fn: Callable[[], dict]) -> dict:
             return fn()
         finally:
             dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Measures:
+    """Where :func:`main` takes its figures from (a test plants its own): the plain step (None:
+    bench_throughput's ``measure_plain``), a LORAC variant's, the world-1 collectives'."""
+
+    plain: Callable[..., dict] | None = None
+    step: Callable[..., dict] = step_part
+    world1: Callable[[str, Callable[[], dict]], dict] = world1
 
 
 class QuickReport:
@@ -459,7 +447,7 @@ def _say_plain(row: dict) -> str:
     return f"{row['seconds_per_iteration'] * 1e3:.1f} ms/step, {row['tflops']:.3g} TFLOP/s"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, measures: Measures | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder of quick.json and the caches")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -483,8 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(cores))
     import torch
 
-    from benchmarks.bench_throughput import measure_plain
-    from benchmarks.common import check_cuda
+    from bench_throughput import measure_plain
+    from common import check_cuda
+
+    measures = measures or Measures()
+    measure_plain = measures.plain or measure_plain
 
     check_cuda(parser, args.device)
     torch._inductor.config.compile_threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
@@ -514,18 +505,20 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict = {}
     flops = None
     graph_launch_required = cuda or args.require_graph_launch
-    for variant in ("eager", "compiled", "cudagraphs"):
 
-        def run(v: str = variant, flops: int | None = flops) -> dict:
-            row = _step_part(args.device, batch, v, args.tiny, flops)
-            _ratios(row, refs)
-            return row
+    def run(variant: str, flops: int | None) -> dict:
+        row = measures.step(args.device, batch, variant, args.tiny, flops)
+        _ratios(row, refs)
+        return row
+
+    for variant in ("eager", "compiled", "cudagraphs"):
 
         def check(row: dict, v: str = variant) -> list[str]:
             graphs = v == "cudagraphs" and graph_launch_required
             return quick_checks.step_failures(row, v in COMPILED, graphs)
 
-        runs[variant] = q.part(f"lorac_{variant}", run, check, _say_step)
+        part = lambda v=variant, f=flops: run(v, f)
+        runs[variant] = q.part(f"lorac_{variant}", part, check, _say_step)
         if variant == "eager" and runs["eager"]:
             flops = runs["eager"]["flops_per_step"]
     if runs["eager"] and any(runs.get(v) for v in COMPILED):
@@ -545,18 +538,12 @@ def main(argv: list[str] | None = None) -> int:
             if "tflops" in row:
                 _ratios(row, {"plain_compiled": refs["plain_compiled"]})
         q.write()
-
-    def static() -> dict:
-        row = _step_part(args.device, batch, "static", args.tiny, flops)
-        _ratios(row, refs)
-        return row
-
-    q.part("lorac_static", static, lambda r: quick_checks.step_failures(r, False, False),
-           _say_step)  # fmt: skip
+    static_failures = lambda r: quick_checks.step_failures(r, False, False)
+    q.part("lorac_static", lambda: run("static", flops), static_failures, _say_step)
     for name, fn in (("all_to_all", _exchange), ("syncbn", _syncbn), ("ddp", _ddp)):
         q.part(
             f"collectives_world1_{name}",
-            lambda fn=fn: _world1(args.device, lambda: fn(args.device, backend)),
+            lambda fn=fn: measures.world1(args.device, lambda: fn(args.device, backend)),
             quick_checks.collective_failures,
         )
     failures = q.report["failures"]

@@ -14,6 +14,7 @@ both):
 * ``evaluation``: feature extraction and weighted kNN, also as a training monitor.
 * ``engine``: the trainer on detectron2's engine, hooks (stopping on a signal included),
   checkpointing, launch.
+* ``diagnostics``: instruments that measure the step, for benchmarks and tests.
 * ``cluster``: SLURM jobs through submitit.
 * ``cli``: the command-line tools' ``main`` functions.
 """

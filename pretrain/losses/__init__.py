@@ -3,8 +3,8 @@
 The loss has two faces over one implementation, importable from here as ``torch.nn``'s are: the
 criterion :class:`LoracLoss` and the function :func:`lorac_loss`; beside them ``nuclear_norm``.
 
-May import: nothing from ``pretrain`` (torch, and fvcore's ``Registry`` for the priors: this
-room is the method, free of config and engine).
+May import: :mod:`pretrain.utils.compiled` only (the compile guard; besides it torch, and
+fvcore's ``Registry`` for the priors: this room is the method, free of config and engine).
 """
 
 from pretrain.losses import lorac

@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from pretrain.utils.compiled import in_compiled_graph
+
 __all__ = [
     "JACOBI_AUTO_MAX_SIDE",
     "NUCLEAR_NORM_METHODS",
@@ -85,7 +87,7 @@ def _round_robin_tables(n: int, device: torch.device) -> tuple[torch.Tensor, tor
     round's, ``steps[r]`` the order before round r to round r's. Cached per (n, device), since a
     list index on a CUDA tensor is a blocking copy (a CUDA graph is captured after a warm-up call).
     """
-    if torch.compiler.is_compiling():
+    if in_compiled_graph():
         return _build_round_robin_tables(n, device)
     key = (n, device)
     if key not in _ROUND_ROBIN:

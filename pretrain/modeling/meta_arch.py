@@ -25,6 +25,7 @@ from pretrain.modeling.distributed import all_gather_with_grad, concat_all_gathe
 from pretrain.modeling.encoder import Encoder, convert_norm
 from pretrain.modeling.norm import add_counted_batches
 from pretrain.modeling.shuffle import encode_shuffled
+from pretrain.utils.compiled import in_compiled_graph
 from pretrain.utils.pixels import normalize_, to_unit_float
 from pretrain.utils.shuffle_plan import ShufflePlan
 
@@ -189,9 +190,7 @@ class MultiViewMoCo(nn.Module):
         dtype = torch.get_autocast_dtype(device_type)
         params = dict(self.encoder_k.named_parameters())
         src = [params[n] for n in self._lowp_names]
-        if torch.compiler.is_compiling():
-            # casts in the graph (compiled once per step): a kept buffer made on the first call
-            # would be a guard that recompiles the forward on the second
+        if in_compiled_graph():  # casts in the graph
             return {n: p.to(dtype) for n, p in zip(self._lowp_names, src, strict=True)}
         if (
             self._lowp is None

@@ -24,6 +24,7 @@ from torch import nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from pretrain.modeling.distributed import memory_format
+from pretrain.utils.compiled import in_compiled_graph
 
 __all__ = ["BatchNorm2d", "SyncBatchNorm", "add_counted_batches", "convert_batchnorm"]
 
@@ -60,12 +61,11 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # no zero gradients for (mean, var)
         # y = x * scale + shift (as F.batch_norm on the CPU), in float32, written in x's dtype
         # and layout by the same pass: eager through out=; compiled, the cast fuses with it.
-        # torch 2.11's dynamo refuses an out= tensor that is not plainly contiguous
-        # (channels_last), and without copy=True (float32: no cast) its compiled backward gives
-        # zero gradients to everything before this layer.
+        # Without copy=True (float32: no cast) torch 2.11's compiled backward gives zero
+        # gradients to everything before this layer.
         scale = invstd * weight
         shift = _per_channel(bias - mean * scale)
-        if torch.compiler.is_compiling():
+        if in_compiled_graph():
             y = torch.addcmul(shift, x, _per_channel(scale)).to(x.dtype, copy=True)
         else:
             y = torch.empty_like(x)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pretrain.utils.compiled import in_compiled_graph
 from pretrain.utils.constants import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from pretrain.utils.device import to_device
 
@@ -37,7 +38,7 @@ _CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 def _constants(
     mean: tuple, std: tuple, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if torch.compiler.is_compiling():  # constants of the graph (a cache would be a guard)
+    if in_compiled_graph():  # constants of the graph
         return tuple(
             torch.tensor(v, dtype=dtype, device=device).view(1, 3, 1, 1) for v in (mean, std)
         )

@@ -22,18 +22,17 @@ from tests.helpers.mistakes import run_tool
 # the caller's path first (make test-oldest-torch puts the oldest torch there), as the toy run
 PATH = {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)}
 
-# The driver: planted figures in place of gpu_quick's measurements (the step parts, the plain
-# steps, the world-1 collectives), then each scenario of scenarios.json. A scenario's ``plant``
-# maps a variant to the fields it changes (a ``_queues`` list becomes a tensor); ``world1`` is
-# the collectives' differences; ``raise_in`` names a gpu_quick function replaced by one that
-# raises; ``budget`` runs gpu_quick.QuickReport alone against a 0.3 s budget.
+# The driver: gpu_quick's main with planted figures for its measurements (gpu_quick.Measures:
+# the step parts, the plain steps, the world-1 collectives), for each scenario of
+# scenarios.json. A scenario's ``plant`` maps a variant to the fields it changes (a ``_queues``
+# list becomes a tensor); ``world1`` is the collectives' differences; ``budget`` runs
+# gpu_quick.QuickReport alone against a 0.3 s budget.
 DRIVER = '''
 import contextlib, io, json, sys, time, traceback
 from pathlib import Path
 
 import torch
 
-import benchmarks.bench_throughput as bench_throughput
 import benchmarks.gpu_quick as gpu_quick
 
 PLAIN_TFLOPS = {False: 2.0, True: 4.0}  # eager, compiled
@@ -73,20 +72,14 @@ def run_main(out, scenario):
         return step(variant, flops, scenario.get("plant", {}))
 
     diffs = {"differences": scenario.get("world1") or {"x": 0.0}, "tolerance": 1e-5}
-    kept = {k: getattr(gpu_quick, k) for k in ("_step_part", "_world1")}
-    gpu_quick._step_part, gpu_quick._world1 = step_part, lambda device, fn: diffs
-    if scenario.get("raise_in"):
-        kept[scenario["raise_in"]] = getattr(gpu_quick, scenario["raise_in"])
-        setattr(gpu_quick, scenario["raise_in"], lambda *a: 1 / 0)
+    measures = gpu_quick.Measures(plain, step_part, lambda device, fn: diffs)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            code = gpu_quick.main(["--device", "cpu", "--out", str(out), *scenario["argv"]])
+            code = gpu_quick.main(["--device", "cpu", "--out", str(out), *scenario["argv"]],
+                                  measures)  # fmt: skip
     except SystemExit as e:
         code = e.code
-    finally:
-        for k, v in kept.items():
-            setattr(gpu_quick, k, v)
     return {"code": code, "report": read(out), "seen": seen, "stdout": printed.getvalue()}
 
 
@@ -99,7 +92,6 @@ def run_budget(out):
     return {"a": a, "b": b, "report": read(out), "failures": q.report["failures"]}
 
 
-bench_throughput.measure_plain = plain
 root = Path(sys.argv[1])
 results = {"PARTS": list(gpu_quick.PARTS)}
 for name, scenario in json.loads((root / "scenarios.json").read_text()).items():
@@ -133,7 +125,8 @@ SCENARIOS = {
     "clean": {"argv": []},
     **{f"fault_{name}": {"argv": ["--require-graph-launch"], "plant": plant, "world1": world1}
        for name, (plant, world1, _) in FAULTS.items()},
-    "raises": {"argv": [], "raise_in": "_equal_numbers"},
+    # eager losses of 0: the comparison's relative differences divide by zero
+    "raises": {"argv": [], "plant": {"eager": {"losses": [0.0, 0.0]}}},
     "budget": {"budget": True},
     "no_budget": {"argv": ["--budget", "0"]},
     "parts": {"argv": ["--parts", "lorac_eager", "lorac_cudagraphs"]},

@@ -19,13 +19,11 @@ PATH = {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), 
 SLOW_SAVE = 4.0  # seconds the planted checkpoint writer of the toy run takes, once
 
 
-def _planted(tmp_path, prelude: str) -> str:
-    """A script that runs gpu_quick's main after ``prelude`` (a planted fault)."""
+def _planted(tmp_path, prelude: str, call: str = "main()") -> str:
+    """A script that runs gpu_quick's main (as ``call``) after ``prelude`` (a planted fault)."""
     script = tmp_path / "planted_gpu_quick.py"
-    script.write_text(
-        textwrap.dedent(prelude)
-        + "\nfrom benchmarks.gpu_quick import main\nraise SystemExit(main())\n"
-    )
+    ending = f"\nfrom benchmarks.gpu_quick import main\nraise SystemExit({call})\n"
+    script.write_text(textwrap.dedent(prelude) + ending)
     return str(script)
 
 
@@ -97,23 +95,19 @@ def test_a_planted_recompile_and_a_missing_graph_launch_fail_the_quick_check(tmp
     colour augmentation's graph read it: a small graph to compile again), and asked for a CUDA
     graph launch a CPU cannot make: exit 1, both written with their causes."""
     plant = """
+        import functools
+        from detectron2.engine import HookBase
         import benchmarks.gpu_quick as q
-        hook = q._steps_hook
-        def planted(*a, **k):
-            h = hook(*a, **k)
-            before = h.before_step
-            def before_step():
-                if h.trainer.iter == 2:  # a value the colour augmentation's graph read
-                    augment = h.trainer.color_augment
+        class Shift(HookBase):
+            def before_step(self):
+                if self.trainer.iter == 2:  # a value the colour augmentation's graph read
+                    augment = self.trainer.color_augment
                     augment.mean = tuple(m + 0.01 for m in augment.mean)
-                before()
-            h.before_step = before_step
-            return h
-        q._steps_hook = planted
+        measures = q.Measures(step=functools.partial(q.step_part, hooks=[Shift()]))
         """
     argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--parts", "lorac_cudagraphs",
             "--require-graph-launch"]  # fmt: skip
-    r = run_tool([_planted(tmp_path, plant), *argv], timeout=900, **PATH)
+    r = run_tool([_planted(tmp_path, plant, "main(measures=measures)"), *argv], timeout=900, **PATH)
     report = json.loads((tmp_path / "quick.json").read_text())
     assert r.returncode == 1, r.stderr[-3000:]
     bad = report["failures"]

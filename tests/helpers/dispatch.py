@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pretrain.engine.op_counter import describe  # the step counter's description of an op
+from pretrain.diagnostics.op_counter import describe  # the step counter's description of an op
 
 
 class OpRecorder(TorchDispatchMode):

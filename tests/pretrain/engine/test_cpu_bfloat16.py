@@ -1,12 +1,12 @@
 """CPU bfloat16 autocast is refused where oneDNN's weight gradient is wrong (1 px maps under a
-strided conv); :mod:`pretrain.engine.cpu_bfloat16` counts the fault itself."""
+strided conv); :mod:`pretrain.diagnostics.cpu_bfloat16` counts the fault itself
+(tests/pretrain/diagnostics/test_cpu_bfloat16.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pretrain.config.defaults import ConfigError, load_config
-from pretrain.engine.cpu_bfloat16 import padding_tap_faults
 from pretrain.engine.launch import check_cpu_bfloat16
 from pretrain.engine.trainer import PretrainTrainer
 from tests.helpers import ROOT, tiny_opts
@@ -46,8 +46,3 @@ def test_what_is_allowed(opts):
 def test_the_large_size_is_named_too():
     with pytest.raises(ConfigError, match=r"INPUT\.LARGE_SIZE = 16 .*resnet18"):
         check_cpu_bfloat16(_cfg(**{"INPUT.LARGE_SIZE": 16}))
-
-
-def test_the_fault_counter_sees_no_fault_in_float32():
-    """The fault counter is not always firing: float32's gradient is exact."""
-    assert padding_tap_faults(None, channels_last=True, trials=3) == (0, 0)

@@ -22,8 +22,8 @@ from detectron2.engine import launch
 from torch import nn
 
 from pretrain.config import load_config
-from pretrain.engine.cuda_syncs import report as sync_report
-from pretrain.engine.step_count import measure as count_step
+from pretrain.diagnostics.cuda_syncs import report as sync_report
+from pretrain.diagnostics.step_count import measure as count_step
 from pretrain.engine.trainer import PretrainTrainer
 from pretrain.modeling.norm import SyncBatchNorm, convert_batchnorm
 from tests.helpers import ROOT, make_image_folder, tiny_opts

@@ -2,7 +2,7 @@
 step needs, proven on the CPU.
 
 * no host sync in a non-logging iteration, LORAC with its prior on included (the step counter of
-  :mod:`pretrain.engine.step_count`, which takes a GPU's paths: Jacobi for the nuclear norm);
+  :mod:`pretrain.diagnostics.step_count`, which takes a GPU's paths: Jacobi for the nuclear norm);
 * the same device ops (names, shapes, strides, dtypes, the constants passed to them) in two
   consecutive non-logging iterations of each beta phase, the learning rate written into its
   device tensor as the step's input; the beta switch is the only change of ops (one more
@@ -27,7 +27,7 @@ from torch._dynamo.utils import counters
 from pretrain.config import load_config
 from pretrain.config.step_policy import StepPolicy
 from pretrain.data.loader import augment_views_on_device, build_batch_augment
-from pretrain.engine.step_count import measure
+from pretrain.diagnostics.step_count import measure
 from pretrain.engine.trainer import PretrainTrainer
 from pretrain.modeling import build_model
 from tests.helpers import ROOT, tiny_opts

@@ -1,6 +1,6 @@
 """The training step as a GPU would run it: no host sync outside the logging period.
 
-Counted with :func:`pretrain.engine.step_count.measure` (a ``TorchDispatchMode`` over one
+Counted with :func:`pretrain.diagnostics.step_count.measure` (a ``TorchDispatchMode`` over one
 non-logging iteration, only ops on tensors that would live on the GPU). One config per distinct
 path: the demo's LORAC (one key crop, the prior), MoCo-M (its views without the prior) and
 MoCo-v2 (two views, SGD) on one process; IN-100 LORAC (multi-crop, two key crops) on two.
@@ -17,7 +17,7 @@ from detectron2.engine import HookBase
 
 from pretrain.config import load_config
 from pretrain.data.color import BatchColorAugment, Blur, ColorSpec, sample_color_params
-from pretrain.engine.step_count import measure
+from pretrain.diagnostics.step_count import measure
 from pretrain.engine.trainer import NonFiniteLossError, PretrainTrainer
 from pretrain.utils.errors import LoracError
 from tests.helpers import ROOT, tiny_opts

@@ -222,7 +222,7 @@ def _count_syncs(method: str, x: torch.Tensor) -> collections.Counter[str]:
     """Host syncs of a forward + backward and a no-grad forward, as a GPU would make them:
     ``x`` counts as a device tensor (the step counter, which also sees the syncs
     inside ops such as eigh's error check)."""
-    from pretrain.engine.op_counter import StepCounter
+    from pretrain.diagnostics.op_counter import StepCounter
 
     leaf = x.detach().clone().requires_grad_(True)
     counter = StepCounter()
@@ -248,7 +248,7 @@ def test_no_host_sync_forward_or_backward() -> None:
 def test_jacobi_index_tables_are_copied_to_the_device_once_per_size() -> None:
     """The round-robin index tables are copied to the matrices' device by the first call of a
     size only: later calls make no blocking host-to-device copy."""
-    from pretrain.engine.op_counter import StepCounter
+    from pretrain.diagnostics.op_counter import StepCounter
 
     def syncs(x: torch.Tensor) -> collections.Counter[str]:
         counter = StepCounter()

@@ -66,7 +66,7 @@ def _record(world: int, rank: int) -> dict:
     """The exchange's ops for each seed (channels_last rows, 2 BN groups), and where its indices
     came from; host syncs and copies counted by the step counter (x and the
     plan count as device tensors: the plan arrives on the device with the batch)."""
-    from pretrain.engine.op_counter import StepCounter
+    from pretrain.diagnostics.op_counter import StepCounter
 
     out: dict = {}
     for b in (4, 5):

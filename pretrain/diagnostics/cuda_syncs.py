@@ -1,11 +1,11 @@
 """CUDA's own word on host syncs: a short run with ``torch.cuda.set_sync_debug_mode``.
 
-:mod:`pretrain.engine.step_count` counts on the CPU what a GPU would synchronise on; this asks a
-GPU. :func:`report` trains a config for a few iterations (small generated images, the config's
-model, views, loss and optimiser) with CUDA's sync detector on in every iteration that neither
-logs nor checkpoints, so that each synchronising call (a value read, a blocking copy, an op whose
-kernel waits) is reported with the Python line it came from. ``benchmarks/cuda_sync_report.py``
-prints it for the shipped configs.
+:mod:`pretrain.diagnostics.step_count` counts on the CPU what a GPU would synchronise on; this
+asks a GPU. :func:`report` trains a config for a few iterations (small generated images, the
+config's model, views, loss and optimiser) with CUDA's sync detector on in every iteration that
+neither logs nor checkpoints, so that each synchronising call (a value read, a blocking copy, an
+op whose kernel waits) is reported with the Python line it came from.
+``benchmarks/cuda_sync_report.py`` prints it for the shipped configs.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import torch
 from detectron2.engine import HookBase
 
 from pretrain.config import load_config
-from pretrain.engine.op_counter import ROOT, innermost_frame, short_path
-from pretrain.engine.step_count import make_images, tiny_opts
+from pretrain.diagnostics.op_counter import ROOT, innermost_frame, short_path
+from pretrain.diagnostics.step_count import toy_opts
 from pretrain.engine.trainer import PretrainTrainer
 
 __all__ = ["SyncDebug", "report"]
 
-_THIS = "/engine/cuda_syncs.py"
+_THIS = "/diagnostics/cuda_syncs.py"
 
 
 class SyncDebug(HookBase):
@@ -50,7 +50,7 @@ class SyncDebug(HookBase):
         flush_due = getattr(self.trainer, "_flush_due", lambda: False)()
         if self.trainer.iter >= self.first and not flush_due:
             self._previous = warnings.showwarning
-            warnings.showwarning = self._keep
+            warnings.showwarning = self.showwarning
             torch.cuda.set_sync_debug_mode(self.mode)
             self.checked += 1
 
@@ -59,7 +59,8 @@ class SyncDebug(HookBase):
         if self._previous is not None:
             warnings.showwarning, self._previous = self._previous, None
 
-    def _keep(self, message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    def showwarning(self, message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        """``warnings.showwarning`` in a checked window: keeps CUDA's sync warnings only."""
         if "synchroniz" not in str(message):
             return
         stack = traceback.extract_stack()[:-1]
@@ -81,12 +82,11 @@ def report(config: str, extra: list[str] | None = None, iters: int = 8) -> dict:
     """Syncs per checked iteration, by source line, of ``config`` (relative to the checkout)
     trained ``iters`` steps on CUDA; ``extra``: more KEY VALUE overrides."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = make_images(Path(tmp) / "data", size=80)
         keys = {"MODEL.DEVICE": "cuda", "MODEL.QUEUE_SIZE": 64, "SOLVER.IMS_PER_BATCH": 8,
                 "INPUT.LARGE_SIZE": 64, "INPUT.SMALL_SIZE": 32, "SOLVER.MAX_ITER": iters,
                 "SOLVER.LOG_PERIOD": iters - 1, "SOLVER.CHECKPOINT_PERIOD": 1000,
                 "DATALOADER.NUM_WORKERS": 2}  # fmt: skip
-        opts = tiny_opts(data, Path(tmp) / "out", **keys) + list(extra or [])
+        opts = toy_opts(Path(tmp), keys, extra or (), size=80)
         trainer = PretrainTrainer(load_config(str(ROOT / config), opts))
         hook = SyncDebug("warn")
         trainer.register_hooks([hook])

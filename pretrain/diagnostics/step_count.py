@@ -2,19 +2,21 @@
 
 :func:`measure` builds the trainer from a shipped config shrunk to tiny images (the view layout,
 model, loss, optimiser and hooks stay as shipped) and counts with a
-:class:`~pretrain.engine.op_counter.StepCounter` one iteration that neither logs nor checkpoints,
-hooks included and the data fetch excluded (the loader's decoding and cropping run on the host
-on a GPU too). The model's parameters and buffers, the optimiser's state and the loader's views
-are device tensors; parameters drawn on the host (colour augmentation's, ShuffleBN's
-permutation) stay host tensors, as on a GPU. Where the code takes another path on the CPU than on
-a GPU (colour augmentation in cache-sized chunks; the nuclear norm's "auto" eigensolver), the
-count takes the GPU's. ``benchmarks/bench_step.py`` prints it for the shipped configs.
+:class:`~pretrain.diagnostics.op_counter.StepCounter` one iteration that neither logs nor
+checkpoints, hooks included and the data fetch excluded (the loader's decoding and cropping run
+on the host on a GPU too). The model's parameters and buffers, the optimiser's state and the
+loader's views are device tensors; parameters drawn on the host (colour augmentation's,
+ShuffleBN's permutation) stay host tensors, as on a GPU. Where the code takes another path on
+the CPU than on a GPU (colour augmentation in cache-sized chunks; the nuclear norm's "auto"
+eigensolver), the count takes the GPU's. ``benchmarks/bench_step.py`` prints it for the shipped
+configs.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,40 +29,31 @@ from PIL import Image
 import pretrain.engine.trainer as trainer_module
 import pretrain.losses.nuclear as nuclear_module
 from pretrain.config import load_config
-from pretrain.engine.op_counter import ROOT, StepCounter
+from pretrain.diagnostics.op_counter import ROOT, StepCounter
 from pretrain.engine.trainer import PretrainTrainer
 
-__all__ = ["COUNTED_ITER", "make_images", "measure", "tiny_opts"]
+__all__ = ["COUNTED_ITER", "measure", "toy_opts"]
 
 COUNTED_ITER = 2  # warm (not the first), neither logging nor checkpointing
 PER_PROC_BATCH = 8
 
 
-def make_images(root: Path, classes: int = 2, per_class: int = 16, size: int = 40) -> Path:
-    """An ImageFolder of random RGB PNGs under ``root`` (returned)."""
+def toy_opts(tmp: Path, keys: dict, extra: Sequence = (), per_class: int = 16, size: int = 40,
+             images: bool = True) -> list[str]:  # fmt: skip
+    """KEY VALUE overrides that train a shipped config on ``tmp``/data, an ImageFolder of 2 x
+    ``per_class`` random RGB PNGs (made here unless not ``images``), writing to ``tmp``/out, the
+    prior on from the first iteration and the kNN monitor off; ``keys`` (MODEL.DEVICE, sizes,
+    batch ...) and ``extra`` (KEY VALUE): more or other values."""
     rng = np.random.default_rng(0)
-    for c in range(classes):
-        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
+    for c in range(2 if images else 0):
+        (tmp / "data" / f"c{c}").mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / f"c{c}" / f"{i}.png")
-    return root
-
-
-def tiny_opts(data: Path, out: Path, **keys: Any) -> list[str]:
-    """KEY VALUE overrides that train a shipped config on the ImageFolder ``data``, writing to
-    ``out``, with the prior on from the first iteration and the kNN monitor off; ``keys``: more
-    (MODEL.DEVICE, sizes, batch ...) or other values."""
-    opts = {
-        "DATASETS.TYPE": "imagefolder",
-        "DATASETS.ROOT": data,
-        "DATASETS.CLASS_LIST": "",
-        "OUTPUT_DIR": out,
-        "LOSS.BETA_INF_EPOCHS": 0.0,
-        "TEST.KNN_PERIOD": 0,
-        **keys,
-    }
-    return [str(x) for kv in opts.items() for x in kv]
+            Image.fromarray(pixels).save(tmp / "data" / f"c{c}" / f"{i}.png")
+    opts = {"DATASETS.TYPE": "imagefolder", "DATASETS.ROOT": tmp / "data",
+            "DATASETS.CLASS_LIST": "", "OUTPUT_DIR": tmp / "out", "LOSS.BETA_INF_EPOCHS": 0.0,
+            "TEST.KNN_PERIOD": 0, **keys}  # fmt: skip
+    return [str(x) for kv in opts.items() for x in kv] + [str(o) for o in extra]
 
 
 class _Start(HookBase):
@@ -171,9 +164,8 @@ def measure(
     on ``procs`` processes; ``extra_opts``: more KEY VALUE overrides. With ``record`` (iteration
     numbers, none of them logging: SOLVER.MAX_ITER beyond them), the counts are those
     iterations' together and ``sequences`` holds each one's device ops and collectives, in
-    order, with their arguments described (:func:`~pretrain.engine.op_counter.describe`)."""
+    order, with their arguments described (:func:`~pretrain.diagnostics.op_counter.describe`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = make_images(Path(tmp) / "data")
         # 32 and 24 px, not 16: there a ResNet's layer4.0.conv1 sees 1x1 maps, where the CPU
         # bfloat16 weight gradient is wrong (pretrain.engine.launch.check_cpu_bfloat16)
         keys = {"MODEL.DEVICE": device, "INPUT.LARGE_SIZE": 32, "INPUT.SMALL_SIZE": 24,
@@ -181,7 +173,7 @@ def measure(
                 "SOLVER.IMS_PER_BATCH": PER_PROC_BATCH * procs,
                 "SOLVER.MAX_ITER": COUNTED_ITER + 2, "SOLVER.CHECKPOINT_PERIOD": 1000,
                 "SOLVER.LOG_PERIOD": 1000, "DATALOADER.NUM_WORKERS": 0}  # fmt: skip
-        opts = tiny_opts(data, Path(tmp) / "out", **keys) + list(extra_opts or [])
+        opts = toy_opts(Path(tmp), keys, extra_opts or ())
         results = Path(tmp) / "results"
         results.mkdir()
         args = (config, opts, str(results), device, record)

@@ -15,7 +15,7 @@ host syncs among them, each with the source line it comes from:
   input and output differ in memory layout (NCCL moves raw bytes: a channels_last input gathered
   into NCHW buffers scrambles the data).
 
-:func:`pretrain.engine.step_count.measure` counts one training step with it.
+:func:`pretrain.diagnostics.step_count.measure` counts one training step with it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ _OUT_IN_OPS = {
     "_reduce_scatter_base_",
 }
 # frames of the counting itself, never where an op was asked for
-_COUNTING_FILES = ("/engine/op_counter.py", "/engine/step_count.py")
+_COUNTING_FILES = ("/diagnostics/op_counter.py", "/diagnostics/step_count.py")
 
 
 class StepCounter(TorchDispatchMode):
@@ -200,9 +200,9 @@ class StepCounter(TorchDispatchMode):
         self.collectives[f"{name} from {where}"] += 1
         sent, received = _collective_io(name, args)
         self.mark([*sent, *received])  # NCCL's buffers (DDP's buckets too) live on the GPU
-        self.collective_bytes += sum(_nbytes(t) for t in sent)
-        self.collective_bytes_received += sum(_nbytes(t) for t in received)
-        self.received_by_source[f"{name} from {where}"] += sum(_nbytes(t) for t in received)
+        self.collective_bytes += sum(t.nbytes for t in sent)
+        self.collective_bytes_received += sum(t.nbytes for t in received)
+        self.received_by_source[f"{name} from {where}"] += sum(t.nbytes for t in received)
         layouts = {_layout(t) for t in [*sent, *received]}
         if len(layouts) > 1 or "strided" in layouts:
             self.layout_mismatches.append(f"{name} from {where}: {sorted(layouts)}")
@@ -307,10 +307,6 @@ def _collective_io(name: str, args: tuple) -> tuple[list[torch.Tensor], list[tor
     return _tensors(args[0]), _tensors(args[0])  # in place: allreduce_, broadcast_, ...
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 def _layout(t: torch.Tensor) -> str:
     """The memory layout a collective's raw byte copy sees."""
     if t.is_contiguous():
@@ -321,11 +317,7 @@ def _layout(t: torch.Tensor) -> str:
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for item in x for t in _tensors(item)]
-    return []
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
 def short_path(path: str) -> str:

@@ -1,4 +1,4 @@
-"""The step counter (:mod:`pretrain.engine.op_counter`) sees what a GPU would do inside ops:
+"""The step counter (:mod:`pretrain.diagnostics.op_counter`) sees what a GPU would do inside ops:
 the syncs Python never asks for, none where the GPU makes none, and collectives whose layouts
 differ."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pretrain.engine.op_counter import StepCounter
+from pretrain.diagnostics.op_counter import StepCounter
 
 
 def _count(fn, *device_tensors):
