@@ -22,8 +22,7 @@ import torchvision
 
 from tests.helpers.classification import make_imagenet
 from tests.helpers.mistakes import assert_user_error, run_main, run_tool, snapshot
-from tests.transfer.detection.test_detection_run_dir import _argv as detection_argv
-from tests.transfer.detection.test_detection_run_dir import train_finished
+from tests.transfer.detection.test_detection_run_dir import detection_argv, train_finished
 from tests.transfer.detection.test_detection_train import make_coco
 from transfer.cli import knn_eval, linear_probe, train_net, transfer_linear
 

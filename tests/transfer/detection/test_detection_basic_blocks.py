@@ -17,7 +17,7 @@ from detectron2.modeling import build_model
 
 from pretrain.utils.errors import ConfigError
 from tests.helpers import ROOT
-from tests.transfer.detection.test_detection_train import _instant_args, make_coco
+from tests.transfer.detection.test_detection_train import instant_args, make_coco
 from transfer.detection.config import DetectionSetupError, load_config
 from transfer.detection.convert import convert_checkpoint
 from transfer.detection.trainer import run
@@ -84,7 +84,7 @@ def test_r18_weights_train_and_evaluate(r18, tmp_path):
     data = {"shapes": make_coco(tmp_path / "coco")}
     out = tmp_path / "run"
     opts = ["MODEL.RESNETS.DEPTH", "18", "TEST.PRECISE_BN.ENABLED", "False"]
-    args = _instant_args("faster_rcnn", data, r18, out, *opts)
+    args = instant_args("faster_rcnn", data, r18, out, *opts)
     try:
         results = run(args)
     finally:  # the name is test_detection_train's too, over its own files

@@ -15,16 +15,16 @@ import torch
 import torchvision
 
 from tests.helpers.mistakes import assert_user_error, run_main, snapshot, tool_main
-from tests.transfer.detection.test_detection_train import _instant_args, make_coco
+from tests.transfer.detection.test_detection_train import instant_args, make_coco
 from transfer.detection.results import ResultsError, read_run
 
 QUICK = ["TEST.PRECISE_BN.ENABLED", "False", "SOLVER.MAX_ITER", "2", "SOLVER.STEPS", "(1,)"]
 
 
-def _argv(data, out: Path, *opts: str, flag: str = "", weights: str = "") -> list[str]:
+def detection_argv(data, out: Path, *opts: str, flag: str = "", weights: str = "") -> list[str]:
     """The command line of a two-iteration Faster R-CNN run (from random weights by default)
     with the option ``flag`` and the overrides ``opts``."""
-    args = _instant_args("faster_rcnn", data, weights, out)
+    args = instant_args("faster_rcnn", data, weights, out)
     json_file, image_root = data["shapes"]
     argv = ["--config-file", args.config_file, *([flag] if flag else [])]
     return [*argv, "--register-coco", "instant_shapes", json_file, image_root, *args.opts, *QUICK,
@@ -44,7 +44,7 @@ def _train_net(*argv: str):
 
 def train_finished(data, out: Path) -> Path:
     """A finished run directory at ``out``."""
-    r = _train_net(*_argv(data, out))
+    r = _train_net(*detection_argv(data, out))
     assert r.returncode == 0, r.output[-3000:]
     return out
 
@@ -65,7 +65,7 @@ def test_results_carry_their_config_and_weights(finished):
 
 def test_a_rerun_into_a_finished_run_is_refused_and_changes_nothing(data, finished):
     before = snapshot(finished)
-    r = _train_net(*_argv(data, finished))
+    r = _train_net(*detection_argv(data, finished))
     assert_user_error(r, before, finished, match="holds a finished run")
     assert "--overwrite" in r.stderr and "--resume" in r.stderr
 
@@ -75,7 +75,9 @@ def test_a_failed_overwrite_changes_nothing_and_names_the_converter(data, finish
     run's results.json, config.yaml or model_final.pth is touched."""
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
     before = snapshot(finished)
-    r = _train_net(*_argv(data, finished, flag="--overwrite", weights=str(tmp_path / "r18.pth")))
+    r = _train_net(
+        *detection_argv(data, finished, flag="--overwrite", weights=str(tmp_path / "r18.pth"))
+    )
     assert_user_error(r, before, finished, match="convert_to_d2.py")
     assert "MODEL.RESNETS.DEPTH" not in r.stderr
     assert read_run(str(finished)).pretraining == "random"  # still the old run's label
@@ -83,7 +85,7 @@ def test_a_failed_overwrite_changes_nothing_and_names_the_converter(data, finish
 
 def test_resuming_a_finished_run_has_nothing_to_do(data, finished):
     before = snapshot(finished)
-    r = _train_net(*_argv(data, finished, flag="--resume"))
+    r = _train_net(*detection_argv(data, finished, flag="--resume"))
     assert r.returncode == 0, r.output[-3000:]
     assert "nothing left to do" in r.output
     assert snapshot(finished) == before
@@ -94,7 +96,7 @@ def test_resume_with_another_config_is_refused(data, finished, tmp_path):
     shutil.copytree(finished, out)
     (out / "results.json").unlink()  # an unfinished run
     before = snapshot(out)
-    r = _train_net(*_argv(data, out, "SOLVER.BASE_LR", "0.002", flag="--resume"))
+    r = _train_net(*detection_argv(data, out, "SOLVER.BASE_LR", "0.002", flag="--resume"))
     assert_user_error(r, before, out, match="SOLVER.BASE_LR: saved 0.001, now 0.002")
 
 
@@ -108,7 +110,7 @@ def test_a_checkpoint_that_does_not_fit_is_an_error_on_resume(data, finished, tm
     ckpt["model"]["roi_heads.box_predictor.cls_score.weight"] = torch.zeros(5, 1024)
     torch.save(ckpt, out / "model_final.pth")
     before = snapshot(out)
-    r = _train_net(*_argv(data, out, flag="--resume"))
+    r = _train_net(*detection_argv(data, out, flag="--resume"))
     assert_user_error(r, before, out, match="checkpoint")
     assert "cls_score.weight (5, 1024) vs model (3, 1024)" in r.stderr
 
@@ -118,7 +120,7 @@ def test_overwrite_without_a_test_set_ends_well_and_says_so(data, finished, tmp_
     with the new run's settings); with DATASETS.TEST empty the run ends with exit 0."""
     out = tmp_path / "run"
     shutil.copytree(finished, out)
-    r = _train_net(*_argv(data, out, "DATASETS.TEST", "()", flag="--overwrite"))
+    r = _train_net(*detection_argv(data, out, "DATASETS.TEST", "()", flag="--overwrite"))
     assert r.returncode == 0, r.output[-3000:]
     assert "no evaluation ran" in r.output and "Traceback" not in r.output
     assert (out / "model_final.pth").is_file()

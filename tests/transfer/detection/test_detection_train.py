@@ -139,7 +139,7 @@ def weights(tmp_path_factory) -> str:
     return str(d / "resnet18.pkl")
 
 
-def _instant_args(detector, data, weights_file, output_dir, *extra, depth=None):
+def instant_args(detector, data, weights_file, output_dir, *extra, depth=None):
     """The parsed command line of an instant run; ``depth``: a MODEL.RESNETS.DEPTH override."""
     name = "people" if detector == "keypoint_rcnn" else "shapes"
     json_file, image_root = data[name]
@@ -175,7 +175,7 @@ def runs(data, weights, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
         output_dir = tmp_path_factory.mktemp(detector)
         out[detector] = (
             output_dir,
-            run(_instant_args(detector, data, weights, output_dir, depth=18)),
+            run(instant_args(detector, data, weights, output_dir, depth=18)),
         )
     return out
 
@@ -214,7 +214,7 @@ def test_eval_only_reloads_the_trained_model(runs, data, tmp_path):
     own OUTPUT_DIR: the finished run's is kept as it is)."""
     output_dir, results = runs["faster_rcnn"]
     weights = str(output_dir / "model_final.pth")
-    args = _instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
+    args = instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
     args.eval_only = True
     again = run(args)
     assert again["instant_shapes"]["bbox"]["AP"] == pytest.approx(
@@ -224,7 +224,7 @@ def test_eval_only_reloads_the_trained_model(runs, data, tmp_path):
 
 def test_weights_that_do_not_fit_are_named(data, weights, tmp_path):
     """R18 weights into the R50 config stop before training, naming the mismatching keys."""
-    args = _instant_args("faster_rcnn", data, weights, tmp_path)
+    args = instant_args("faster_rcnn", data, weights, tmp_path)
     with pytest.raises(DetectionSetupError) as e:
         run(args)
     msg = str(e.value)
@@ -325,7 +325,7 @@ def test_cli_finds_coco_through_detectron2_datasets(tmp_path):
 def test_cli_two_cpu_processes_use_naive_syncbn(data, weights, tmp_path):
     """--num-gpus 2 on CPU: SyncBN becomes naiveSyncBN, DDP runs, results are written."""
     json_file, image_root = data["shapes"]
-    args = _instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
+    args = instant_args("faster_rcnn", data, weights, tmp_path, depth=18)
     opts = list(args.opts)
     opts[opts.index("SOLVER.MAX_ITER") + 1] = "2"
     opts[opts.index("SOLVER.STEPS") + 1] = "(1,)"
