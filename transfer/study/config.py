@@ -38,16 +38,9 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     """``{method key: config with the overrides}`` (seed and output directory not yet set);
     :class:`StudyError` for bad options, a non-Fashion-MNIST dataset or unequal lengths."""
     _check_runs(opt)
-    for name in (
-        "knn_train",
-        "knn_test",
-        "nuclear_images",
-        "probe_epochs",
-        "probe_num_lrs",
-        "jobs",
-    ):
-        if getattr(opt, name) < 1:
-            raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
+    for k in ("knn_train", "knn_test", "nuclear_images", "probe_epochs", "probe_num_lrs", "jobs"):
+        if getattr(opt, k) < 1:
+            raise StudyError(f"--{k.replace('_', '-')} {getattr(opt, k)}: must be >= 1")
     held = opt.probe_heldout_per_class * FASHION_MNIST_CLASSES
     if opt.knn_train <= held:
         # every reference image would be held out to choose the lr: 0 iterations to train on

@@ -9,8 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
@@ -146,14 +145,9 @@ def evaluate_and_record(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
 def collect_results(opt: StudyOptions) -> tuple[list[dict], list[RunPaths]]:
     """The results of the runs that are done (their study.json, or their record) in the
     study's order, and the runs that are not."""
-    results, missing = [], []
-    for run in (RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds):
-        done = _result_file(opt, run)
-        if done:
-            results.append(read_json(done))
-        else:
-            missing.append(run)
-    return results, missing
+    runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
+    done = {run: _result_file(opt, run) for run in runs}
+    return [read_json(p) for p in done.values() if p], [run for run, p in done.items() if not p]
 
 
 def write_page_when_complete(opt: StudyOptions) -> bool:
@@ -181,15 +175,10 @@ def _keep_record(opt: StudyOptions, run: RunPaths, result: dict) -> None:
         write_json(_record_path(opt, run), result)
 
 
-def _log_done(head: str, result: dict, eta: str) -> None:
+def _log_done(head: str, r: dict, eta: str) -> None:
     logger.info(
-        "%s: done in %s (kNN %.2f%%, linear %.2f%%, ||Q_hat||_* %.3f); %s",
-        head,
-        _minutes(result["invocation_seconds"]),
-        result["knn_top1"],
-        result["linear_top1"],
-        result["nuclear_mean"],
-        eta,
+        f"{head}: done in {_minutes(r['invocation_seconds'])} (kNN {r['knn_top1']:.2f}%, "
+        f"linear {r['linear_top1']:.2f}%, ||Q_hat||_* {r['nuclear_mean']:.3f}); {eta}"
     )
 
 
@@ -278,31 +267,36 @@ def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
     overrides or evaluation settings than ``opt``'s (``cfgs``: :func:`load_method_configs`):
     its results would be reused as if made with these, and the page would mix the two. One line
     naming each difference once; reads only."""
-    differ: dict[str, None] = {}
-    runs = 0
-    for method in opt.methods:
-        for seed in opt.seeds:
-            found = _run_differences(opt, cfgs, method, seed)
-            runs += bool(found)
-            differ.update(dict.fromkeys(found))
+    found = [_run_differences(opt, cfgs, m, s) for m in opt.methods for s in opt.seeds]
+    differ = dict.fromkeys(d for run in found for d in run)  # each once, in order
     if differ:
         where = f"--output-dir {opt.output_dir}" + (
             f" (or --records {opt.records})" if opt.records else ""
         )
         raise StudyError(
-            f"{where} holds {runs} run(s) of this study made with other settings: "
+            f"{where} holds {sum(map(bool, found))} run(s) of this study made with other settings: "
             f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
             "the same settings resume the study, and more --seeds or --methods with them add runs"
         )
 
 
-class _Stop:
-    """The driver's SIGINT/SIGTERM handler: records the first signal and calls ``on_first``
-    (which asks the running runs to save a checkpoint and stop); later ones only wait."""
+class _Stops:
+    """While the runs go: the first SIGINT or SIGTERM is recorded and calls ``on_first`` (which
+    asks the running runs to save a checkpoint and stop); later ones only wait. Installed in the
+    main thread only: Python delivers signals there alone."""
 
     def __init__(self) -> None:
-        self.signum = 0
+        self.signum, self.previous = 0, {}
         self.on_first: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> _Stops:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self) for sig in _STOPS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.signum:
@@ -313,21 +307,6 @@ class _Stop:
             signal.Signals(signum).name,
         )
         self.on_first()
-
-
-@contextmanager
-def _handling_stops() -> Iterator[_Stop]:
-    """Installs a :class:`_Stop` for SIGINT and SIGTERM (main thread only) while the runs go."""
-    stop = _Stop()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # Python delivers signals to the main thread only: nothing to install
-        return
-    previous = {sig: signal.signal(sig, stop) for sig in _STOPS}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
@@ -349,7 +328,7 @@ def _run_sequentially(
     from pretrain.engine.hooks import Preempted
 
     spent: list[float] = []  # seconds of the runs done by this invocation
-    with _handling_stops() as stop:
+    with _Stops() as stop:
 
         def on_first() -> None:
             if signal.getsignal(signal.SIGTERM) is stop:  # not training: nothing to save
@@ -398,7 +377,7 @@ def _run_in_parallel(
         ProcessPoolExecutor(
             opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=(stop_event,)
         ) as pool,
-        _handling_stops() as stop,
+        _Stops() as stop,
     ):
         stop.on_first = halt
         for i, run, cfg, head in pending:

@@ -111,18 +111,12 @@ class StudyOptions:
 
     def eval_settings(self) -> dict[str, object]:
         """What a study.json's numbers depend on besides the checkpoint (compared on resume)."""
-        return {
-            "knn_train": self.knn_train,
-            "knn_test": self.knn_test,
-            "nuclear_images": self.nuclear_images,
-            "nuclear_views": self.nuclear_views,
-            "nuclear_seed": self.nuclear_seed,
-            "probe_epochs": self.probe_epochs,
-            "probe_lr_range": list(self.probe_lr_range),
-            "probe_num_lrs": self.probe_num_lrs,
-            "probe_heldout_per_class": self.probe_heldout_per_class,
-        }
+        return {k: list(v) if isinstance(v := getattr(self, k), tuple) else v for k in EVAL_KEYS}
 
+
+# the options of :meth:`StudyOptions.eval_settings`
+EVAL_KEYS = ("knn_train", "knn_test", "nuclear_images", "nuclear_views", "nuclear_seed")
+EVAL_KEYS += ("probe_epochs", "probe_lr_range", "probe_num_lrs", "probe_heldout_per_class")
 
 _EVAL = os.path.join(config_path(), "eval")
 

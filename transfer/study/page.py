@@ -100,7 +100,7 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
     """The runs whose prior never turned on (:func:`.stats.prior_never_on`), whose
     numbers say nothing about the prior; [] when there are none."""
     late: dict[str, list[Mapping]] = {}
-    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
+    for r in _in_order(opt, results):
         if prior_never_on(r):
             late.setdefault(r["label"], []).append(r)
     if not late:
@@ -128,6 +128,10 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
             f"iteration {', '.join(map(str, ends))}; {why}."
         )
     return lines
+
+
+def _in_order(opt: StudyOptions, results: Sequence[Mapping]) -> list[Mapping]:
+    return sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"]))
 
 
 def _markdown(table: Table) -> list[str]:
@@ -199,36 +203,22 @@ def _or_dash(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
 
 def seed_table(opt: StudyOptions, results: Sequence[Mapping]) -> Table:
     """One row per run, in method then seed order: its numbers, times and speed."""
-    table = Table(
-        "Per seed",
-        [
-            "Method",
-            "seed",
-            "kNN top-1 (%)",
-            "linear top-1 (%)",
-            "‖Q̂‖∗ mean",
-            "‖Q̂‖∗ std over images",
-            "pretraining (min)",
-            "images/s",
-            "evaluation (min)",
-        ],
-    )
-    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
-        resumed = f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""
-        table.add(
-            [
-                never_on_label(r["label"], prior_never_on(r)),
-                r["seed"],
-                f"{r['knn_top1']:.2f}",
-                f"{r['linear_top1']:.2f}",
-                f"{r['nuclear_mean']:.3f}",
-                f"{r['nuclear_std']:.3f}",
-                _or_dash(r["train_seconds"], 1, 60.0) + resumed,
-                _or_dash(r["images_per_sec"], 0),
-                _or_dash(r["eval_seconds"], 1, 60.0),
-            ]
-        )
-    return table
+    rows = [
+        {
+            "Method": never_on_label(r["label"], prior_never_on(r)),
+            "seed": r["seed"],
+            "kNN top-1 (%)": f"{r['knn_top1']:.2f}",
+            "linear top-1 (%)": f"{r['linear_top1']:.2f}",
+            "‖Q̂‖∗ mean": f"{r['nuclear_mean']:.3f}",
+            "‖Q̂‖∗ std over images": f"{r['nuclear_std']:.3f}",
+            "pretraining (min)": _or_dash(r["train_seconds"], 1, 60.0)
+            + (f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""),
+            "images/s": _or_dash(r["images_per_sec"], 0),
+            "evaluation (min)": _or_dash(r["eval_seconds"], 1, 60.0),
+        }
+        for r in _in_order(opt, results)
+    ]
+    return Table.of_rows("Per seed", list(rows[0]), rows)
 
 
 def _config_line(method: Method) -> str:

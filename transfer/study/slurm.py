@@ -1,25 +1,13 @@
-"""``tools/study.py --executor slurm``: every run of an experiment as SLURM jobs through submitit.
-
-Each (method, seed) run is a pretraining job built by :mod:`pretrain.cluster.submit` (the same
-job as ``tools/submit_pretrain.py``: requeue on preemption or time limit, exact resume from the
-run's last checkpoint) and an evaluation job that starts when it ended well (``afterok``; SLURM
-cancels it when the pretraining failed). The evaluation of the CPU study is the study's own
-(:func:`transfer.study.driver.evaluate_and_record`, as a local run does it), which also writes
-the page once the experiment's last run is done; an ImageNet experiment's is
-``tools/linear_probe.py``.
-
-A run's jobs are those its submitit folders hold (``<run>/submitit/<job id>`` for pretraining,
-``<run>/submitit/evaluate/<job id>`` for evaluation); one ``squeue`` says which are queued.
-Running the command again skips the runs that are done, leaves those with a job in the queue
-alone, resubmits the others (a failed job, a cancelled one) and says so run by run; a run whose
-pretraining finished gets its evaluation only, and the page of the runs that are done is written,
-naming the others with their state. ``--status`` prints every run's state, ``--dry-run`` every
-job's sbatch script; neither submits.
+"""``tools/study.py --executor slurm`` (docs/cluster.md): each (method, seed) run of an experiment
+is a pretraining job of :mod:`pretrain.cluster.submit` and an evaluation job after it
+(``afterok``): the study's own (:func:`.driver.evaluate_and_record`; the last one writes the page)
+or ``tools/linear_probe.py``. A run's jobs are those its submitit folders hold
+(``<run>/submitit/<job id>``, ``<run>/submitit/evaluate/<job id>``); one ``squeue`` says which are
+queued.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -40,6 +28,7 @@ from pretrain.cluster.submit import (
 )
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.locks import exclusive_dir_lock
+from transfer.tables import markdown_table, read_csv
 
 from .config import prior_never_on
 from .driver import (
@@ -107,10 +96,7 @@ def _probe_dir(run: RunPaths) -> str:
 def _probe_top1(p: PlannedRun) -> float | None:
     """The linear probe's top-1 of an ImageNet run (its Table 1 CSV); None before it ends."""
     path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return float(next(csv.DictReader(f))["Top-1"])
+    return read_csv(path).number(0, "Top-1") if os.path.isfile(path) else None
 
 
 def _evaluation_request(
@@ -257,8 +243,6 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
 
 def status_table(states: Sequence[RunState]) -> str:
     """``--status``: run, state, job id, iteration, last metric (and a failed run's log)."""
-    from transfer.tables import markdown_table
-
     rows = []
     for s in states:
         iteration, metric = _last_metrics(s.run)
@@ -288,11 +272,9 @@ def _check_probe_data(p: PlannedRun) -> None:
 
 
 def check_requests(planned: Sequence[PlannedRun]) -> None:
-    """Every job's request checked, its pretraining config resolved (for its world size) and
-    the data of both its jobs found (roots, the kNN monitor's and the probe's ``train/`` and
-    ``val/``, a folder for each class of the class list), so that an impossible request or a
-    missing folder is refused before anything is written or submitted, not in a job after its
-    wait in the queue."""
+    """Every job's request and data checked (roots, the kNN monitor's and the probe's ``train/``
+    and ``val/``, the class list's folders): refused before anything is written or submitted,
+    not in a job after its wait in the queue."""
     for p in planned:
         p.pretrain.check()
         build_job(p.pretrain)
@@ -317,8 +299,7 @@ def submit_experiment(
             "failed": f"job {s.job_id} failed (log {s.log}): resubmitted",
             "not started": "submitted",
         }.get(s.state, "submitted, resumes from its checkpoint")
-        jobs = {}
-        after = []
+        jobs, after = {}, []
         if not os.path.isfile(p.paths.checkpoint):  # no final checkpoint yet: (re)train first
             jobs["pretrain"] = submit(p.pretrain).job_id
             after = [jobs["pretrain"]]
