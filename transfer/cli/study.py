@@ -89,12 +89,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_and_overrides(p, argv)  # flags after the overrides too; "--" ends a list
 
 
-def _experiment(args: argparse.Namespace) -> Experiment:
-    if args.experiment and args.sweep:
-        raise StudyError(f"--sweep {args.sweep} with --experiment: give one of them")
-    return EXPERIMENTS[args.experiment or _SWEEP_EXPERIMENTS[args.sweep]]
-
-
 def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> StudyOptions:
     """The study's options for the experiment, its defaults filled in from ``exp``."""
     if args.output_dir is None:
@@ -128,36 +122,28 @@ def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
     return shlex.join(["python", "tools/study.py", *argv[:at], "--status", *argv[at:]])
 
 
-def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_line: str) -> int:
-    from transfer.study.config import load_experiment_configs
-    from transfer.study.slurm import plan_runs, run_on_slurm
-
-    planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
-    return run_on_slurm(
-        exp, opt, planned, dry_run_only=args.dry_run, status=args.status, status_line=status_line
-    )
-
-
-def _check_writable(opt: StudyOptions) -> None:
-    """The folders the study writes, checked before anything runs (the page's is written last)."""
-    check_output_dir(opt.output_dir, "--output-dir", StudyError, owner="study")
-    check_output_dir(opt.records, "--records", StudyError, optional=True)  # "": none kept
-    # "": the working directory
-    check_output_dir(os.path.dirname(opt.results), "--results' folder", StudyError, optional=True)
-
-
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "tools/study.py", *given])
     status_line = status_command(given, args.opts)  # before study_options fills in args
-    exp = _experiment(args)
+    if args.experiment and args.sweep:
+        raise StudyError(f"--sweep {args.sweep} with --experiment: give one of them")
+    exp = EXPERIMENTS[args.experiment or _SWEEP_EXPERIMENTS[args.sweep]]
     opt = study_options(args, exp, command)
-    if not (args.dry_run or args.status):  # the two that write nothing
-        _check_writable(opt)
+    if not (args.dry_run or args.status):  # the folders it writes, checked before anything runs
+        check_output_dir(opt.output_dir, "--output-dir", StudyError, owner="study")
+        check_output_dir(opt.records, "--records", StudyError, optional=True)  # "": none kept
+        results_dir = os.path.dirname(opt.results)  # "": the working directory
+        check_output_dir(results_dir, "--results' folder", StudyError, optional=True)
     if args.executor == "slurm" or args.dry_run or args.status:
-        return _slurm(args, exp, opt, status_line)
+        from transfer.study.config import load_experiment_configs
+        from transfer.study.slurm import plan_runs, run_on_slurm
+
+        cfgs = load_experiment_configs(exp, opt)
+        planned = plan_runs(exp, opt, cfgs, _job_template(args, exp))
+        return run_on_slurm(exp, opt, planned, args.dry_run, args.status, status_line)
     if exp.cluster:
         raise StudyError(
             f"--experiment {exp.name} is an ImageNet experiment for a cluster: add "
