@@ -91,27 +91,31 @@ def _eta(spent: list[float], left: int, at_once: int = 1) -> str:
 _stop_event = None
 
 
-def _init_worker(stop_event: EventType) -> None:
-    """``--jobs`` workers leave SIGINT (sent to the whole process group) to the driver, which
-    answers it with a SIGTERM each: the trainer saves a checkpoint at its next iteration, where a
-    KeyboardInterrupt would lose the steps since the last one. ``stop_event``: no run after it."""
+def _log_to(output_dir: str) -> None:
+    from detectron2.utils.logger import setup_logger
+
+    for name in LOGGERS:
+        setup_logger(output_dir, name=name)
+
+
+def _init_worker(stop_event: EventType, threads: int, output_dir: str) -> None:
+    """A ``--jobs`` worker: its share of torch's threads, the study's loggers; SIGINT (sent to
+    the whole process group) left to the driver, which answers it with a SIGTERM each: the
+    trainer saves a checkpoint at its next iteration, where a KeyboardInterrupt would lose the
+    steps since the last one. ``stop_event``: no run after it."""
+    import torch
+
     global _stop_event
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    _log_to(output_dir)
     _stop_event = stop_event
 
 
-def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths, threads: int = 0) -> dict:
-    """Pretrain (resuming) and evaluate one run; ``threads`` > 0 (a ``--jobs`` worker): set
-    torch's threads and this fresh process's loggers first."""
+def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
+    """Pretrain (resuming) and evaluate one run, unless the study stopped first."""
     if _stop_event is not None and _stop_event.is_set():
         raise StudyInterrupted(signal.SIGTERM, [])  # handed to this worker before the stop
-    if threads:
-        import torch
-        from detectron2.utils.logger import setup_logger
-
-        torch.set_num_threads(threads)
-        for name in LOGGERS:
-            setup_logger(opt.output_dir, name=name)
     return evaluate_and_record(opt, cfg, run)
 
 
@@ -186,8 +190,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     """Run every (method, seed) without a ``study.json`` (resuming from its last checkpoint),
     then write ``opt.results`` and its plot. ``opt.jobs`` > 1 runs go at once, each in its own
     process with an equal share of the threads (a demo ResNet-18 gains little from a second)."""
-    from detectron2.utils.logger import setup_logger
-
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
     check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
@@ -195,8 +197,7 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     # a second study in the same folder would train the same runs into the same checkpoints
     with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
         record_owner(opt.output_dir, "study")
-        for name in LOGGERS:
-            setup_logger(opt.output_dir, name=name)
+        _log_to(opt.output_dir)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
         outcomes: dict[int, RunOutcome] = {}
         pending: list[_Pending] = []
@@ -361,9 +362,8 @@ def _run_in_parallel(
 
     spent: list[float] = []
     ctx = mp.get_context("spawn")
-    stop_event = ctx.Event()
-    threads = threads_per_run(opt.jobs)
-    futures = {}
+    stop_event, threads = ctx.Event(), threads_per_run(opt.jobs)
+    init = (stop_event, threads, opt.output_dir)
     others = set(mp.active_children())  # children that are not the pool's (a test's, say)
 
     def halt() -> None:
@@ -375,13 +375,12 @@ def _run_in_parallel(
 
     with (
         ProcessPoolExecutor(
-            opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=(stop_event,)
+            opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=init
         ) as pool,
         _Stops() as stop,
     ):
+        futures = {pool.submit(_do_run, opt, c, r): (i, r, h) for i, r, c, h in pending}
         stop.on_first = halt
-        for i, run, cfg, head in pending:
-            futures[pool.submit(_do_run, opt, cfg, run, threads)] = (i, run, head)
         for _, run, _, head in pending[: opt.jobs]:
             _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
         try:
