@@ -97,10 +97,10 @@ def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
         if where not in sizes:
             sizes[where] = len(build_source(cfg, "train"))
         try:
-            max_iter, on = schedule_lengths(cfg, sizes[where])[1], prior_on_iter(cfg, sizes[where])
+            _, max_iter, on = schedule_lengths(cfg, sizes[where])
         except ConfigError:  # a batch larger than the data: the run itself says so
             continue
-        if on is not None and on >= max_iter:
+        if on >= max_iter:
             late.append(f"{opt.method_table[m].label} at iteration {on}")
             ends.add(max_iter)
     if not late:

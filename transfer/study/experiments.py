@@ -153,15 +153,14 @@ class Experiment:
 
 
 _STUDY = Evaluation("study")
+_MOCOV2_PROBE = (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),)
 _IN100_PROBE = Evaluation(
-    "linear_probe",
-    os.path.join(_EVAL, "linear_lorac_in100.yaml"),
-    (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),),
+    "linear_probe", os.path.join(_EVAL, "linear_lorac_in100.yaml"), _MOCOV2_PROBE
 )
 _IN1K_PROBE = Evaluation(
     "linear_probe",
     os.path.join(_EVAL, "linear_lorac_in1k.yaml"),
-    (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),),
+    _MOCOV2_PROBE,
     later=(
         "12-dataset transfer: tools/transfer_linear.py (Table 2)",
         "COCO detection, segmentation, keypoints: tools/convert_to_d2.py + tools/train_net.py "

@@ -1,5 +1,5 @@
 """A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``): a
-list of sections, each a short function returning its lines, and the same study as sections of
+list of sections, each a short function returning its paragraphs, and the same study as sections of
 the HTML report (:func:`report_sections`, ``tools/make_report.py --study-records``). The page is a
 function of the records, the options and the :class:`Invocation` that writes it alone, so
 rewritten from the committed records it comes out byte for byte; :func:`write_report` logs the
@@ -8,6 +8,7 @@ invocation, draws the plots and writes it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -293,12 +294,10 @@ def hardware() -> dict[str, str]:
     import torch
 
     model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        model = names[0] if names else model
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
+        )
     return {
         "CPU cores (nproc)": str(cpu_cores()),
         "CPU model": model,

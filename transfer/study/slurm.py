@@ -8,6 +8,7 @@ queued.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -99,25 +100,18 @@ def _probe_top1(p: PlannedRun) -> float | None:
     return read_csv(path).number(0, "Top-1") if os.path.isfile(path) else None
 
 
-def _evaluation_request(
-    exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths, template: JobRequest
-) -> JobRequest:
-    """The evaluation job of a run: the study's own (one CPU task) or the linear probe tool."""
-    label = opt.method_table[m].label
+def _evaluation(exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths) -> dict:
+    """The evaluation job's own fields: the study's evaluation (one CPU task) or the probe tool."""
     if exp.evaluation.tool == "study":
         job = EvaluateJob(opt, cfg, run)
-        return dataclasses.replace(
-            template, entry=FUNCTION_ENTRY, function=job, nodes=1, gpus_per_node=0,
-            tasks_per_node=1,
-        )  # fmt: skip
+        return {"entry": FUNCTION_ENTRY, "function": job, "gpus_per_node": 0, "tasks_per_node": 1}
     probe = _probe_dir(run)
     # the classes the run pretrained on (ImageNet-100 from an ImageNet-1K root: its class list)
     classes = ["DATA.CLASS_LIST", cfg.DATASETS.CLASS_LIST] if cfg.DATASETS.CLASS_LIST else []
-    return dataclasses.replace(
-        template, entry="linear_probe", nodes=1, config_file=exp.evaluation.config_for(m),
-        args=["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
-              "--data-root", _eval_data_root(cfg), "--name", label, *classes],
-    )  # fmt: skip
+    return {"entry": "linear_probe", "config_file": exp.evaluation.config_for(m),
+            "args": ["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
+                     "--data-root", _eval_data_root(cfg), "--name", opt.method_table[m].label,
+                     *classes]}  # fmt: skip
 
 
 def plan_runs(
@@ -141,10 +135,10 @@ def plan_runs(
                 extra_hooks=hooks,
             )  # fmt: skip
             ev = dataclasses.replace(
-                _evaluation_request(exp, opt, m, cfg, run, template),
-                job_name=f"{exp.name}:{key}:eval",
+                template, nodes=1, job_name=f"{exp.name}:{key}:eval",
                 job_dir=os.path.join(run.dir, "submitit", "evaluate"),
-            )
+                **_evaluation(exp, opt, m, cfg, run),
+            )  # fmt: skip
             label = f"{method.label} seed {seed}"
             planned.append(PlannedRun(key, label, run, cfg, pre, ev))
     return planned
@@ -228,15 +222,11 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
     top1 = _probe_top1(p)
     if top1 is not None:
         return "", f"linear {top1:.2f}%"
-    path = os.path.join(p.paths.dir, "metrics.json")
     last = {}
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    last = {**last, **json.loads(line)}
-                except ValueError:
-                    continue  # a line being written
+    with contextlib.suppress(OSError), open(os.path.join(p.paths.dir, "metrics.json")) as f:
+        for line in f:
+            with contextlib.suppress(ValueError):  # a line being written
+                last.update(json.loads(line))
     loss = last.get("total_loss", last.get("loss"))
     return str(last.get("iteration", "")), "" if loss is None else f"loss {loss:.4f}"
 
@@ -324,18 +314,17 @@ def _missing_lines(states: Sequence[RunState]) -> list[str]:
 
 def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> None:
     """The page of the runs that are done, the others listed as missing."""
+    missing = _missing_lines(states)
     if exp.evaluation.tool == "study":
         results, _ = collect_results(opt)
-        done = {r["method"] for r in results}
-        shown = StudyOptions(**{**vars(opt), "methods": [m for m in opt.methods if m in done]})
-        write_report(shown, results, 0.0, 0, _missing_lines(states))
+        done = [m for m in opt.methods if m in {r["method"] for r in results}]
+        write_report(dataclasses.replace(opt, methods=done), results, 0.0, 0, missing)
         return
     top1: dict[str, list[tuple[int, float]]] = {}
     for s in (s for s in states if s.state == "done"):
         top1.setdefault(s.run.paths.method, []).append((s.run.paths.seed, _probe_top1(s.run)))
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
-    page = probe_page(exp, opt, top1, _missing_lines(states))
-    atomic_write_bytes(opt.results, page.encode())
+    atomic_write_bytes(opt.results, probe_page(exp, opt, top1, missing).encode())
 
 
 def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
