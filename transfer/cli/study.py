@@ -95,7 +95,7 @@ def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> St
         args.output_dir = os.path.join("output", exp.name.replace("-", "_"))
     args.results = args.results or os.path.join(args.output_dir, "results.md")
     args.seeds = args.seeds or list(exp.seeds)
-    first = experiment_methods(exp, 0.0)[next(iter(experiment_methods(exp, 0.0)))]
+    first = next(iter(experiment_methods(exp, 0.0).values()))
     epochs = float(load_config(first.config, [str(o) for o in args.opts]).SOLVER.EPOCHS)
     table = experiment_methods(exp, epochs)  # a sweep's warm-up is half of the epochs
     args.methods = args.methods or list(table)
