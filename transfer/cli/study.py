@@ -14,13 +14,12 @@ of the paper's experiments (--experiment) on a SLURM cluster.
 The page goes to <output-dir>/results.md unless --results names another file (the Makefile's
 full targets write docs/). `--` ends a list option (--seeds, --methods) before the overrides.
 
-Interrupted? Run the same command again: finished runs (study.json) are skipped and an
-unfinished one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in
-progress save a checkpoint at its next iteration first; the tool then exits with status 128 +
-the signal. With --executor slurm every run is a pretraining job and an evaluation job after
-it; running the command again submits only what is neither done nor queued (a failed run
-again) and writes the page of the runs that are done, naming the others with their state
-(queued, running, failed); it ends with the `--status` command that shows them.
+Interrupted? Run the same command again: finished runs (study.json) are skipped, an unfinished
+one resumes from its last checkpoint, which Ctrl-C or SIGTERM (``kill``) makes every run in
+progress save first (exit status 128 + the signal). With --executor slurm every run is a
+pretraining job and an evaluation job after it; running again submits only what is neither done
+nor queued (a failed run again) and writes the page of the runs done, naming the others with
+their state; `--status` shows them (docs/cluster.md).
 """
 
 from __future__ import annotations
