@@ -111,12 +111,12 @@ class StudyOptions:
 
     def eval_settings(self) -> dict[str, object]:
         """What a study.json's numbers depend on besides the checkpoint (compared on resume)."""
-        return {k: list(v) if isinstance(v := getattr(self, k), tuple) else v for k in EVAL_KEYS}
+        return {k: list(v) if isinstance(v := getattr(self, k), tuple) else v for k in _EVAL_KEYS}
 
 
 # the options of :meth:`StudyOptions.eval_settings`
-EVAL_KEYS = ("knn_train", "knn_test", "nuclear_images", "nuclear_views", "nuclear_seed")
-EVAL_KEYS += ("probe_epochs", "probe_lr_range", "probe_num_lrs", "probe_heldout_per_class")
+_EVAL_KEYS = ("knn_train", "knn_test", "nuclear_images", "nuclear_views", "nuclear_seed")
+_EVAL_KEYS += ("probe_epochs", "probe_lr_range", "probe_num_lrs", "probe_heldout_per_class")
 
 _EVAL = os.path.join(config_path(), "eval")
 
