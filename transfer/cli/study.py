@@ -14,13 +14,12 @@ of the paper's experiments (--experiment) on a SLURM cluster.
 The page goes to <output-dir>/results.md unless --results names another file (the Makefile's
 full targets write docs/). `--` ends a list option (--seeds, --methods) before the overrides.
 
-Interrupted? Run the same command again: finished runs (study.json) are skipped and an
-unfinished one resumes from its last checkpoint. Ctrl-C or SIGTERM (``kill``) makes every run in
-progress save a checkpoint at its next iteration first; the tool then exits with status 128 +
-the signal. With --executor slurm every run is a pretraining job and an evaluation job after
-it; running the command again submits only what is neither done nor queued (a failed run
-again) and writes the page of the runs that are done, naming the others with their state
-(queued, running, failed); it ends with the `--status` command that shows them.
+Interrupted? Run the same command again: finished runs (study.json) are skipped, an unfinished
+one resumes from its last checkpoint, which Ctrl-C or SIGTERM (``kill``) makes every run in
+progress save first (exit status 128 + the signal). With --executor slurm every run is a
+pretraining job and an evaluation job after it; running again submits only what is neither done
+nor queued (a failed run again) and writes the page of the runs done, naming the others with
+their state; `--status` shows them (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -89,19 +88,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_and_overrides(p, argv)  # flags after the overrides too; "--" ends a list
 
 
-def _experiment(args: argparse.Namespace) -> Experiment:
-    if args.experiment and args.sweep:
-        raise StudyError(f"--sweep {args.sweep} with --experiment: give one of them")
-    return EXPERIMENTS[args.experiment or _SWEEP_EXPERIMENTS[args.sweep]]
-
-
 def study_options(args: argparse.Namespace, exp: Experiment, command: str) -> StudyOptions:
     """The study's options for the experiment, its defaults filled in from ``exp``."""
     if args.output_dir is None:
         args.output_dir = os.path.join("output", exp.name.replace("-", "_"))
     args.results = args.results or os.path.join(args.output_dir, "results.md")
     args.seeds = args.seeds or list(exp.seeds)
-    first = experiment_methods(exp, 0.0)[next(iter(experiment_methods(exp, 0.0)))]
+    first = next(iter(experiment_methods(exp, 0.0).values()))
     epochs = float(load_config(first.config, [str(o) for o in args.opts]).SOLVER.EPOCHS)
     table = experiment_methods(exp, epochs)  # a sweep's warm-up is half of the epochs
     args.methods = args.methods or list(table)
@@ -128,36 +121,28 @@ def status_command(argv: Sequence[str], opts: Sequence[str]) -> str:
     return shlex.join(["python", "tools/study.py", *argv[:at], "--status", *argv[at:]])
 
 
-def _slurm(args: argparse.Namespace, exp: Experiment, opt: StudyOptions, status_line: str) -> int:
-    from transfer.study.config import load_experiment_configs
-    from transfer.study.slurm import plan_runs, run_on_slurm
-
-    planned = plan_runs(exp, opt, load_experiment_configs(exp, opt), _job_template(args, exp))
-    return run_on_slurm(
-        exp, opt, planned, dry_run_only=args.dry_run, status=args.status, status_line=status_line
-    )
-
-
-def _check_writable(opt: StudyOptions) -> None:
-    """The folders the study writes, checked before anything runs (the page's is written last)."""
-    check_output_dir(opt.output_dir, "--output-dir", StudyError, owner="study")
-    check_output_dir(opt.records, "--records", StudyError, optional=True)  # "": none kept
-    # "": the working directory
-    check_output_dir(os.path.dirname(opt.results), "--results' folder", StudyError, optional=True)
-
-
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "tools/study.py", *given])
     status_line = status_command(given, args.opts)  # before study_options fills in args
-    exp = _experiment(args)
+    if args.experiment and args.sweep:
+        raise StudyError(f"--sweep {args.sweep} with --experiment: give one of them")
+    exp = EXPERIMENTS[args.experiment or _SWEEP_EXPERIMENTS[args.sweep]]
     opt = study_options(args, exp, command)
-    if not (args.dry_run or args.status):  # the two that write nothing
-        _check_writable(opt)
+    if not (args.dry_run or args.status):  # the folders it writes, checked before anything runs
+        check_output_dir(opt.output_dir, "--output-dir", StudyError, owner="study")
+        check_output_dir(opt.records, "--records", StudyError, optional=True)  # "": none kept
+        results_dir = os.path.dirname(opt.results)  # "": the working directory
+        check_output_dir(results_dir, "--results' folder", StudyError, optional=True)
     if args.executor == "slurm" or args.dry_run or args.status:
-        return _slurm(args, exp, opt, status_line)
+        from transfer.study.config import load_experiment_configs
+        from transfer.study.slurm import plan_runs, run_on_slurm
+
+        cfgs = load_experiment_configs(exp, opt)
+        planned = plan_runs(exp, opt, cfgs, _job_template(args, exp))
+        return run_on_slurm(exp, opt, planned, args.dry_run, args.status, status_line)
     if exp.cluster:
         raise StudyError(
             f"--experiment {exp.name} is an ImageNet experiment for a cluster: add "

@@ -1,10 +1,6 @@
 """The study: `make study` (LORAC vs MoCo-M vs MoCo-v2 at demo scale, several seeds), its sweeps
-and the paper's experiments as data (:mod:`.experiments`), run here (:mod:`.driver`, one run:
-:mod:`.run`) or as SLURM jobs (:mod:`.slurm`). Each (method, seed) run is pretrained, then
-evaluated by kNN, a linear probe on the same frozen features and the test nuclear-norm statistic
-(paper Fig. 4c); its record (:mod:`.records`) feeds the numbers (:mod:`.stats`), what they may
-claim (:mod:`.comparison`), the figures (:mod:`.figures`) and the page (:mod:`.page`, e.g.
-``docs/results.md``).
+and the paper's experiments, run here or as SLURM jobs, from each run's pretraining and evaluation
+(kNN, linear probe, test nuclear norm) to its record, statistics, figures and page.
 
 May import: :mod:`transfer.analysis` (the nuclear-norm statistic, plots, the paper's tables, the
 report's tables and sections), :mod:`transfer.classification` (features, linear probe),

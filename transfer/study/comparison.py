@@ -141,8 +141,10 @@ class Comparison:
 
 
 def comparison(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> Comparison:
-    if opt.sweep:
-        table, sentence = _sweep(opt, summaries)
+    if opt.sweep:  # per x: each method's means, LORAC - MoCo-M paired; and what they show
+        by = {s.key: s for s in summaries}
+        rows, sentence = (_beta_sweep if opt.sweep == "beta" else _views_sweep)(opt, by)
+        table = Table.of_rows(SWEEP_TITLE, list(rows[0]) if rows else ["x"], rows)
         text = [PAPER_SHAPES[opt.sweep], *([sentence] if sentence else [])]
     else:
         table = paired_table(summaries)
@@ -282,14 +284,6 @@ def paired_table(summaries: Sequence[MethodSummary]) -> Table:
         ["mean [95 % CI]", *(pairs[k].interval(digits) for k, (_, digits) in METRICS.items())]
     )
     return table
-
-
-def _sweep(opt: StudyOptions, summaries: Sequence[MethodSummary]) -> tuple[Table, str]:
-    """The sweep's table (per x: each method's means, LORAC - MoCo-M paired) and one sentence on
-    what it shows next to the paper's curve shapes, computed from the numbers."""
-    by = {s.key: s for s in summaries}
-    rows, sentence = (_beta_sweep if opt.sweep == "beta" else _views_sweep)(opt, by)
-    return Table.of_rows(SWEEP_TITLE, list(rows[0]) if rows else ["x"], rows), sentence
 
 
 def _beta_sweep(opt: StudyOptions, by: Mapping[str, MethodSummary]) -> tuple[list[dict], str]:

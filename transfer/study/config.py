@@ -38,16 +38,9 @@ def load_method_configs(opt: StudyOptions) -> dict[str, CfgNode]:
     """``{method key: config with the overrides}`` (seed and output directory not yet set);
     :class:`StudyError` for bad options, a non-Fashion-MNIST dataset or unequal lengths."""
     _check_runs(opt)
-    for name in (
-        "knn_train",
-        "knn_test",
-        "nuclear_images",
-        "probe_epochs",
-        "probe_num_lrs",
-        "jobs",
-    ):
-        if getattr(opt, name) < 1:
-            raise StudyError(f"--{name.replace('_', '-')} {getattr(opt, name)}: must be >= 1")
+    for k in ("knn_train", "knn_test", "nuclear_images", "probe_epochs", "probe_num_lrs", "jobs"):
+        if getattr(opt, k) < 1:
+            raise StudyError(f"--{k.replace('_', '-')} {getattr(opt, k)}: must be >= 1")
     held = opt.probe_heldout_per_class * FASHION_MNIST_CLASSES
     if opt.knn_train <= held:
         # every reference image would be held out to choose the lr: 0 iterations to train on
@@ -104,10 +97,10 @@ def prior_never_on(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> str:
         if where not in sizes:
             sizes[where] = len(build_source(cfg, "train"))
         try:
-            max_iter, on = schedule_lengths(cfg, sizes[where])[1], prior_on_iter(cfg, sizes[where])
+            _, max_iter, on = schedule_lengths(cfg, sizes[where])
         except ConfigError:  # a batch larger than the data: the run itself says so
             continue
-        if on is not None and on >= max_iter:
+        if on >= max_iter:
             late.append(f"{opt.method_table[m].label} at iteration {on}")
             ends.add(max_iter)
     if not late:

@@ -9,8 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
@@ -92,27 +91,31 @@ def _eta(spent: list[float], left: int, at_once: int = 1) -> str:
 _stop_event = None
 
 
-def _init_worker(stop_event: EventType) -> None:
-    """``--jobs`` workers leave SIGINT (sent to the whole process group) to the driver, which
-    answers it with a SIGTERM each: the trainer saves a checkpoint at its next iteration, where a
-    KeyboardInterrupt would lose the steps since the last one. ``stop_event``: no run after it."""
+def _log_to(output_dir: str) -> None:
+    from detectron2.utils.logger import setup_logger
+
+    for name in LOGGERS:
+        setup_logger(output_dir, name=name)
+
+
+def _init_worker(stop_event: EventType, threads: int, output_dir: str) -> None:
+    """A ``--jobs`` worker: its share of torch's threads, the study's loggers; SIGINT (sent to
+    the whole process group) left to the driver, which answers it with a SIGTERM each: the
+    trainer saves a checkpoint at its next iteration, where a KeyboardInterrupt would lose the
+    steps since the last one. ``stop_event``: no run after it."""
+    import torch
+
     global _stop_event
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    _log_to(output_dir)
     _stop_event = stop_event
 
 
-def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths, threads: int = 0) -> dict:
-    """Pretrain (resuming) and evaluate one run; ``threads`` > 0 (a ``--jobs`` worker): set
-    torch's threads and this fresh process's loggers first."""
+def _do_run(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
+    """Pretrain (resuming) and evaluate one run, unless the study stopped first."""
     if _stop_event is not None and _stop_event.is_set():
         raise StudyInterrupted(signal.SIGTERM, [])  # handed to this worker before the stop
-    if threads:
-        import torch
-        from detectron2.utils.logger import setup_logger
-
-        torch.set_num_threads(threads)
-        for name in LOGGERS:
-            setup_logger(opt.output_dir, name=name)
     return evaluate_and_record(opt, cfg, run)
 
 
@@ -146,14 +149,9 @@ def evaluate_and_record(opt: StudyOptions, cfg: CfgNode, run: RunPaths) -> dict:
 def collect_results(opt: StudyOptions) -> tuple[list[dict], list[RunPaths]]:
     """The results of the runs that are done (their study.json, or their record) in the
     study's order, and the runs that are not."""
-    results, missing = [], []
-    for run in (RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds):
-        done = _result_file(opt, run)
-        if done:
-            results.append(read_json(done))
-        else:
-            missing.append(run)
-    return results, missing
+    runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
+    done = {run: _result_file(opt, run) for run in runs}
+    return [read_json(p) for p in done.values() if p], [run for run, p in done.items() if not p]
 
 
 def write_page_when_complete(opt: StudyOptions) -> bool:
@@ -181,15 +179,10 @@ def _keep_record(opt: StudyOptions, run: RunPaths, result: dict) -> None:
         write_json(_record_path(opt, run), result)
 
 
-def _log_done(head: str, result: dict, eta: str) -> None:
+def _log_done(head: str, r: dict, eta: str) -> None:
     logger.info(
-        "%s: done in %s (kNN %.2f%%, linear %.2f%%, ||Q_hat||_* %.3f); %s",
-        head,
-        _minutes(result["invocation_seconds"]),
-        result["knn_top1"],
-        result["linear_top1"],
-        result["nuclear_mean"],
-        eta,
+        f"{head}: done in {_minutes(r['invocation_seconds'])} (kNN {r['knn_top1']:.2f}%, "
+        f"linear {r['linear_top1']:.2f}%, ||Q_hat||_* {r['nuclear_mean']:.3f}); {eta}"
     )
 
 
@@ -197,8 +190,6 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     """Run every (method, seed) without a ``study.json`` (resuming from its last checkpoint),
     then write ``opt.results`` and its plot. ``opt.jobs`` > 1 runs go at once, each in its own
     process with an equal share of the threads (a demo ResNet-18 gains little from a second)."""
-    from detectron2.utils.logger import setup_logger
-
     study_start = time.perf_counter()
     cfgs = load_method_configs(opt)  # every check before anything runs
     check_same_settings(opt, cfgs)  # runs of other overrides are not reused as these
@@ -206,8 +197,7 @@ def run_study(opt: StudyOptions) -> list[RunOutcome]:
     # a second study in the same folder would train the same runs into the same checkpoints
     with exclusive_dir_lock(opt.output_dir, "--output-dir", "study", ".study.lock", StudyError):
         record_owner(opt.output_dir, "study")
-        for name in LOGGERS:
-            setup_logger(opt.output_dir, name=name)
+        _log_to(opt.output_dir)
         runs = [RunPaths.of(opt.output_dir, m, s) for m in opt.methods for s in opt.seeds]
         outcomes: dict[int, RunOutcome] = {}
         pending: list[_Pending] = []
@@ -278,31 +268,36 @@ def check_same_settings(opt: StudyOptions, cfgs: dict[str, CfgNode]) -> None:
     overrides or evaluation settings than ``opt``'s (``cfgs``: :func:`load_method_configs`):
     its results would be reused as if made with these, and the page would mix the two. One line
     naming each difference once; reads only."""
-    differ: dict[str, None] = {}
-    runs = 0
-    for method in opt.methods:
-        for seed in opt.seeds:
-            found = _run_differences(opt, cfgs, method, seed)
-            runs += bool(found)
-            differ.update(dict.fromkeys(found))
+    found = [_run_differences(opt, cfgs, m, s) for m in opt.methods for s in opt.seeds]
+    differ = dict.fromkeys(d for run in found for d in run)  # each once, in order
     if differ:
         where = f"--output-dir {opt.output_dir}" + (
             f" (or --records {opt.records})" if opt.records else ""
         )
         raise StudyError(
-            f"{where} holds {runs} run(s) of this study made with other settings: "
+            f"{where} holds {sum(map(bool, found))} run(s) of this study made with other settings: "
             f"{'; '.join(differ)}. Give these settings another --output-dir (and --records); "
             "the same settings resume the study, and more --seeds or --methods with them add runs"
         )
 
 
-class _Stop:
-    """The driver's SIGINT/SIGTERM handler: records the first signal and calls ``on_first``
-    (which asks the running runs to save a checkpoint and stop); later ones only wait."""
+class _Stops:
+    """While the runs go: the first SIGINT or SIGTERM is recorded and calls ``on_first`` (which
+    asks the running runs to save a checkpoint and stop); later ones only wait. Installed in the
+    main thread only: Python delivers signals there alone."""
 
     def __init__(self) -> None:
-        self.signum = 0
+        self.signum, self.previous = 0, {}
         self.on_first: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> _Stops:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self) for sig in _STOPS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.signum:
@@ -313,21 +308,6 @@ class _Stop:
             signal.Signals(signum).name,
         )
         self.on_first()
-
-
-@contextmanager
-def _handling_stops() -> Iterator[_Stop]:
-    """Installs a :class:`_Stop` for SIGINT and SIGTERM (main thread only) while the runs go."""
-    stop = _Stop()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # Python delivers signals to the main thread only: nothing to install
-        return
-    previous = {sig: signal.signal(sig, stop) for sig in _STOPS}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _resumable(opt: StudyOptions, pending: list[_Pending]) -> list[str]:
@@ -349,7 +329,7 @@ def _run_sequentially(
     from pretrain.engine.hooks import Preempted
 
     spent: list[float] = []  # seconds of the runs done by this invocation
-    with _handling_stops() as stop:
+    with _Stops() as stop:
 
         def on_first() -> None:
             if signal.getsignal(signal.SIGTERM) is stop:  # not training: nothing to save
@@ -382,9 +362,8 @@ def _run_in_parallel(
 
     spent: list[float] = []
     ctx = mp.get_context("spawn")
-    stop_event = ctx.Event()
-    threads = threads_per_run(opt.jobs)
-    futures = {}
+    stop_event, threads = ctx.Event(), threads_per_run(opt.jobs)
+    init = (stop_event, threads, opt.output_dir)
     others = set(mp.active_children())  # children that are not the pool's (a test's, say)
 
     def halt() -> None:
@@ -396,13 +375,12 @@ def _run_in_parallel(
 
     with (
         ProcessPoolExecutor(
-            opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=(stop_event,)
+            opt.jobs, mp_context=ctx, initializer=_init_worker, initargs=init
         ) as pool,
-        _handling_stops() as stop,
+        _Stops() as stop,
     ):
+        futures = {pool.submit(_do_run, opt, c, r): (i, r, h) for i, r, c, h in pending}
         stop.on_first = halt
-        for i, run, cfg, head in pending:
-            futures[pool.submit(_do_run, opt, cfg, run, threads)] = (i, run, head)
         for _, run, _, head in pending[: opt.jobs]:
             _starting(run, head, f"{opt.jobs} runs at once, {threads} thread(s) each")
         try:

@@ -111,18 +111,12 @@ class StudyOptions:
 
     def eval_settings(self) -> dict[str, object]:
         """What a study.json's numbers depend on besides the checkpoint (compared on resume)."""
-        return {
-            "knn_train": self.knn_train,
-            "knn_test": self.knn_test,
-            "nuclear_images": self.nuclear_images,
-            "nuclear_views": self.nuclear_views,
-            "nuclear_seed": self.nuclear_seed,
-            "probe_epochs": self.probe_epochs,
-            "probe_lr_range": list(self.probe_lr_range),
-            "probe_num_lrs": self.probe_num_lrs,
-            "probe_heldout_per_class": self.probe_heldout_per_class,
-        }
+        return {k: list(v) if isinstance(v := getattr(self, k), tuple) else v for k in _EVAL_KEYS}
 
+
+# the options of :meth:`StudyOptions.eval_settings`
+_EVAL_KEYS = ("knn_train", "knn_test", "nuclear_images", "nuclear_views", "nuclear_seed")
+_EVAL_KEYS += ("probe_epochs", "probe_lr_range", "probe_num_lrs", "probe_heldout_per_class")
 
 _EVAL = os.path.join(config_path(), "eval")
 
@@ -159,15 +153,14 @@ class Experiment:
 
 
 _STUDY = Evaluation("study")
+_MOCOV2_PROBE = (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),)
 _IN100_PROBE = Evaluation(
-    "linear_probe",
-    os.path.join(_EVAL, "linear_lorac_in100.yaml"),
-    (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),),
+    "linear_probe", os.path.join(_EVAL, "linear_lorac_in100.yaml"), _MOCOV2_PROBE
 )
 _IN1K_PROBE = Evaluation(
     "linear_probe",
     os.path.join(_EVAL, "linear_lorac_in1k.yaml"),
-    (("mocov2", os.path.join(_EVAL, "linear_mocov2.yaml")),),
+    _MOCOV2_PROBE,
     later=(
         "12-dataset transfer: tools/transfer_linear.py (Table 2)",
         "COCO detection, segmentation, keypoints: tools/convert_to_d2.py + tools/train_net.py "

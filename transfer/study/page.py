@@ -1,5 +1,5 @@
 """A study's Markdown page (``docs/results.md``, ``results_beta.md``, ``results_views.md``): a
-list of sections, each a short function returning its lines, and the same study as sections of
+list of sections, each a short function returning its paragraphs, and the same study as sections of
 the HTML report (:func:`report_sections`, ``tools/make_report.py --study-records``). The page is a
 function of the records, the options and the :class:`Invocation` that writes it alone, so
 rewritten from the committed records it comes out byte for byte; :func:`write_report` logs the
@@ -8,6 +8,7 @@ invocation, draws the plots and writes it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -66,20 +67,20 @@ def render_page(
     """The Markdown page of ``results`` with its plot ``png``; ``missing``: one line per run
     without a result, said under the title so that no mean passes for one over every seed."""
     summaries = summarize(results, opt.methods)
-    found = comparison(opt, summaries)
-    blocks = [
+    found, seeds = comparison(opt, summaries), seed_table(opt, results)
+    blocks = [  # each a list of paragraphs
         _head(opt, results, found.title, invocation.stamp),
         missing_section(missing),
         prior_never_on_section(opt, results),
         _findings(opt, found),
         _means(opt, summaries, png),
         [] if opt.sweep else _paired(found.table),
-        _titled(seed_table(opt, results)),
+        [f"## {seeds.title}", _markdown(seeds)],
         _command(opt),
         _budget(opt, results, summaries),
         _hardware(opt, results, invocation),
     ]
-    return "\n".join(line for block in blocks if block for line in (*block, ""))
+    return "\n\n".join(paragraph for block in blocks for paragraph in block) + "\n"
 
 
 def missing_section(missing: Sequence[str]) -> list[str]:
@@ -88,11 +89,9 @@ def missing_section(missing: Sequence[str]) -> list[str]:
         return []
     return [
         f"## Missing runs ({len(missing)})",
-        "",
         "These cells have no result: every mean, interval and plot below is over the seeds "
         "that are done (the seed tables list them).",
-        "",
-        *(f"- {line}" for line in missing),
+        "\n".join(f"- {line}" for line in missing),
     ]
 
 
@@ -100,20 +99,12 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
     """The runs whose prior never turned on (:func:`.stats.prior_never_on`), whose
     numbers say nothing about the prior; [] when there are none."""
     late: dict[str, list[Mapping]] = {}
-    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
+    for r in _in_order(opt, results):
         if prior_never_on(r):
             late.setdefault(r["label"], []).append(r)
     if not late:
         return []
-    lines = [
-        "## The prior never turned on",
-        "",
-        "Training ended before the prior turns on (`LOSS.BETA_INF_EPOCHS`) in these runs: they "
-        "trained with β = ∞ throughout, MoCo-M's objective, so they are MoCo-M in all but name "
-        "and their numbers say nothing about the prior. A longer budget (`SOLVER.MAX_ITER`, "
-        "`SOLVER.EPOCHS`) or a shorter `LOSS.BETA_INF_EPOCHS` turns it on.",
-        "",
-    ]
+    lines = []
     for label, runs in late.items():
         seeds = ", ".join(str(r["seed"]) for r in runs)
         ends = sorted({r["max_iter"] for r in runs})
@@ -127,29 +118,30 @@ def prior_never_on_section(opt: StudyOptions, results: Sequence[Mapping]) -> lis
             f"- {label} (seed{'s' if len(runs) > 1 else ''} {seeds}): training ended at "
             f"iteration {', '.join(map(str, ends))}; {why}."
         )
-    return lines
+    return [
+        "## The prior never turned on",
+        "Training ended before the prior turns on (`LOSS.BETA_INF_EPOCHS`) in these runs: they "
+        "trained with β = ∞ throughout, MoCo-M's objective, so they are MoCo-M in all but name "
+        "and their numbers say nothing about the prior. A longer budget (`SOLVER.MAX_ITER`, "
+        "`SOLVER.EPOCHS`) or a shorter `LOSS.BETA_INF_EPOCHS` turns it on.",
+        "\n".join(lines),
+    ]
 
 
-def _markdown(table: Table) -> list[str]:
-    """The table's lines: the first column left-aligned, the others right, empty cells "-"."""
+def _in_order(opt: StudyOptions, results: Sequence[Mapping]) -> list[Mapping]:
+    return sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"]))
+
+
+def _markdown(table: Table) -> str:
+    """The table: the first column left-aligned, the others right, empty cells "-"."""
     aligns = ["left"] + ["right"] * (len(table.columns) - 1)
-    return markdown_table(table.columns, table.rows, align=aligns, missing="-").splitlines()
-
-
-def _titled(table: Table) -> list[str]:
-    """The table under its title as a section heading."""
-    return [f"## {table.title}", "", *_markdown(table)]
-
-
-def _paragraphs(texts: Sequence[str]) -> list[str]:
-    return [line for text in texts for line in ("", text)][1:]  # a blank line between texts
+    return markdown_table(table.columns, table.rows, align=aligns, missing="-").rstrip("\n")
 
 
 def _head(opt: StudyOptions, results: Sequence[Mapping], title: str, stamp: str) -> list[str]:
     seeds = " ".join(str(s) for s in opt.seeds)
     return [
         f"# {title}",
-        "",
         f"Generated {stamp} by `tools/study.py` (`{TARGETS[opt.sweep]}`) from {len(results)} runs "
         f"(seeds {seeds}).",
     ]
@@ -158,20 +150,16 @@ def _head(opt: StudyOptions, results: Sequence[Mapping], title: str, stamp: str)
 def _findings(opt: StudyOptions, found: Comparison) -> list[str]:
     """The sentences; a sweep's table sits between the paper's shapes and what is seen here."""
     if not opt.sweep:
-        return _paragraphs(found.text)
-    table = found.table
-    return [f"## {table.title}", "", found.text[0], "", *_markdown(table), "", *found.text[1:]]
+        return found.text
+    return [f"## {found.table.title}", found.text[0], _markdown(found.table), *found.text[1:]]
 
 
 def _means(opt: StudyOptions, summaries: Sequence[MethodSummary], png: str) -> list[str]:
     table = mean_table(summaries)
     return [
         f"## {table.title} (ddof = 1)",
-        "",
-        *_markdown(table),
-        "",
+        _markdown(table),
         f"![per-seed values and mean ± std]({os.path.basename(png)})",
-        "",
         "‖Q̂‖∗: nuclear norm of the L2-normalised query-encoder embeddings of "
         f"{opt.nuclear_views} augmented views of a test image (paper Fig. 4c), averaged over "
         f"{opt.nuclear_images} test images spread over the split; the same views for every model "
@@ -185,8 +173,8 @@ def _paired(table: Table) -> list[str]:
     if not table.rows:
         return []
     return [
-        *_titled(table),
-        "",
+        f"## {table.title}",
+        _markdown(table),
         "The interval is Student's t over the per-seed differences (each seed gives both "
         "methods the same data order and initial weights); an interval that excludes 0 is a "
         "difference beyond the seed spread.",
@@ -199,36 +187,22 @@ def _or_dash(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
 
 def seed_table(opt: StudyOptions, results: Sequence[Mapping]) -> Table:
     """One row per run, in method then seed order: its numbers, times and speed."""
-    table = Table(
-        "Per seed",
-        [
-            "Method",
-            "seed",
-            "kNN top-1 (%)",
-            "linear top-1 (%)",
-            "‖Q̂‖∗ mean",
-            "‖Q̂‖∗ std over images",
-            "pretraining (min)",
-            "images/s",
-            "evaluation (min)",
-        ],
-    )
-    for r in sorted(results, key=lambda r: (opt.methods.index(r["method"]), r["seed"])):
-        resumed = f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""
-        table.add(
-            [
-                never_on_label(r["label"], prior_never_on(r)),
-                r["seed"],
-                f"{r['knn_top1']:.2f}",
-                f"{r['linear_top1']:.2f}",
-                f"{r['nuclear_mean']:.3f}",
-                f"{r['nuclear_std']:.3f}",
-                _or_dash(r["train_seconds"], 1, 60.0) + resumed,
-                _or_dash(r["images_per_sec"], 0),
-                _or_dash(r["eval_seconds"], 1, 60.0),
-            ]
-        )
-    return table
+    rows = [
+        {
+            "Method": never_on_label(r["label"], prior_never_on(r)),
+            "seed": r["seed"],
+            "kNN top-1 (%)": f"{r['knn_top1']:.2f}",
+            "linear top-1 (%)": f"{r['linear_top1']:.2f}",
+            "‖Q̂‖∗ mean": f"{r['nuclear_mean']:.3f}",
+            "‖Q̂‖∗ std over images": f"{r['nuclear_std']:.3f}",
+            "pretraining (min)": _or_dash(r["train_seconds"], 1, 60.0)
+            + (f" (resumed at it. {r['resumed_from_iter']})" if r["resumed_from_iter"] else ""),
+            "images/s": _or_dash(r["images_per_sec"], 0),
+            "evaluation (min)": _or_dash(r["eval_seconds"], 1, 60.0),
+        }
+        for r in _in_order(opt, results)
+    ]
+    return Table.of_rows("Per seed", list(rows[0]), rows)
 
 
 def _config_line(method: Method) -> str:
@@ -240,14 +214,9 @@ def _command(opt: StudyOptions) -> list[str]:
     overrides = f"`{' '.join(opt.opts)}`" if opt.opts else "none"
     return [
         "## Command",
-        "",
-        "```",
-        opt.command or TARGETS[opt.sweep],
-        "```",
-        "",
+        f"```\n{opt.command or TARGETS[opt.sweep]}\n```",
         f"Pretraining configs (overrides applied to every method: {overrides}):",
-        "",
-        *(_config_line(opt.method_table[m]) for m in opt.methods),
+        "\n".join(_config_line(opt.method_table[m]) for m in opt.methods),
     ]
 
 
@@ -268,9 +237,7 @@ def _budget(
     opt: StudyOptions, results: Sequence[Mapping], summaries: Sequence[MethodSummary]
 ) -> list[str]:
     r = results[0]
-    return [
-        "## Budget",
-        "",
+    lines = [
         *(_method_budget(s, results) for s in summaries),
         f"- kNN: weighted k = {KNN_K}, T = {KNN_T} on pooled backbone features, {opt.knn_train} "
         f"reference (train) and {opt.knn_test} test images, at the pretraining crop size.",
@@ -282,6 +249,7 @@ def _budget(
         f"{r['probe_test_images']} test images.",
         f"- Nuclear norm: {opt.nuclear_views} views x {opt.nuclear_images} test images.",
     ]
+    return ["## Budget", "\n".join(lines)]
 
 
 def _invocation_lines(invocations: Sequence[Mapping]) -> list[str]:
@@ -309,9 +277,7 @@ def _hardware(opt: StudyOptions, results: Sequence[Mapping], inv: Invocation) ->
         else f"- This invocation of the study: {inv.seconds / 60:.1f} min (runs already "
         "done are skipped, so a resumed study takes less)."
     )
-    return [
-        "## Hardware and wall time",
-        "",
+    lines = [
         *(f"- {k}: {v}" for k, v in inv.machine.items()),
         f"- Wall time per run (pretraining + evaluation): mean {np.mean(per_run) / 60:.1f} min, "
         f"total {sum(per_run) / 60:.1f} min over {len(results)} runs.",
@@ -321,18 +287,17 @@ def _hardware(opt: StudyOptions, results: Sequence[Mapping], inv: Invocation) ->
         f"{inv.threads_per_run} torch thread(s) and shared the machine, so "
         "its wall time is longer than alone.",
     ]
+    return ["## Hardware and wall time", "\n".join(lines)]
 
 
 def hardware() -> dict[str, str]:
     import torch
 
     model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        model = names[0] if names else model
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
+        )
     return {
         "CPU cores (nproc)": str(cpu_cores()),
         "CPU model": model,
@@ -399,7 +364,7 @@ def probe_page(exp: Experiment, opt: StudyOptions, top1: Mapping, missing: Seque
         "",
         f"Written by `{opt.command}`; mean ± sample standard deviation (ddof = 1) over seeds.",
         "",
-        *missing_section(missing),
+        *"\n\n".join(missing_section(missing)).splitlines(),
         "",
         table,
         *(["", *later] if exp.evaluation.later else []),

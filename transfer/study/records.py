@@ -40,7 +40,7 @@ def read_json(path: str) -> dict:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            raise StudyError(f"{path}: not valid JSON ({e})") from None
 
 
 def _sweep_of(methods: set[str]) -> str:
@@ -53,10 +53,7 @@ def _sweep_of(methods: set[str]) -> str:
 
 def _read_record(path: str, method: str, seed: int) -> dict:
     """One run record: valid JSON, the keys a page needs, the method and seed its name says."""
-    try:
-        record = read_json(path)
-    except ValueError as e:
-        raise StudyError(str(e)) from None
+    record = read_json(path)
     missing = [k for k in _NEEDED if k not in record]
     if missing:
         raise StudyError(f"{path}: not a study record, missing {missing}")

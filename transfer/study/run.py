@@ -112,24 +112,20 @@ def train_stats(cfg: CfgNode, max_iter: int, images: int, start_iter: int, secon
 
 
 def pretrain_run(cfg: CfgNode, run: RunPaths) -> dict:
-    """Train (or finish training) ``run`` with the project's engine; returns its train stats
-    (those of the invocation or SLURM job that finished it, for a final checkpoint)."""
+    """Train (or finish training) ``run`` with the project's engine and :class:`WriteTrainStats`
+    (as a SLURM pretraining job); returns the train stats of the invocation or job that finished
+    it (a final checkpoint whose stats were lost: its length, no time)."""
     from pretrain.engine.run import run_pretraining
 
-    trainer = run_pretraining(cfg)
-    start_iter = trainer.start_iter
-    if start_iter >= trainer.max_iter and os.path.isfile(run.train_stats):
-        return read_json(run.train_stats)
-    stats = train_stats(
-        cfg, trainer.max_iter, len(trainer.source), start_iter, trainer.train_seconds
-    )
-    write_json(run.train_stats, stats)
-    return stats
+    t = run_pretraining(cfg, [WriteTrainStats(run.train_stats)])
+    if not os.path.isfile(run.train_stats):
+        write_json(run.train_stats, train_stats(cfg, t.max_iter, len(t.source), t.start_iter, 0))
+    return read_json(run.train_stats)
 
 
 class WriteTrainStats(HookBase):
-    """Writes ``train_stats.json`` when a pretraining job (``--executor slurm``) trains its last
-    iteration, as :func:`pretrain_run` does for a local run; picklable, it travels in the job."""
+    """Writes ``train_stats.json`` when pretraining trains its last iteration (a local run's, or
+    a SLURM job's: picklable, it travels in the job)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -1,25 +1,14 @@
-"""``tools/study.py --executor slurm``: every run of an experiment as SLURM jobs through submitit.
-
-Each (method, seed) run is a pretraining job built by :mod:`pretrain.cluster.submit` (the same
-job as ``tools/submit_pretrain.py``: requeue on preemption or time limit, exact resume from the
-run's last checkpoint) and an evaluation job that starts when it ended well (``afterok``; SLURM
-cancels it when the pretraining failed). The evaluation of the CPU study is the study's own
-(:func:`transfer.study.driver.evaluate_and_record`, as a local run does it), which also writes
-the page once the experiment's last run is done; an ImageNet experiment's is
-``tools/linear_probe.py``.
-
-A run's jobs are those its submitit folders hold (``<run>/submitit/<job id>`` for pretraining,
-``<run>/submitit/evaluate/<job id>`` for evaluation); one ``squeue`` says which are queued.
-Running the command again skips the runs that are done, leaves those with a job in the queue
-alone, resubmits the others (a failed job, a cancelled one) and says so run by run; a run whose
-pretraining finished gets its evaluation only, and the page of the runs that are done is written,
-naming the others with their state. ``--status`` prints every run's state, ``--dry-run`` every
-job's sbatch script; neither submits.
+"""``tools/study.py --executor slurm`` (docs/cluster.md): each (method, seed) run of an experiment
+is a pretraining job of :mod:`pretrain.cluster.submit` and an evaluation job after it
+(``afterok``): the study's own (:func:`.driver.evaluate_and_record`; the last one writes the page)
+or ``tools/linear_probe.py``. A run's jobs are those its submitit folders hold
+(``<run>/submitit/<job id>``, ``<run>/submitit/evaluate/<job id>``); one ``squeue`` says which are
+queued.
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +29,7 @@ from pretrain.cluster.submit import (
 )
 from pretrain.utils.atomic_io import atomic_write_bytes
 from pretrain.utils.locks import exclusive_dir_lock
+from transfer.tables import markdown_table, read_csv
 
 from .config import prior_never_on
 from .driver import (
@@ -107,31 +97,21 @@ def _probe_dir(run: RunPaths) -> str:
 def _probe_top1(p: PlannedRun) -> float | None:
     """The linear probe's top-1 of an ImageNet run (its Table 1 CSV); None before it ends."""
     path = os.path.join(_probe_dir(p.paths), "table1_linear.csv")
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return float(next(csv.DictReader(f))["Top-1"])
+    return read_csv(path).number(0, "Top-1") if os.path.isfile(path) else None
 
 
-def _evaluation_request(
-    exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths, template: JobRequest
-) -> JobRequest:
-    """The evaluation job of a run: the study's own (one CPU task) or the linear probe tool."""
-    label = opt.method_table[m].label
+def _evaluation(exp: Experiment, opt: StudyOptions, m: str, cfg: CfgNode, run: RunPaths) -> dict:
+    """The evaluation job's own fields: the study's evaluation (one CPU task) or the probe tool."""
     if exp.evaluation.tool == "study":
         job = EvaluateJob(opt, cfg, run)
-        return dataclasses.replace(
-            template, entry=FUNCTION_ENTRY, function=job, nodes=1, gpus_per_node=0,
-            tasks_per_node=1,
-        )  # fmt: skip
+        return {"entry": FUNCTION_ENTRY, "function": job, "gpus_per_node": 0, "tasks_per_node": 1}
     probe = _probe_dir(run)
     # the classes the run pretrained on (ImageNet-100 from an ImageNet-1K root: its class list)
     classes = ["DATA.CLASS_LIST", cfg.DATASETS.CLASS_LIST] if cfg.DATASETS.CLASS_LIST else []
-    return dataclasses.replace(
-        template, entry="linear_probe", nodes=1, config_file=exp.evaluation.config_for(m),
-        args=["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
-              "--data-root", _eval_data_root(cfg), "--name", label, *classes],
-    )  # fmt: skip
+    return {"entry": "linear_probe", "config_file": exp.evaluation.config_for(m),
+            "args": ["--checkpoint", run.checkpoint, "--output-dir", probe, "--table-dir", probe,
+                     "--data-root", _eval_data_root(cfg), "--name", opt.method_table[m].label,
+                     *classes]}  # fmt: skip
 
 
 def plan_runs(
@@ -155,10 +135,10 @@ def plan_runs(
                 extra_hooks=hooks,
             )  # fmt: skip
             ev = dataclasses.replace(
-                _evaluation_request(exp, opt, m, cfg, run, template),
-                job_name=f"{exp.name}:{key}:eval",
+                template, nodes=1, job_name=f"{exp.name}:{key}:eval",
                 job_dir=os.path.join(run.dir, "submitit", "evaluate"),
-            )
+                **_evaluation(exp, opt, m, cfg, run),
+            )  # fmt: skip
             label = f"{method.label} seed {seed}"
             planned.append(PlannedRun(key, label, run, cfg, pre, ev))
     return planned
@@ -242,23 +222,17 @@ def _last_metrics(p: PlannedRun) -> tuple[str, str]:
     top1 = _probe_top1(p)
     if top1 is not None:
         return "", f"linear {top1:.2f}%"
-    path = os.path.join(p.paths.dir, "metrics.json")
     last = {}
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    last = {**last, **json.loads(line)}
-                except ValueError:
-                    continue  # a line being written
+    with contextlib.suppress(OSError), open(os.path.join(p.paths.dir, "metrics.json")) as f:
+        for line in f:
+            with contextlib.suppress(ValueError):  # a line being written
+                last.update(json.loads(line))
     loss = last.get("total_loss", last.get("loss"))
     return str(last.get("iteration", "")), "" if loss is None else f"loss {loss:.4f}"
 
 
 def status_table(states: Sequence[RunState]) -> str:
     """``--status``: run, state, job id, iteration, last metric (and a failed run's log)."""
-    from transfer.tables import markdown_table
-
     rows = []
     for s in states:
         iteration, metric = _last_metrics(s.run)
@@ -288,11 +262,9 @@ def _check_probe_data(p: PlannedRun) -> None:
 
 
 def check_requests(planned: Sequence[PlannedRun]) -> None:
-    """Every job's request checked, its pretraining config resolved (for its world size) and
-    the data of both its jobs found (roots, the kNN monitor's and the probe's ``train/`` and
-    ``val/``, a folder for each class of the class list), so that an impossible request or a
-    missing folder is refused before anything is written or submitted, not in a job after its
-    wait in the queue."""
+    """Every job's request and data checked (roots, the kNN monitor's and the probe's ``train/``
+    and ``val/``, the class list's folders): refused before anything is written or submitted,
+    not in a job after its wait in the queue."""
     for p in planned:
         p.pretrain.check()
         build_job(p.pretrain)
@@ -317,8 +289,7 @@ def submit_experiment(
             "failed": f"job {s.job_id} failed (log {s.log}): resubmitted",
             "not started": "submitted",
         }.get(s.state, "submitted, resumes from its checkpoint")
-        jobs = {}
-        after = []
+        jobs, after = {}, []
         if not os.path.isfile(p.paths.checkpoint):  # no final checkpoint yet: (re)train first
             jobs["pretrain"] = submit(p.pretrain).job_id
             after = [jobs["pretrain"]]
@@ -343,18 +314,17 @@ def _missing_lines(states: Sequence[RunState]) -> list[str]:
 
 def write_page(exp: Experiment, opt: StudyOptions, states: Sequence[RunState]) -> None:
     """The page of the runs that are done, the others listed as missing."""
+    missing = _missing_lines(states)
     if exp.evaluation.tool == "study":
         results, _ = collect_results(opt)
-        done = {r["method"] for r in results}
-        shown = StudyOptions(**{**vars(opt), "methods": [m for m in opt.methods if m in done]})
-        write_report(shown, results, 0.0, 0, _missing_lines(states))
+        done = [m for m in opt.methods if m in {r["method"] for r in results}]
+        write_report(dataclasses.replace(opt, methods=done), results, 0.0, 0, missing)
         return
     top1: dict[str, list[tuple[int, float]]] = {}
     for s in (s for s in states if s.state == "done"):
         top1.setdefault(s.run.paths.method, []).append((s.run.paths.seed, _probe_top1(s.run)))
     os.makedirs(os.path.dirname(os.path.abspath(opt.results)), exist_ok=True)
-    page = probe_page(exp, opt, top1, _missing_lines(states))
-    atomic_write_bytes(opt.results, page.encode())
+    atomic_write_bytes(opt.results, probe_page(exp, opt, top1, missing).encode())
 
 
 def _write_partial_page(exp: Experiment, opt: StudyOptions, planned: Sequence[PlannedRun]) -> None:
