@@ -23,7 +23,7 @@ from pretrain.utils.run_owner import record_owner
 from .config import load_method_configs, prior_never_on
 from .experiments import StudyError, StudyOptions
 from .page import write_report
-from .records import read_json, threads_per_run, write_json
+from .records import read_json, record_name, threads_per_run, write_json
 from .run import LOGGERS, RunPaths, evaluate_run, pretrain_run, run_config, run_log
 
 __all__ = [
@@ -165,7 +165,7 @@ def write_page_when_complete(opt: StudyOptions) -> bool:
 
 def _record_path(opt: StudyOptions, run: RunPaths) -> str:
     """Where ``opt.records`` keeps this run's study.json ("" without records)."""
-    return os.path.join(opt.records, f"{run.method}_seed{run.seed}.json") if opt.records else ""
+    return os.path.join(opt.records, record_name(run.method, run.seed)) if opt.records else ""
 
 
 def _result_file(opt: StudyOptions, run: RunPaths) -> str:

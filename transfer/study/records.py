@@ -22,6 +22,7 @@ __all__ = [
     "load_records",
     "log_invocation",
     "read_json",
+    "record_name",
     "threads_per_run",
     "write_json",
 ]
@@ -29,6 +30,11 @@ __all__ = [
 INVOCATIONS = "invocations.json"
 _RECORD = re.compile(r"^(?P<method>.+)_seed(?P<seed>\d+)\.json$")
 _NEEDED = ("method", "seed", "label", "knn_top1", "linear_top1", "nuclear_mean", "epochs")
+
+
+def record_name(method: str, seed: int) -> str:
+    """The file name of a finished run's record, as :func:`load_records` reads it back."""
+    return f"{method}_seed{seed}.json"
 
 
 def write_json(path: str, obj: dict) -> None:
